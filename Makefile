@@ -1,0 +1,53 @@
+# The course's two commands: `make lab` (study) and `make test` (what CI runs).
+# Both create .venv on first use and reuse it afterwards.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+KERNEL := attn-course
+# Notebooks `make execute` runs (override: make execute NB=notebooks/03_scaled_dot_product_attention.ipynb)
+NB     ?= notebooks/*.ipynb notebooks/solutions/*.ipynb
+# pytest workers; notebooks are spread over them file by file
+JOBS   ?= 2
+
+# The course never touches the network at run time.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export PYTHONHASHSEED := 0
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: lab test execute install check-python clean
+
+check-python:
+	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0) if v >= (3, 10) else sys.exit("This course needs Python 3.10 or newer; found Python %d.%d at %s. Run: make PYTHON=python3.11 ..." % (v[0], v[1], sys.executable))'
+
+$(BIN)/python: | check-python
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstalls only when requirements.txt or pyproject.toml change.
+$(STAMP): requirements.txt pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -r requirements.txt
+	$(BIN)/python -m pip install --no-deps -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Attention course (.venv)"
+	touch $(STAMP)
+
+install: check-python $(STAMP)
+
+lab: install
+	$(BIN)/python -m attn_lib.lab
+
+test: install
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
+		--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 120 tests notebooks
+
+# Re-run notebooks and save their outputs (the outputs nbval checks).
+execute: install
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+		--ExecutePreprocessor.kernel_name=$(KERNEL) --ExecutePreprocessor.timeout=300 \
+		--ExecutePreprocessor.record_timing=False $(NB)
+
+clean:
+	rm -rf $(VENV) .hypothesis .pytest_cache

@@ -1,0 +1,54 @@
+"""attn_lib: the attention mechanism from scratch, proven equal to the libraries people use.
+
+Every notebook of the course starts with::
+
+    import attn_lib
+    attn_lib.setup()          # seeds, offline mode, plot defaults
+
+Modules (one idea each):
+
+- ``attn_lib.tokenization``   byte-pair encoding from scratch (notebook 01)
+- ``attn_lib.positional``     sinusoidal, learned, RoPE and ALiBi positions (notebook 02)
+- ``attn_lib.attention``      scaled dot-product attention (notebook 03)
+- ``attn_lib.masks``          causal and padding masks (notebook 04)
+- ``attn_lib.mha``            multi-head / grouped-query attention and the KV cache (notebooks 05, 07)
+- ``attn_lib.models``         small encoder-decoder, encoder-only and decoder-only Transformers (06, 07)
+- ``attn_lib.tiled_attention`` FlashAttention-style tiled attention in PyTorch (notebook 08)
+- ``attn_lib.flash_attention`` the same algorithm as a Triton kernel (notebook 08)
+- ``attn_lib.viz``            heatmaps, widgets and bertviz wrappers
+- ``attn_lib.exercises``      ``check_*`` functions for the exercises at the end of each notebook
+
+The most used names are importable from the package itself (``attn_lib.scaled_dot_product_attention``);
+they are loaded on first use so that ``import attn_lib`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from attn_lib._setup import DATA_DIR, REPO_ROOT, setup
+from attn_lib.pretrained import load_pretrained
+
+__version__ = "0.1.0"
+
+# name -> module that defines it; imported lazily on first attribute access.
+_LAZY = {
+    "scaled_dot_product_attention": "attn_lib.attention",
+    "causal_mask": "attn_lib.masks",
+    "padding_mask": "attn_lib.masks",
+    "MultiHeadAttention": "attn_lib.mha",
+    "KVCache": "attn_lib.mha",
+    "tiled_attention": "attn_lib.tiled_attention",
+    "flash_attention": "attn_lib.flash_attention",
+    "plot_attention": "attn_lib.viz",
+}
+
+__all__ = ["setup", "load_pretrained", "DATA_DIR", "REPO_ROOT", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'attn_lib' has no attribute {name!r}")

@@ -1,0 +1,16 @@
+"""Exercise checks: ``attn_lib.exercises.check_*``, one group per notebook.
+
+Each check calls your function on fresh random inputs, compares it with attn_lib's
+reference and returns a :class:`CheckResult`: it shows "✅ ... passed" or "❌ ... not yet"
+with a hint naming the likely mistake. ``bool(result)`` tells whether it passed.
+"""
+
+from attn_lib.exercises._core import CheckResult
+from attn_lib.exercises.tokens import *  # noqa: F401,F403  notebook 01
+from attn_lib.exercises.positional import *  # noqa: F401,F403  notebook 02
+from attn_lib.exercises.attention import *  # noqa: F401,F403  notebook 03
+from attn_lib.exercises.masking import *  # noqa: F401,F403  notebook 04
+from attn_lib.exercises.multihead import *  # noqa: F401,F403  notebook 05
+from attn_lib.exercises.cross_attention import *  # noqa: F401,F403  notebook 06
+from attn_lib.exercises.gqa import *  # noqa: F401,F403  notebook 07
+from attn_lib.exercises.tiled import *  # noqa: F401,F403  notebook 08

@@ -1,0 +1,25 @@
+"""Shared test settings: offline, headless plotting, hypothesis profile."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# Deterministic property tests (CI must be reproducible); many examples, no deadline on a busy 2-core machine.
+settings.register_profile(
+    "course", derandomize=True, deadline=None, max_examples=100,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("course")
+
+
+@pytest.fixture(scope="session")
+def pretrained():
+    """(tokenizer, model) of the bundled all-MiniLM-L6-v2, loaded once per test session."""
+    import attn_lib
+
+    return attn_lib.load_pretrained()
