@@ -43,6 +43,12 @@ _LAZY = {
     "plot_attention": "attn_lib.viz",
 }
 
+# Submodules reachable as attributes without an explicit import (attn_lib.exercises.check_...).
+_SUBMODULES = {
+    "attention", "bench", "data", "env", "exercises", "flash_attention", "gqa", "masks", "mha", "models",
+    "positional", "pretrained", "tiled_attention", "tokenization", "viz",
+}
+
 __all__ = ["setup", "load_pretrained", "DATA_DIR", "REPO_ROOT", *_LAZY]
 
 
@@ -51,4 +57,6 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"attn_lib.{name}")
     raise AttributeError(f"module 'attn_lib' has no attribute {name!r}")

@@ -30,6 +30,8 @@ def lab_command(*, port: int | None = None, token: str | None = None, open_brows
         argv.append(f"--IdentityProvider.token={token}")
     if not open_browser:
         argv.append("--no-browser")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI run as root; Jupyter refuses otherwise
+        argv.append("--allow-root")
     argv.append(f"--LabApp.default_url=/lab/tree/{WELCOME}")
     return argv
 

@@ -101,3 +101,188 @@ def plot_attention(
     if title:
         fig.suptitle(title)
     return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 05: an offline layer/head explorer (ipywidgets) and thin bertviz wrappers.
+# The explorer's logic lives in plain functions (attention_stack, select_head, head_options,
+# explorer_figure) that tests/test_viz.py calls directly; attention_explorer only wires widgets.
+# --------------------------------------------------------------------------------------------
+_EAGER_HINT = (
+    "load the model with attn_implementation='eager' (attn_lib.load_pretrained() does) and call it "
+    "with output_attentions=True; with transformers' default 'sdpa' attention the tuple is empty"
+)
+
+
+def attention_stack(attentions, *, batch_index: int = 0) -> torch.Tensor:
+    """One sentence's attention weights of every layer as one tensor.
+
+    Args:
+        attentions: ``outputs.attentions`` of a HuggingFace model (a tuple of num_layers tensors,
+            each (B, H, L, S)), or a (layers, H, L, S) tensor.
+        batch_index: which sentence of the batch.
+
+    Returns:
+        float32 CPU tensor (layers, H, L, S).
+
+    Raises:
+        ValueError: an empty tuple (the message says to load the model with eager attention);
+            a tensor that is not 4-D; layers of different shapes; batch_index out of range.
+    """
+    if attentions is None or (isinstance(attentions, (tuple, list)) and len(attentions) == 0):
+        raise ValueError(f"attentions is {attentions!r}: {_EAGER_HINT}")
+    if isinstance(attentions, torch.Tensor):
+        if attentions.dim() != 4:
+            raise ValueError(f"an attention tensor must be (layers, H, L, S); got shape {tuple(attentions.shape)}")
+        return attentions.detach().to("cpu", torch.float32)
+    layers = []
+    for i, a in enumerate(attentions):
+        a = torch.as_tensor(a)
+        if a.dim() != 4:
+            raise ValueError(f"attentions[{i}] must be (B, H, L, S); got shape {tuple(a.shape)}")
+        if not -a.shape[0] <= batch_index < a.shape[0]:
+            raise ValueError(f"batch_index {batch_index} is out of range for batch size {a.shape[0]}")
+        if layers and a.shape[1:] != layers[0].shape:
+            raise ValueError(
+                f"attentions[{i}] has shape {tuple(a.shape)}, unlike attentions[0] {tuple(attentions[0].shape)}"
+            )
+        layers.append(a[batch_index].detach().to("cpu", torch.float32))
+    return torch.stack(layers)  # (layers, H, L, S)
+
+
+def select_head(stack: torch.Tensor, layer: int, head: int | None) -> torch.Tensor:
+    """The (L, S) weights of one layer and head of a (layers, H, L, S) stack; ``head=None``: mean over heads.
+
+    Raises:
+        ValueError: layer or head out of range (the message gives the valid range).
+    """
+    layers, heads = stack.shape[:2]
+    if not 0 <= layer < layers:
+        raise ValueError(f"layer must be in 0..{layers - 1}, got {layer}")
+    if head is None:
+        return stack[layer].mean(dim=0)
+    if not 0 <= head < heads:
+        raise ValueError(f"head must be None (mean of heads) or in 0..{heads - 1}, got {head}")
+    return stack[layer, head]
+
+
+def head_options(num_heads: int) -> list[tuple[str, int | None]]:
+    """Choices of the explorer's head selector: (label, value) pairs, "mean of heads" first (value None)."""
+    return [("mean of heads", None)] + [(f"head {h}", h) for h in range(num_heads)]
+
+
+def explorer_figure(stack: torch.Tensor, tokens: Sequence[str], layer: int, head: int | None, *,
+                    key_tokens: Sequence[str] | None = None, annotate: bool = False):
+    """The heatmap the explorer shows for (layer, head): :func:`plot_attention` with a title."""
+    which = "mean of heads" if head is None else f"head {head}"
+    return plot_attention(select_head(stack, layer, head), tokens, key_tokens,
+                          title=f"layer {layer}, {which}", annotate=annotate)
+
+
+def attention_explorer(attentions, tokens: Sequence[str], *, key_tokens: Sequence[str] | None = None,
+                       batch_index: int = 0, annotate: bool = False):
+    """Interactive heatmap of one sentence's attention: pick a layer and a head (works offline).
+
+    Args:
+        attentions: ``outputs.attentions`` (tuple of (B, H, L, S)) or a (layers, H, L, S) tensor.
+        tokens: the L query tokens (and keys, unless ``key_tokens``).
+        key_tokens: the S key tokens, for cross-attention.
+        batch_index: which sentence of the batch.
+        annotate: write the weights in the cells.
+
+    Returns:
+        an ``ipywidgets.VBox``: a layer slider, a head dropdown ("mean of heads" or one head) and an
+        ``Output`` with the heatmap. Display it as a cell's last expression.
+
+    Raises:
+        ValueError: as :func:`attention_stack`; a token count that does not match L or S (names both).
+    """
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    stack = attention_stack(attentions, batch_index=batch_index)
+    _check_token_counts(stack, tokens, key_tokens)
+    layers, heads = stack.shape[:2]
+    layer_w = widgets.IntSlider(value=0, min=0, max=layers - 1, description="layer", continuous_update=False)
+    head_w = widgets.Dropdown(options=head_options(heads), value=0, description="head")
+    out = widgets.Output()
+
+    def show(_change=None):
+        with out:
+            out.clear_output(wait=True)
+            fig = explorer_figure(stack, tokens, layer_w.value, head_w.value, key_tokens=key_tokens, annotate=annotate)
+            display(fig)
+            plt.close(fig)
+
+    layer_w.observe(show, names="value")
+    head_w.observe(show, names="value")
+    show()
+    return widgets.VBox([widgets.HBox([layer_w, head_w]), out])
+
+
+def _check_token_counts(stack: torch.Tensor, tokens, key_tokens=None) -> None:
+    L, S = stack.shape[-2:]
+    n_q = len(tokens)
+    n_k = n_q if key_tokens is None else len(key_tokens)
+    if n_q != L or n_k != S:
+        raise ValueError(
+            f"the attention is {L} queries x {S} keys but {n_q} query tokens and {n_k} key tokens were given "
+            "(pass the tokens of the same sentence, special tokens included: tokenizer.convert_ids_to_tokens(ids))"
+        )
+
+
+def _bertviz_input(attentions, tokens, *, batch_index: int = 0) -> tuple[torch.Tensor, ...]:
+    stack = attention_stack(attentions, batch_index=batch_index)
+    _check_token_counts(stack, tokens)
+    return tuple(layer[None] for layer in stack)  # bertviz wants (1, H, L, L) per layer
+
+
+def _check_html_action(html_action) -> None:
+    if html_action not in ("view", "return"):
+        raise ValueError(f"html_action must be 'view' (show in the notebook) or 'return' (an HTML object), got {html_action!r}")
+
+
+def head_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_action: str = "view", **kwargs):
+    """bertviz's head view (Vig 2019) of one sentence, after checking the input.
+
+    Lines from each token to the tokens it attends to, one colour per head, one layer at a time.
+    The view loads require.js and d3 from a CDN, so it needs internet in the browser;
+    :func:`attention_explorer` works offline.
+
+    Args:
+        attentions: ``outputs.attentions`` (tuple of num_layers (B, H, L, L)) or (layers, H, L, L).
+        tokens: the L tokens of the sentence (special tokens included).
+        batch_index: which sentence of the batch (bertviz shows one).
+        html_action: ``"view"`` displays it; ``"return"`` returns an ``IPython.display.HTML`` whose
+            ``.data`` is the whole page (save it to a file, or test it).
+        **kwargs: passed to ``bertviz.head_view`` (``layer``, ``heads``, ``include_layers``,
+            ``sentence_b_start``, ``prettify_tokens``).
+
+    Raises:
+        ValueError: an empty tuple of attentions (the message says to load the model with eager
+            attention); a token count that does not match the attention size (names both);
+            an unknown html_action.
+    """
+    from bertviz import head_view as _head_view
+
+    _check_html_action(html_action)
+    return _head_view(_bertviz_input(attentions, tokens, batch_index=batch_index), list(tokens),
+                      html_action=html_action, **kwargs)
+
+
+def model_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_action: str = "view",
+               display_mode: str = "light", **kwargs):
+    """bertviz's model view of one sentence (a grid: one small view per layer and head), after checking the input.
+
+    Needs internet in the browser for its scripts, like :func:`head_view`. Arguments, return value
+    and errors as :func:`head_view`; ``display_mode`` is ``"light"`` or ``"dark"``; other keyword
+    arguments (``include_layers``, ``include_heads``, ``sentence_b_start``) go to ``bertviz.model_view``.
+    """
+    from bertviz import model_view as _model_view
+
+    _check_html_action(html_action)
+    if display_mode not in ("light", "dark"):
+        raise ValueError(f"display_mode must be 'light' or 'dark', got {display_mode!r}")
+    return _model_view(_bertviz_input(attentions, tokens, batch_index=batch_index), list(tokens),
+                       html_action=html_action, display_mode=display_mode, **kwargs)

@@ -6,6 +6,7 @@ with a hint naming the likely mistake. ``bool(result)`` tells whether it passed.
 """
 
 from attn_lib.exercises._core import CheckResult
+from attn_lib.exercises.welcome import *  # noqa: F401,F403  notebook 00
 from attn_lib.exercises.tokens import *  # noqa: F401,F403  notebook 01
 from attn_lib.exercises.positional import *  # noqa: F401,F403  notebook 02
 from attn_lib.exercises.attention import *  # noqa: F401,F403  notebook 03

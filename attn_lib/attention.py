@@ -1,0 +1,193 @@
+"""Scaled dot-product attention from scratch (notebook 03), returning the weights too.
+
+The one equation of the Transformer (Vaswani et al. 2017, "Attention Is All You Need", section 3.2.1)::
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / sqrt(d_k)) V
+
+:func:`scaled_dot_product_attention` has the signature and the semantics of
+``torch.nn.functional.scaled_dot_product_attention`` (PyTorch >= 2.5), which tests/test_attention.py
+checks on float64 for random shapes, masks, scales and grouped-query attention. Unlike torch's
+function it also returns the attention weights, which the course plots.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["scaled_dot_product_attention"]
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _validate(query, key, value, attn_mask, is_causal, dropout_p, scale, enable_gqa) -> None:
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must have a floating dtype (float16/bfloat16/float32/float64), got {t.dtype}")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have at least 2 dims (..., seq_len, dim), got shape {_shape(t)}")
+    if not (query.dtype == key.dtype == value.dtype):
+        raise TypeError(
+            f"query, key and value must share one dtype, got query {query.dtype}, key {key.dtype}, value {value.dtype}"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"query and key must have the same last dim E: query shape {_shape(query)} (E={query.shape[-1]}), "
+            f"key shape {_shape(key)} (E={key.shape[-1]})"
+        )
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"key and value must have the same number of positions S (dim -2): key shape {_shape(key)}, "
+            f"value shape {_shape(value)}"
+        )
+    if key.shape[:-2] != value.shape[:-2]:
+        raise ValueError(
+            f"key and value must have the same batch/head dims: key shape {_shape(key)}, value shape {_shape(value)}"
+        )
+    if attn_mask is not None and is_causal:
+        raise ValueError("pass either attn_mask or is_causal=True, not both (torch's function refuses both too)")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__} {is_causal!r}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"dropout_p must be a number in [0, 1], got {dropout_p!r}")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+            raise ValueError(f"scale must be None or a finite number, got {scale!r}")
+    if attn_mask is not None:
+        if not isinstance(attn_mask, torch.Tensor):
+            raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+            raise TypeError(
+                f"attn_mask must be bool (True = may attend) or floating (added to the scores), got {attn_mask.dtype}"
+            )
+    if enable_gqa:
+        if query.dim() < 3 or key.dim() < 3:
+            raise ValueError(
+                "enable_gqa=True needs a heads dim at -3: query (..., Hq, L, E) and key/value (..., Hkv, S, E); "
+                f"got query shape {_shape(query)}, key shape {_shape(key)}"
+            )
+        hq, hkv = query.shape[-3], key.shape[-3]
+        if hkv == 0 or hq % hkv != 0:
+            raise ValueError(
+                f"enable_gqa=True needs the number of query heads Hq={hq} to be a multiple of the number of "
+                f"key/value heads Hkv={hkv} (query shape {_shape(query)}, key shape {_shape(key)})"
+            )
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention, returning the output and the attention weights.
+
+    ``softmax(query @ keyᵀ * scale + mask) @ value`` (Vaswani et al. 2017, section 3.2.1), with the
+    semantics of ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Args:
+        query: (..., L, E) float tensor: L queries of dimension E (E = d_k = head_dim).
+        key: (..., S, E) float tensor, same dtype: S keys.
+        value: (..., S, Ev) float tensor, same dtype: one value per key.
+            The leading dims ``...`` (e.g. (B, H)) of query and key/value broadcast against each other.
+        attn_mask: optional, broadcastable to (..., L, S).
+            bool: True = this query may attend to this key (torch's and HuggingFace's convention);
+            float: added to the scores before the softmax (0 = keep, -inf or a large negative = block).
+        is_causal: apply a causal mask aligned top-left like torch's: query i sees keys 0..i.
+            When L != S and you want the *last* query to see every key (KV cache), pass
+            ``attn_mask=attn_lib.masks.causal_mask(L, S, align="bottom_right")`` instead.
+        dropout_p: probability of zeroing each attention weight (the kept ones are scaled by
+            1/(1-p)); applied whenever > 0, like torch's function -- pass 0.0 in evaluation.
+        scale: multiplier of the scores; default ``1/sqrt(E)``.
+        enable_gqa: grouped-query attention: key/value may have fewer heads Hkv (dim -3) than
+            query Hq; query head j uses key/value head ``j // (Hq // Hkv)`` (``repeat_interleave``).
+
+    Returns:
+        (output, attn_weights):
+        output (..., L, Ev) in the input dtype;
+        attn_weights (..., L, S) in the input dtype, after dropout (what was multiplied with value).
+        Each row of the weights sums to 1 (without dropout) -- except a query row whose keys are all
+        masked: its weights and its output are 0, never NaN (what torch's function does today).
+
+    Numerics: the softmax is computed in float32 for float16/bfloat16 inputs (float64 stays float64),
+    with each row's maximum subtracted first, so scores of +-1e4 and half inputs stay finite.
+
+    Raises:
+        TypeError: an input is not a tensor or not floating point; query/key/value dtypes differ;
+            attn_mask is neither bool nor floating.
+        ValueError: query and key differ in E; key and value differ in S or batch dims; batch dims
+            or the mask cannot broadcast (the message names the shapes); both attn_mask and
+            is_causal; Hq not a multiple of Hkv with enable_gqa; dropout_p outside [0, 1].
+    """
+    _validate(query, key, value, attn_mask, is_causal, dropout_p, scale, enable_gqa)
+    L, E = query.shape[-2], query.shape[-1]
+    S = key.shape[-2]
+
+    if enable_gqa:
+        group = query.shape[-3] // key.shape[-3]
+        # (..., Hkv, S, E) -> (..., Hq, S, E): kv head h serves query heads h*group .. h*group+group-1
+        key = key.repeat_interleave(group, dim=-3)
+        value = value.repeat_interleave(group, dim=-3)
+
+    try:
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    except RuntimeError:
+        hint = " (key/value have fewer heads than query: pass enable_gqa=True)" if (
+            query.dim() >= 3 and key.dim() >= 3 and query.shape[-3] != key.shape[-3]
+        ) else ""
+        raise ValueError(
+            f"the batch dims of query {_shape(query)} and key/value {_shape(key)} cannot broadcast{hint}"
+        ) from None
+    scores_shape = (*batch, L, S)
+
+    # Softmax in float32 at least: float16's max is 65504 and its exp underflows early.
+    compute = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
+
+    # scores = Q Kᵀ · scale                                      (..., L, S)
+    scores = torch.matmul(query.to(compute), key.to(compute).transpose(-2, -1)) * scale
+
+    if is_causal:
+        # top-left causal: query i may attend to keys j <= i
+        attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+    if attn_mask is not None:
+        try:
+            full = torch.broadcast_shapes(attn_mask.shape, scores_shape)
+        except RuntimeError:
+            full = None
+        if full != torch.Size(scores_shape):
+            raise ValueError(
+                f"attn_mask of shape {_shape(attn_mask)} cannot broadcast to the scores' shape {scores_shape} "
+                f"(..., L={L}, S={S}) of query {_shape(query)} and key {_shape(key)}"
+            )
+        attn_mask = attn_mask.to(query.device)
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask.to(compute)
+
+    # numerically safe softmax over the keys (dim -1):
+    # weights = exp(s - max) / sum exp(s - max); a row of only -inf (all masked) gives 0, not 0/0 = NaN
+    row_max = scores.amax(dim=-1, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    exp = torch.exp(scores - row_max)
+    denom = exp.sum(dim=-1, keepdim=True)
+    weights = torch.where(denom > 0, exp / torch.where(denom > 0, denom, torch.ones_like(denom)), torch.zeros_like(exp))
+
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p, training=True)
+
+    # output = weights · V                                       (..., L, Ev)
+    output = torch.matmul(weights, value.to(compute))
+    return output.to(query.dtype), weights.to(query.dtype)

@@ -1,0 +1,147 @@
+"""Causal and padding masks (notebook 04).
+
+ONE convention in attn_lib: a boolean mask is True where a query may attend / where a token is
+real. It is the convention of ``torch.nn.functional.scaled_dot_product_attention``'s boolean
+``attn_mask`` and of a HuggingFace tokenizer's ``attention_mask`` (1 = real token).
+
+The trap: ``torch.nn.MultiheadAttention``'s ``key_padding_mask`` and ``attn_mask`` (and
+``nn.Transformer``'s masks) use the opposite meaning, True = ignore. Convert with
+:func:`to_torch_key_padding_mask` (and back with :func:`from_torch_key_padding_mask`).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+__all__ = [
+    "causal_mask",
+    "padding_mask",
+    "to_torch_key_padding_mask",
+    "from_torch_key_padding_mask",
+    "padding_to_attn_mask",
+]
+
+_ALIGNS = ("top_left", "bottom_right")
+
+
+def _check_len(name: str, n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name} must be an int, got {type(n).__name__} {n!r}")
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0, got {n}")
+    return n
+
+
+def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left", device=None) -> torch.Tensor:
+    """Boolean causal mask, True = the query may attend to the key.
+
+    Args:
+        q_len: number of queries L (int >= 0).
+        kv_len: number of keys S; default ``q_len``.
+        align: where the triangle's corner sits when L != S.
+            ``"top_left"`` (torch's ``is_causal=True``): query i sees keys 0..i.
+            ``"bottom_right"`` (what a KV cache and chunked decoding need; FlashAttention 2's convention):
+            the L queries are the *last* L positions, so query i sees keys 0..i + (S - L) and the last
+            query sees every key. With L > S the first L - S rows are then fully masked.
+            Example, L=2, S=4: top-left [[1,0,0,0],[1,1,0,0]], bottom-right [[1,1,1,0],[1,1,1,1]].
+        device: torch device of the result (default CPU).
+
+    Returns:
+        bool tensor (L, S).
+
+    Raises:
+        TypeError: a length is not an int. ValueError: a negative length or an unknown ``align``.
+    """
+    q_len = _check_len("q_len", q_len)
+    kv_len = q_len if kv_len is None else _check_len("kv_len", kv_len)
+    if align not in _ALIGNS:
+        raise ValueError(f"align must be one of {_ALIGNS}, got {align!r}")
+    offset = 0 if align == "top_left" else kv_len - q_len
+    # mask[i, j] = j <= i + offset: torch.tril with a diagonal offset
+    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(diagonal=offset)
+
+
+def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
+    """Boolean padding mask from sequence lengths, True = real token (right padding).
+
+    Equal to a HuggingFace tokenizer's ``attention_mask.bool()`` for a right-padded batch.
+
+    Args:
+        lengths: B non-negative ints (list, tuple or 1-D integer tensor): the real length of each sequence.
+        max_len: padded length T; default ``max(lengths)`` (0 for an empty batch).
+
+    Returns:
+        bool tensor (B, T): ``mask[b, t] = t < lengths[b]``; on the device of ``lengths`` if a tensor.
+
+    Raises:
+        TypeError: lengths are not integers. ValueError: lengths not 1-D, negative, or longer than max_len.
+    """
+    if isinstance(lengths, torch.Tensor):
+        if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
+            raise TypeError(f"lengths must be integers, got a tensor of dtype {lengths.dtype}")
+        lens = lengths.to(torch.long)
+    else:
+        if not isinstance(lengths, Sequence) or any(isinstance(n, bool) or not isinstance(n, int) for n in lengths):
+            raise TypeError(f"lengths must be a sequence of ints or an integer tensor, got {lengths!r}")
+        lens = torch.tensor(list(lengths), dtype=torch.long)
+    if lens.dim() != 1:
+        raise ValueError(f"lengths must be 1-D (one length per sequence), got shape {tuple(lens.shape)}")
+    if (lens < 0).any():
+        raise ValueError(f"lengths must be >= 0, got {lens.tolist()}")
+    longest = int(lens.max()) if lens.numel() else 0
+    if max_len is None:
+        max_len = longest
+    max_len = _check_len("max_len", max_len)
+    if longest > max_len:
+        raise ValueError(f"max_len={max_len} is shorter than the longest sequence (length {longest})")
+    positions = torch.arange(max_len, device=lens.device)  # (T,)
+    return positions[None, :] < lens[:, None]  # (B, T)
+
+
+def _check_bool(name: str, mask) -> torch.Tensor:
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"{name} must be a bool tensor, got {what}")
+    return mask
+
+
+def to_torch_key_padding_mask(padding_mask: torch.Tensor) -> torch.Tensor:
+    """Convert attn_lib's padding mask (True = real token) to ``torch.nn.MultiheadAttention``'s
+    ``key_padding_mask`` (True = *ignore* this key). It is the logical NOT.
+
+    Args:
+        padding_mask: bool (B, S), True = real token.
+
+    Returns:
+        bool (B, S), True = padding (to be ignored), for ``nn.MultiheadAttention(..., key_padding_mask=)``.
+
+    Raises:
+        TypeError: the mask is not a bool tensor (a 0/1 int or float mask is ambiguous; call ``.bool()`` first).
+    """
+    return ~_check_bool("padding_mask", padding_mask)
+
+
+def from_torch_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`to_torch_key_padding_mask`: True = ignore -> True = real token.
+
+    Raises:
+        TypeError: the mask is not a bool tensor.
+    """
+    return ~_check_bool("key_padding_mask", key_padding_mask)
+
+
+def padding_to_attn_mask(padding_mask: torch.Tensor) -> torch.Tensor:
+    """Reshape a padding mask (B, S) to (B, 1, 1, S): broadcastable to scores (B, H, L, S).
+
+    Every query may attend to the real keys of its own sequence. Combine with a causal mask by
+    ``&``: ``padding_to_attn_mask(pad) & causal_mask(L, S)`` -> (B, 1, L, S).
+
+    Raises:
+        TypeError: not a bool tensor. ValueError: not 2-D.
+    """
+    _check_bool("padding_mask", padding_mask)
+    if padding_mask.dim() != 2:
+        raise ValueError(f"padding_mask must be (B, S), got shape {tuple(padding_mask.shape)}")
+    return padding_mask[:, None, None, :]

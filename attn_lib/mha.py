@@ -1,0 +1,486 @@
+"""Multi-head attention (MHA), grouped-query attention (GQA/MQA) and the KV cache (notebooks 05, 07).
+
+Multi-head attention (Vaswani et al. 2017, "Attention Is All You Need", section 3.2.2)::
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W_O,   head_j = Attention(Q W_Q^j, K W_K^j, V W_V^j)
+
+The h projections W_Q^j (d_model x head_dim) are stored side by side as one ``nn.Linear``
+(d_model -> h * head_dim); "splitting into heads" is then just a reshape of its output.
+
+Grouped-query attention (Ainslie et al. 2023, "GQA", section 2.2) keeps all h query heads but only
+``num_kv_heads`` key/value heads: query head j uses key/value head ``j // (num_heads // num_kv_heads)``
+(each key/value head repeated in place, ``repeat_interleave``: HuggingFace's ``repeat_kv`` and
+``torch.nn.functional.scaled_dot_product_attention(enable_gqa=True)``). ``num_kv_heads=1`` is
+multi-query attention (Shazeer 2019, "Fast Transformer Decoding: One Write-Head is All You Need").
+
+:class:`KVCache` keeps the keys and values of tokens already processed, so that autoregressive
+decoding computes the projections of each new token only once.
+
+tests/test_mha.py checks :class:`MultiHeadAttention` against ``torch.nn.MultiheadAttention``,
+against torch's ``scaled_dot_product_attention(enable_gqa=True)`` and against every attention layer of
+the bundled all-MiniLM-L6-v2 (HuggingFace ``BertSelfAttention``, eager).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attn_lib.attention import scaled_dot_product_attention
+
+__all__ = ["MultiHeadAttention", "KVCache", "split_heads", "merge_heads"]
+
+
+def _shape(t) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, T, num_heads * head_dim) -> (B, num_heads, T, head_dim).
+
+    Head j gets the features ``j*head_dim : (j+1)*head_dim`` of each token (the layout of
+    ``torch.nn.MultiheadAttention`` and HuggingFace BERT).
+
+    Raises:
+        ValueError: x is not 3-D or its last dim is not a multiple of ``num_heads``.
+    """
+    if x.dim() != 3:
+        raise ValueError(f"x must be (B, T, num_heads * head_dim), got shape {_shape(x)}")
+    B, T, D = x.shape
+    if num_heads <= 0 or D % num_heads:
+        raise ValueError(f"the last dim of x ({D}) must be a multiple of num_heads ({num_heads}); x shape {_shape(x)}")
+    return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)  # (B, T, H, hd) -> (B, H, T, hd)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, num_heads, T, head_dim) -> (B, T, num_heads * head_dim): the inverse of :func:`split_heads`.
+
+    Raises:
+        ValueError: x is not 4-D.
+    """
+    if x.dim() != 4:
+        raise ValueError(f"x must be (B, num_heads, T, head_dim), got shape {_shape(x)}")
+    B, H, T, hd = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * hd)  # (B, H, T, hd) -> (B, T, H, hd) -> (B, T, H*hd)
+
+
+class KVCache:
+    """A growing cache of keys and values for one attention layer (autoregressive decoding).
+
+    Start empty (``KVCache()``) and pass it as ``kv_cache=`` to :meth:`MultiHeadAttention.forward`;
+    each call appends the new tokens' keys and values (after projection, and after RoPE when the
+    layer uses it) and attends over everything cached. Keys and values are stored with
+    ``num_kv_heads`` heads, so grouped-query attention shrinks the cache by num_heads / num_kv_heads.
+
+    Attributes:
+        keys, values: (B, Hkv, S_cached, head_dim) tensors, or None while empty.
+    """
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+
+    @property
+    def seq_len(self) -> int:
+        """Number of cached positions S_cached (0 when empty)."""
+        return 0 if self.keys is None else self.keys.shape[-2]
+
+    def __len__(self) -> int:
+        return self.seq_len
+
+    def nbytes(self) -> int:
+        """Bytes held by the cached keys and values (2 x B x Hkv x S_cached x head_dim x bytes per element)."""
+        if self.keys is None:
+            return 0
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+
+    def reset(self) -> None:
+        """Empty the cache (start a new sequence)."""
+        self.keys = None
+        self.values = None
+
+    def check(self, key: torch.Tensor, value: torch.Tensor) -> None:
+        """Raise ValueError unless :meth:`update` would accept ``key`` and ``value`` (changes nothing)."""
+        for name, t in (("key", key), ("value", value)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 4:
+                got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"KVCache.update: {name} must be a (B, Hkv, S_new, head_dim) tensor, got {got}")
+        if key.shape[:3] != value.shape[:3]:
+            raise ValueError(
+                f"KVCache.update: key {_shape(key)} and value {_shape(value)} must agree in (B, Hkv, S_new)"
+            )
+        if self.keys is not None:
+            k, v = self.keys, self.values
+            if key.shape[:2] != k.shape[:2] or key.shape[3] != k.shape[3] or value.shape[3] != v.shape[3]:
+                raise ValueError(
+                    f"KVCache.update: new key {_shape(key)} / value {_shape(value)} do not match the cached "
+                    f"keys {_shape(k)} / values {_shape(v)} in (B, Hkv, head_dim); use a new KVCache per "
+                    "layer and per batch"
+                )
+            if key.dtype != k.dtype:
+                raise ValueError(f"KVCache.update: new key dtype {key.dtype} differs from the cached {k.dtype}")
+
+    def update(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append new keys and values and return everything cached.
+
+        Args:
+            key: (B, Hkv, S_new, head_dim) keys of the new tokens.
+            value: (B, Hkv, S_new, head_dim_v) their values.
+
+        Returns:
+            (keys, values): (B, Hkv, S_cached + S_new, head_dim) and (..., head_dim_v).
+
+        Raises:
+            ValueError: not 4-D, key and value disagree in (B, Hkv, S_new), or (B, Hkv, head_dim)
+                differ from what is already cached (the message names the shapes).
+        """
+        self.check(key, value)
+        if self.keys is None:
+            self.keys, self.values = key, value
+        else:
+            self.keys = torch.cat([self.keys, key], dim=-2)  # (B, Hkv, S_cached + S_new, hd)
+            self.values = torch.cat([self.values, value], dim=-2)
+        return self.keys, self.values
+
+    def __repr__(self) -> str:
+        shape = None if self.keys is None else _shape(self.keys)
+        return f"KVCache(seq_len={self.seq_len}, keys={shape}, nbytes={self.nbytes()})"
+
+
+def _check_positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value}")
+    return value
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with optional grouped-query heads, RoPE and a KV cache (batch first).
+
+    Vaswani et al. 2017, section 3.2.2; GQA: Ainslie et al. 2023; RoPE: Su et al. 2021. The order of
+    operations (the course outline's pseudocode)::
+
+        q, k, v = q_proj(query), k_proj(key), v_proj(value)          # (B, L, H*hd), (B, S, Hkv*hd)
+        split into heads                                             # (B, H, L, hd), (B, Hkv, S, hd)
+        [RoPE on q and k]  [append k, v to the KV cache]
+        weights = softmax(q kᵀ / sqrt(hd) + mask)  -> dropout        # (B, H, L, S)
+        heads = weights v ; concatenate heads                        # (B, L, H*hd)
+        output = out_proj(concatenation)                             # (B, L, d_model)
+
+    The dropout after ``out_proj`` in the pseudocode belongs to the residual wrapper around this
+    module (BERT's ``BertSelfOutput.dropout``); like ``torch.nn.MultiheadAttention``, this module
+    applies dropout only to the attention weights.
+
+    Args:
+        d_model: model width (= embed_dim of torch). Queries have this many features.
+        num_heads: number of query heads H; must divide d_model. head_dim = d_model // num_heads.
+        num_kv_heads: number of key/value heads Hkv (default num_heads: ordinary MHA); must divide
+            num_heads. 1 is multi-query attention. Query head j uses key/value head j // (H // Hkv).
+        dropout: probability of dropping an attention weight, in training mode only.
+        bias: whether the four projections have a bias.
+        kdim, vdim: feature sizes of key and value inputs (default d_model), for cross-attention.
+        rope_base: if not None, rotary position embedding (half-split, ``attn_lib.positional.apply_rope``
+            with this base, e.g. 10000.0) is applied to the queries and keys at their true positions
+            (offset by the tokens already in the KV cache). head_dim must then be even.
+
+    Submodules ``q_proj`` (d_model -> H*hd), ``k_proj`` (kdim -> Hkv*hd), ``v_proj`` (vdim -> Hkv*hd),
+    ``out_proj`` (H*hd -> d_model), all ``nn.Linear``.
+
+    Raises:
+        TypeError: a size is not an int.
+        ValueError: d_model not divisible by num_heads, or num_heads not divisible by num_kv_heads
+            (the message names both numbers); dropout outside [0, 1); odd head_dim with rope_base.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        rope_base: float | None = None,
+    ) -> None:
+        super().__init__()
+        d_model = _check_positive_int("d_model", d_model)
+        num_heads = _check_positive_int("num_heads", num_heads)
+        if d_model % num_heads:
+            raise ValueError(
+                f"d_model ({d_model}) must be divisible by num_heads ({num_heads}): each head gets "
+                f"d_model / num_heads features, and {d_model} / {num_heads} = {d_model / num_heads:.4g}"
+            )
+        num_kv_heads = num_heads if num_kv_heads is None else _check_positive_int("num_kv_heads", num_kv_heads)
+        if num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads}): the query heads "
+                "are split into num_kv_heads equal groups that share one key/value head each"
+            )
+        kdim = d_model if kdim is None else _check_positive_int("kdim", kdim)
+        vdim = d_model if vdim is None else _check_positive_int("vdim", vdim)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
+        head_dim = d_model // num_heads
+        if rope_base is not None:
+            if isinstance(rope_base, bool) or not isinstance(rope_base, (int, float)) or not rope_base > 1:
+                raise ValueError(f"rope_base must be None or a number > 1 (e.g. 10000.0), got {rope_base!r}")
+            if head_dim % 2:
+                raise ValueError(
+                    f"RoPE rotates pairs of features, so head_dim must be even; d_model ({d_model}) / "
+                    f"num_heads ({num_heads}) = head_dim {head_dim}"
+                )
+
+        self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = d_model, num_heads, num_kv_heads, head_dim
+        self.kdim, self.vdim = kdim, vdim
+        self.dropout = float(dropout)
+        self.rope_base = None if rope_base is None else float(rope_base)
+
+        self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)  # W_Q of all heads, side by side
+        self.k_proj = nn.Linear(kdim, num_kv_heads * head_dim, bias=bias)  # W_K of the Hkv key/value heads
+        self.v_proj = nn.Linear(vdim, num_kv_heads * head_dim, bias=bias)  # W_V
+        self.out_proj = nn.Linear(num_heads * head_dim, d_model, bias=bias)  # W_O
+
+    def extra_repr(self) -> str:
+        extra = f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}"
+        if self.dropout:
+            extra += f", dropout={self.dropout}"
+        if self.rope_base is not None:
+            extra += f", rope_base={self.rope_base}"
+        return extra
+
+    # ------------------------------------------------------------------ input checks
+    def _check_inputs(self, query, key, value, padding_mask, attn_mask):
+        if not isinstance(query, torch.Tensor) or query.dim() != 3 or query.shape[-1] != self.d_model:
+            got = _shape(query) if isinstance(query, torch.Tensor) else type(query).__name__
+            raise ValueError(f"query must be (B, L, d_model={self.d_model}) (batch first), got shape {got}")
+        B = query.shape[0]
+        for name, t, dim in (("key", key, self.kdim), ("value", value, self.vdim)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != dim:
+                got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
+                what = "kdim" if name == "key" else "vdim"
+                raise ValueError(f"{name} must be (B, S, {what}={dim}) (batch first), got shape {got}")
+        if key.shape[:2] != value.shape[:2]:
+            raise ValueError(f"key {_shape(key)} and value {_shape(value)} must have the same (B, S)")
+        if key.shape[0] != B:
+            raise ValueError(f"query {_shape(query)} and key {_shape(key)} must have the same batch size B")
+        if padding_mask is not None:
+            if not isinstance(padding_mask, torch.Tensor):
+                raise TypeError(f"padding_mask must be a (B, S) bool tensor, got {type(padding_mask).__name__}")
+            if padding_mask.dtype.is_floating_point or padding_mask.dtype.is_complex:
+                raise TypeError(
+                    f"padding_mask must be bool (True = real token) or 0/1 integers, got dtype {padding_mask.dtype}"
+                )
+        if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
+            raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+
+    def _build_mask(self, B, L, S, attn_mask, padding_mask, is_causal, bottom_right, device, query_shape, key_shape):
+        """One mask for attn_lib's scaled_dot_product_attention, broadcastable to (B, H, L, S)."""
+        keep = None  # bool, True = may attend
+        if is_causal:
+            # key j is visible to query i if j <= i (+ S - L when the L queries are the last of S positions)
+            keep = torch.ones(L, S, dtype=torch.bool, device=device).tril(diagonal=S - L if bottom_right else 0)
+        if padding_mask is not None:
+            if padding_mask.dim() != 2 or padding_mask.shape != (B, S):
+                raise ValueError(
+                    f"padding_mask must be (B, S) = ({B}, {S}) (True = real token; S counts cached tokens too), "
+                    f"got shape {_shape(padding_mask)} for query {query_shape} and key {key_shape}"
+                )
+            pad = padding_mask.to(device=device, dtype=torch.bool)[:, None, None, :]  # (B, 1, 1, S)
+            keep = pad if keep is None else keep & pad
+        mask = None
+        if attn_mask is not None:
+            m = attn_mask.to(device)
+            if m.dim() == 3:  # (B, L, S) -> (B, 1, L, S)
+                m = m[:, None]
+            ok = m.dim() in (2, 4) and m.shape[-2:] == (L, S)
+            if ok and m.dim() == 4:
+                ok = m.shape[0] in (1, B) and m.shape[1] in (1, self.num_heads)
+            if not ok:
+                raise ValueError(
+                    f"attn_mask must be (L, S), (B, L, S) or (B, num_heads, L, S) with L={L}, S={S}, B={B}, "
+                    f"num_heads={self.num_heads}; got shape {_shape(attn_mask)}"
+                )
+            mask = m
+        if keep is None:
+            return mask
+        if mask is None:
+            return keep
+        if mask.dtype == torch.bool:
+            return mask & keep
+        return mask.masked_fill(~keep, float("-inf"))  # float mask: blocked positions become -inf
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        padding_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        kv_cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``query`` to ``key``/``value`` with all heads.
+
+        Args:
+            query: (B, L, d_model).
+            key: (B, S, kdim); default ``query`` (self-attention). Given, this is cross-attention,
+                which is not causal unless ``is_causal=True`` is passed.
+            value: (B, S, vdim); default ``key``.
+            attn_mask: (L, S_total), (B, L, S_total) or (B, H, L, S_total); bool (True = may attend)
+                or float (added to the scores), as in :func:`attn_lib.attention.scaled_dot_product_attention`.
+            padding_mask: (B, S_total), True = real token (bool, or 0/1 integers like HuggingFace's
+                ``attention_mask``); keys at False positions get no attention.
+            is_causal: query i sees keys 0..i. Without a cache the triangle is aligned top-left (torch's
+                convention); with ``kv_cache`` bottom-right: the L new queries are the last L of S_total
+                positions, so feeding tokens one at a time or in chunks equals the full causal forward.
+            need_weights: also return the per-head attention weights.
+            kv_cache: a :class:`KVCache`; the new keys/values (after RoPE) are appended to it and the
+                queries attend over everything cached. S_total = tokens cached before + S.
+
+        Returns:
+            (output, weights): output (B, L, d_model) in the input dtype; weights (B, H, L, S_total)
+            (after dropout in training mode) when ``need_weights`` else None.
+
+        Raises:
+            ValueError: wrong shapes of query/key/value/masks, or a cache that does not match
+                (the message names the shapes). TypeError: a mask of the wrong type.
+        """
+        if key is None and value is not None:
+            raise ValueError("value was given without key; pass key too (or neither, for self-attention)")
+        key = query if key is None else key
+        value = key if value is None else value
+        self._check_inputs(query, key, value, padding_mask, attn_mask)
+        B, L, _ = query.shape
+        S_new = key.shape[1]
+        past = 0 if kv_cache is None else kv_cache.seq_len
+
+        # projections, then split into heads:  (B, T, H*hd) -> (B, H, T, hd)
+        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L, hd)
+        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (B, Hkv, S_new, hd)
+        v = split_heads(self.v_proj(value), self.num_kv_heads)  # (B, Hkv, S_new, hd)
+
+        if self.rope_base is not None:
+            from attn_lib.positional import apply_rope
+
+            # rotate at the true positions: the new tokens come after the `past` cached ones
+            q = apply_rope(q, torch.arange(past, past + L, device=q.device), base=self.rope_base)
+            k = apply_rope(k, torch.arange(past, past + S_new, device=k.device), base=self.rope_base)
+
+        if kv_cache is not None:
+            kv_cache.check(k, v)
+        S = past + S_new
+        mask = self._build_mask(B, L, S, attn_mask, padding_mask, is_causal, kv_cache is not None,
+                                q.device, _shape(query), _shape(key))
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)  # (B, Hkv, S, hd): everything cached so far
+
+        # per head: softmax(q kᵀ / sqrt(hd) + mask) -> dropout -> · v; key/value head j // (H/Hkv) serves query head j
+        heads, weights = scaled_dot_product_attention(
+            q, k, v, mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.num_kv_heads != self.num_heads,
+        )  # heads (B, H, L, hd), weights (B, H, L, S)
+        output = self.out_proj(merge_heads(heads))  # concat (B, L, H*hd) -> W_O -> (B, L, d_model)
+        return output, (weights if need_weights else None)
+
+    # ------------------------------------------------------------------ conversions
+    @classmethod
+    def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """A copy of a ``torch.nn.MultiheadAttention`` with its weights (any ``batch_first``).
+
+        Its packed ``in_proj_weight`` (3·E, E) -- or separate ``q/k/v_proj_weight`` when kdim/vdim
+        differ from E -- is split into ``q_proj``, ``k_proj``, ``v_proj``; ``out_proj`` is copied.
+        The result is batch first whatever ``m.batch_first`` is: transpose (L, B, E) inputs yourself.
+        torch's ``key_padding_mask`` uses True = ignore; pass ``padding_mask=~key_padding_mask``.
+
+        Raises:
+            TypeError: m is not a torch.nn.MultiheadAttention.
+            ValueError: m uses ``add_bias_kv`` or ``add_zero_attn`` (not supported here).
+        """
+        if not isinstance(m, nn.MultiheadAttention):
+            raise TypeError(f"from_torch expects a torch.nn.MultiheadAttention, got {type(m).__name__}")
+        if m.bias_k is not None or m.add_zero_attn:
+            raise ValueError("from_torch: add_bias_kv=True and add_zero_attn=True are not supported")
+        E = m.embed_dim
+        bias = m.in_proj_bias is not None
+        new = cls(E, m.num_heads, dropout=m.dropout, bias=bias, kdim=m.kdim, vdim=m.vdim)
+        new = new.to(device=m.out_proj.weight.device, dtype=m.out_proj.weight.dtype)
+        with torch.no_grad():
+            if m._qkv_same_embed_dim:
+                wq, wk, wv = m.in_proj_weight.chunk(3, dim=0)  # (3E, E) -> 3 x (E, E)
+            else:
+                wq, wk, wv = m.q_proj_weight, m.k_proj_weight, m.v_proj_weight
+            for proj, w in ((new.q_proj, wq), (new.k_proj, wk), (new.v_proj, wv)):
+                proj.weight.copy_(w)
+            if bias:
+                for proj, b in zip((new.q_proj, new.k_proj, new.v_proj), m.in_proj_bias.chunk(3)):
+                    proj.bias.copy_(b)
+            new.out_proj.weight.copy_(m.out_proj.weight)
+            if bias:
+                new.out_proj.bias.copy_(m.out_proj.bias)
+        new.train(m.training)
+        return new
+
+    @classmethod
+    def from_hf(cls, module: nn.Module, out_proj: nn.Linear | None = None) -> "MultiHeadAttention":
+        """A copy of a HuggingFace BERT attention block (e.g. of ``attn_lib.load_pretrained()``'s model).
+
+        HuggingFace splits BERT's attention in two: ``layer.attention.self`` (``BertSelfAttention``:
+        the W_Q, W_K, W_V projections, the per-head attention and the concatenation) and
+        ``layer.attention.output`` (``BertSelfOutput``: ``dense`` = W_O, then dropout, the residual
+        and LayerNorm). So:
+
+        - ``from_hf(layer.attention.self)``: q/k/v projections copied; ``out_proj`` is the identity
+          (weight I, bias 0), so the output equals ``BertSelfAttention``'s output (the concatenated heads).
+        - ``from_hf(layer.attention.self, layer.attention.output.dense)`` or
+          ``from_hf(layer.attention)``: ``out_proj`` = W_O, so the output equals
+          ``attention.output.dense(...)``, i.e. BERT's attention sublayer before its dropout,
+          residual and LayerNorm.
+
+        The per-head weights equal the model's ``outputs.attentions[i]`` (eager attention).
+        Pass HuggingFace's ``attention_mask`` (1 = real token) as ``padding_mask``.
+
+        Raises:
+            TypeError: module is not a BERT-style (self-)attention block; out_proj is not nn.Linear.
+            ValueError: out_proj's shape does not fit.
+        """
+        if out_proj is None and hasattr(module, "self") and hasattr(getattr(module, "output", None), "dense"):
+            module, out_proj = module.self, module.output.dense
+        needed = ("query", "key", "value", "num_attention_heads", "attention_head_size")
+        if not all(hasattr(module, n) for n in needed):
+            raise TypeError(
+                f"from_hf expects a BERT-style self-attention block (model.encoder.layer[i].attention.self or "
+                f".attention) with query/key/value Linear layers, got {type(module).__name__}"
+            )
+        if out_proj is not None and not isinstance(out_proj, nn.Linear):
+            raise TypeError(f"out_proj must be an nn.Linear (e.g. attention.output.dense), got {type(out_proj).__name__}")
+        wq = module.query.weight
+        d_model = wq.shape[1]
+        H, hd = module.num_attention_heads, module.attention_head_size
+        if H * hd != d_model or module.key.weight.shape != wq.shape or module.value.weight.shape != wq.shape:
+            raise ValueError(
+                f"from_hf supports d_model = num_heads * head_dim with square projections; got query weight "
+                f"{_shape(wq)}, num_heads {H}, head_dim {hd}"
+            )
+        if out_proj is not None and out_proj.weight.shape != (d_model, d_model):
+            raise ValueError(f"out_proj weight must be ({d_model}, {d_model}), got {_shape(out_proj.weight)}")
+        dropout = module.dropout.p if isinstance(getattr(module, "dropout", None), nn.Dropout) else 0.0
+        new = cls(d_model, H, dropout=dropout, bias=True).to(device=wq.device, dtype=wq.dtype)
+        with torch.no_grad():
+            for ours, theirs in ((new.q_proj, module.query), (new.k_proj, module.key), (new.v_proj, module.value)):
+                ours.weight.copy_(theirs.weight)
+                ours.bias.copy_(theirs.bias) if theirs.bias is not None else ours.bias.zero_()
+            if out_proj is None:
+                new.out_proj.weight.copy_(torch.eye(d_model, dtype=wq.dtype, device=wq.device))
+                new.out_proj.bias.zero_()
+            else:
+                new.out_proj.weight.copy_(out_proj.weight)
+                new.out_proj.bias.copy_(out_proj.bias) if out_proj.bias is not None else new.out_proj.bias.zero_()
+        new.train(module.training)
+        return new

@@ -1,0 +1,192 @@
+"""A small decoder-only language model with RoPE, grouped-query attention and a KV cache (notebook 07).
+
+The layout of LLaMA-style decoders (Touvron et al. 2023, "LLaMA", section 2.2), shrunk:
+
+    x = embed(ids)                                        # (B, L, d_model); no position embedding:
+    for each layer:                                       #   positions enter through RoPE in attention
+        x = x + attn(RMSNorm(x), is_causal=True)          # pre-norm; GQA with num_kv_heads heads
+        x = x + ffn(RMSNorm(x))                           # attn_lib.models.blocks.FeedForward (GELU)
+    logits = lm_head(RMSNorm(x))                          # (B, L, vocab_size); weights tied to embed
+
+Decoding with :meth:`DecoderLM.generate` keeps one :class:`attn_lib.mha.KVCache` per layer: the
+prompt is processed once, then each step feeds only the newest token, whose query attends over all
+cached keys (the causal mask aligned bottom-right). tests/test_lm.py checks that the cached logits
+equal the full forward pass to 1e-5 and that greedy output is identical with and without the cache.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from attn_lib.mha import KVCache, MultiHeadAttention
+from attn_lib.models.blocks import FeedForward
+
+__all__ = ["DecoderLM", "LMBlock"]
+
+
+def _check_int(name: str, value, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+class LMBlock(nn.Module):
+    """One pre-norm decoder layer: causal (grouped-query) self-attention with RoPE, then a feed-forward network.
+
+    ``x + attn(norm1(x))`` then ``x + ffn(norm2(x))``; x (B, L, d_model) -> (B, L, d_model).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, d_ff: int, rope_base: float):
+        super().__init__()
+        self.norm1 = nn.RMSNorm(d_model, eps=1e-6)
+        self.attn = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads, bias=False, rope_base=rope_base)
+        self.norm2 = nn.RMSNorm(d_model, eps=1e-6)
+        self.ffn = FeedForward(d_model, d_ff, activation="gelu")
+
+    def forward(self, x: torch.Tensor, kv_cache=None) -> torch.Tensor:
+        a, _ = self.attn(self.norm1(x), is_causal=True, kv_cache=kv_cache)  # (B, L, d_model)
+        x = x + a
+        return x + self.ffn(self.norm2(x))
+
+
+class DecoderLM(nn.Module):
+    """A GPT/LLaMA-like decoder-only language model: RoPE, grouped-query attention, causal, with a KV cache.
+
+    Args:
+        vocab_size: number of token ids (int >= 2).
+        d_model: model width (default 128). num_heads: query heads (default 4), must divide d_model,
+            with an even head_dim (RoPE).
+        num_kv_heads: key/value heads (default num_heads = MHA; 1 = MQA), must divide num_heads.
+        num_layers: decoder layers (default 2). d_ff: feed-forward width (default 4·d_model).
+        rope_base: RoPE's base (default 10000.0).
+
+    Shapes: ``forward(input_ids (B, L))`` -> logits (B, L, vocab_size), float32.
+
+    Raises:
+        TypeError / ValueError: sizes that are not positive ints, or head counts that do not divide
+        (the message names the numbers).
+    """
+
+    def __init__(self, vocab_size: int, *, d_model: int = 128, num_heads: int = 4, num_kv_heads: int | None = None,
+                 num_layers: int = 2, d_ff: int | None = None, rope_base: float = 10000.0):
+        super().__init__()
+        _check_int("vocab_size", vocab_size, minimum=2)
+        _check_int("num_layers", num_layers, minimum=1)
+        d_ff = 4 * d_model if d_ff is None else _check_int("d_ff", d_ff, minimum=1)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        self.vocab_size, self.d_model, self.num_layers = vocab_size, d_model, num_layers
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.layers = nn.ModuleList(
+            LMBlock(d_model, num_heads, num_kv_heads, d_ff, rope_base) for _ in range(num_layers)
+        )
+        self.norm = nn.RMSNorm(d_model, eps=1e-6)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        self.lm_head.weight = self.embed.weight  # tied input and output embeddings (GPT-2)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        # GPT-2's initialisation: N(0, 0.02) for linear and embedding weights, zero biases
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+
+    @property
+    def num_heads(self) -> int:
+        return self.layers[0].attn.num_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.layers[0].attn.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.layers[0].attn.head_dim
+
+    def new_kv_caches(self, factory: Callable[[], object] = KVCache) -> list:
+        """One empty cache per layer (``factory()``, e.g. ``KVCache`` or ``lambda: QuantizedKVCache(4)``)."""
+        return [factory() for _ in self.layers]
+
+    def _check_ids(self, input_ids) -> torch.Tensor:
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int64, torch.int32):
+            got = input_ids.dtype if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+            raise TypeError(f"input_ids must be an int64 tensor (B, L) of token ids, got {got}")
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            raise ValueError(f"input_ids must have shape (B, L) with L >= 1, got {tuple(input_ids.shape)}")
+        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.vocab_size):
+            raise ValueError(
+                f"input_ids must lie in [0, vocab_size={self.vocab_size}), got values in "
+                f"[{int(input_ids.min())}, {int(input_ids.max())}]"
+            )
+        return input_ids
+
+    def forward(self, input_ids: torch.Tensor, *, kv_caches: Sequence | None = None) -> torch.Tensor:
+        """Next-token logits for every position.
+
+        Args:
+            input_ids: (B, L) int64 token ids.
+            kv_caches: None (no cache: positions 0..L-1), or one cache per layer (:meth:`new_kv_caches`);
+                then ``input_ids`` are the tokens that follow the cached ones (positions S_cached..S_cached+L-1),
+                and the caches grow by L.
+
+        Returns:
+            logits (B, L, vocab_size): row i scores the token after position i.
+
+        Raises:
+            TypeError / ValueError: ids not int64 (B, L) within the vocabulary; wrong number of caches.
+        """
+        input_ids = self._check_ids(input_ids)
+        if kv_caches is not None and len(kv_caches) != len(self.layers):
+            raise ValueError(f"kv_caches must hold one cache per layer ({len(self.layers)}), got {len(kv_caches)}")
+        x = self.embed(input_ids)  # (B, L, d_model)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, None if kv_caches is None else kv_caches[i])
+        return self.lm_head(self.norm(x))  # (B, L, vocab_size)
+
+    @torch.no_grad()
+    def generate(self, prompt_ids, max_new_tokens: int, use_cache: bool = True, *,
+                 cache_factory: Callable[[], object] = KVCache) -> torch.Tensor:
+        """Greedy decoding: append the most likely next token ``max_new_tokens`` times.
+
+        With ``use_cache=True`` the prompt is run once, filling one cache per layer, and each later
+        step runs only the newest token (its keys and values are appended). With ``use_cache=False``
+        each step runs the whole sequence again -- the same tokens come out (tests/test_lm.py), only
+        slower. Ties in the argmax go to the lowest id (``torch.argmax``).
+
+        Args:
+            prompt_ids: (B, P) or (P,) int64 tensor, or a list of ints; every prompt has the same length P >= 1.
+            max_new_tokens: int >= 0.
+            use_cache: keep a KV cache (default) or recompute everything each step.
+            cache_factory: makes each layer's cache (default :class:`attn_lib.mha.KVCache`;
+                e.g. ``lambda: attn_lib.gqa.QuantizedKVCache(8)``).
+
+        Returns:
+            (B, P + max_new_tokens) int64 (or (P + max_new_tokens,) for a 1-D prompt): prompt then new tokens.
+
+        Raises:
+            TypeError / ValueError: bad prompt (see :meth:`forward`) or max_new_tokens.
+        """
+        _check_int("max_new_tokens", max_new_tokens, minimum=0)
+        if isinstance(prompt_ids, (list, tuple)):
+            prompt_ids = torch.tensor(prompt_ids, dtype=torch.long)
+        one_d = isinstance(prompt_ids, torch.Tensor) and prompt_ids.dim() == 1
+        ids = self._check_ids(prompt_ids[None] if one_d else prompt_ids).to(self.embed.weight.device)
+        was_training = self.training
+        self.eval()
+        try:
+            caches = self.new_kv_caches(cache_factory) if use_cache else None
+            step_input = ids  # the first step feeds the whole prompt
+            for _ in range(max_new_tokens):
+                logits = self(step_input if use_cache else ids, kv_caches=caches)  # (B, L_step, V)
+                next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+                ids = torch.cat([ids, next_id], dim=1)
+                step_input = next_id  # with a cache, only the new token is fed next
+        finally:
+            self.train(was_training)
+        return ids[0] if one_d else ids

@@ -1,0 +1,523 @@
+"""Three Transformer architectures built from the same blocks (notebook 06).
+
+- :class:`Seq2SeqTransformer` -- encoder-decoder (Vaswani et al. 2017; also T5, Raffel et al. 2020):
+  the encoder reads the whole source with bidirectional self-attention, the decoder writes the
+  target one token at a time with masked self-attention and reads the source through cross-attention.
+- :class:`EncoderOnly` -- BERT-like (Devlin et al. 2019): a stack of :class:`EncoderBlock`; every
+  position sees every other one; one prediction per position, all in a single pass.
+- :class:`DecoderOnly` -- GPT-like (Radford et al. 2018): a stack of :class:`DecoderBlock` without
+  cross-attention; causal, so it continues a prompt one token at a time.
+
+All three take token ids (long tensors) and bool padding masks (True = real token), and give
+logits. :func:`translate` is the text-in, text-out path for the date task of :mod:`attn_lib.data`;
+:func:`span_hit_rate` measures whether cross-attention heads look at the right source characters.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+import torch
+from torch import nn
+
+from attn_lib.models.blocks import DecoderBlock, EncoderBlock
+from attn_lib.positional import LearnedPositionalEmbedding, sinusoidal_positional_encoding
+
+__all__ = [
+    "Seq2SeqTransformer", "Seq2SeqOutput", "EncoderOnly", "DecoderOnly", "ModelOutput",
+    "translate", "Translation", "span_hit_rate",
+]
+
+
+# --------------------------------------------------------------------------- input checks
+def _check_ids(name: str, ids, vocab_size: int, max_len: int) -> torch.Tensor:
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be a (B, L) tensor of token ids, got {type(ids).__name__}")
+    if ids.dtype not in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
+        raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must be (B, L) token ids, got shape {tuple(ids.shape)}")
+    if ids.shape[1] > max_len:
+        raise ValueError(f"{name} has length {ids.shape[1]}, more than the model's max_len={max_len}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        bad = ids[(ids < 0) | (ids >= vocab_size)].unique().tolist()
+        raise ValueError(f"{name} holds ids {bad} outside the vocabulary 0..{vocab_size - 1}")
+    return ids.long()
+
+
+def _check_mask(name: str, mask, ids: torch.Tensor) -> torch.Tensor | None:
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"{name} must be a bool tensor (True = real token), got {what}")
+    if mask.shape != ids.shape:
+        raise ValueError(f"{name} must have the shape of the ids {tuple(ids.shape)}, got {tuple(mask.shape)}")
+    return mask
+
+
+class _Embedding(nn.Module):
+    """Token embedding * sqrt(d_model) + position encoding (Vaswani et al. 2017, §3.4 and §3.5).
+
+    The token table is initialised from N(0, 1/d_model), so that after the sqrt(d_model) scale the
+    token vectors have unit-size entries, like the sinusoidal encodings they are added to.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, positional: str, pad_id: int):
+        super().__init__()
+        if positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {positional!r}")
+        self.d_model, self.max_len, self.positional = d_model, max_len, positional
+        self.token = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        nn.init.normal_(self.token.weight, std=d_model ** -0.5)
+        with torch.no_grad():
+            self.token.weight[pad_id].zero_()
+        if positional == "sinusoidal":
+            self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False)
+        else:
+            self.pos = LearnedPositionalEmbedding(max_len, d_model)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        L = ids.shape[1]
+        pos = self.pe[:L] if self.positional == "sinusoidal" else self.pos(L)  # (L, D)
+        return self.token(ids) * math.sqrt(self.d_model) + pos  # (B, L, D)
+
+
+def _check_config(**kw):
+    for name, v in kw.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+
+
+# --------------------------------------------------------------------------- encoder-decoder
+class Seq2SeqOutput(NamedTuple):
+    """What :meth:`Seq2SeqTransformer.forward` returns.
+
+    Attributes:
+        logits: (B, T, tgt_vocab_size) scores of the next target token at each target position.
+        encoder_attentions: per encoder layer, (B, H, S, S) self-attention weights (or None).
+        decoder_self_attentions: per decoder layer, (B, H, T, T) masked self-attention weights (or None).
+        cross_attentions: per decoder layer, (B, H, T, S) cross-attention weights (or None):
+            row t = how target position t (predicting target token t) spreads its attention over the source.
+    """
+
+    logits: torch.Tensor
+    encoder_attentions: tuple | None = None
+    decoder_self_attentions: tuple | None = None
+    cross_attentions: tuple | None = None
+
+
+class Seq2SeqTransformer(nn.Module):
+    """A compact encoder-decoder Transformer (Vaswani et al. 2017, Figure 1) with greedy decoding.
+
+    Embeddings scaled by sqrt(d_model) plus sinusoidal positions (§3.4-3.5), ``num_encoder_layers``
+    :class:`EncoderBlock` s, ``num_decoder_layers`` :class:`DecoderBlock` s, then a linear layer to the
+    target vocabulary. With ``norm_first=True`` a final LayerNorm follows each stack (pre-norm needs it).
+
+    Where the three kinds of attention are: ``self.encoder[i].self_attn`` (encoder self-attention),
+    ``self.decoder[i].self_attn`` (masked self-attention), ``self.decoder[i].cross_attn`` (cross-attention).
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (ids 0 .. size-1).
+        d_model: width D. num_heads: H (must divide D). d_ff: feed-forward width (default 4 D).
+        num_encoder_layers, num_decoder_layers: stack depths.
+        dropout: dropout inside the blocks. max_len: longest source or target sequence.
+        norm_first: pre-norm blocks instead of the paper's post-norm. pad_id: id of ``<pad>`` in both vocabularies.
+
+    Raises:
+        ValueError: a size is not a positive int, H does not divide D.
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, d_model: int = 64, num_heads: int = 4,
+                 num_encoder_layers: int = 2, num_decoder_layers: int = 2, d_ff: int | None = None,
+                 dropout: float = 0.0, max_len: int = 64, norm_first: bool = False, pad_id: int = 0):
+        super().__init__()
+        _check_config(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
+                      num_heads=num_heads, num_encoder_layers=num_encoder_layers,
+                      num_decoder_layers=num_decoder_layers, max_len=max_len)
+        self.config = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
+                           num_heads=num_heads, num_encoder_layers=num_encoder_layers,
+                           num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout,
+                           max_len=max_len, norm_first=norm_first, pad_id=pad_id)
+        self.src_vocab_size, self.tgt_vocab_size, self.max_len, self.pad_id = src_vocab_size, tgt_vocab_size, max_len, pad_id
+        self.num_heads = num_heads
+        self.src_embed = _Embedding(src_vocab_size, d_model, max_len, "sinusoidal", pad_id)
+        self.tgt_embed = _Embedding(tgt_vocab_size, d_model, max_len, "sinusoidal", pad_id)
+        self.encoder = nn.ModuleList(
+            EncoderBlock(d_model, num_heads, d_ff, dropout, norm_first=norm_first) for _ in range(num_encoder_layers)
+        )
+        self.decoder = nn.ModuleList(
+            DecoderBlock(d_model, num_heads, d_ff, dropout, norm_first=norm_first) for _ in range(num_decoder_layers)
+        )
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.output = nn.Linear(d_model, tgt_vocab_size)  # decoder state -> logits over the target vocabulary
+
+    def encode(self, src: torch.Tensor, src_padding_mask: torch.Tensor | None = None, *,
+               need_weights: bool = False) -> tuple[torch.Tensor, tuple | None]:
+        """Run the encoder.
+
+        Args:
+            src: long (B, S) source ids. src_padding_mask: bool (B, S), True = real token.
+
+        Returns:
+            (memory (B, S, D), per-layer self-attention weights (B, H, S, S) or None).
+
+        Raises:
+            TypeError/ValueError: ids not an integer (B, S) tensor, ids outside the vocabulary,
+            longer than max_len, or a mask of the wrong dtype/shape.
+        """
+        src = _check_ids("src", src, self.src_vocab_size, self.max_len)
+        src_padding_mask = _check_mask("src_padding_mask", src_padding_mask, src)
+        x = self.src_embed(src)  # (B, S, D)
+        weights = []
+        for block in self.encoder:
+            x, w = block(x, src_padding_mask, need_weights=need_weights)  # encoder SELF-attention inside
+            weights.append(w)
+        return self.encoder_norm(x), (tuple(weights) if need_weights else None)
+
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_padding_mask: torch.Tensor | None = None,
+               tgt_padding_mask: torch.Tensor | None = None, *, need_weights: bool = False):
+        """Run the decoder on the (shifted) target given the encoder output.
+
+        Args:
+            tgt_in: long (B, T): ``<s>`` then the target tokens so far. memory: (B, S, D) from :meth:`encode`.
+            src_padding_mask: bool (B, S). tgt_padding_mask: bool (B, T).
+
+        Returns:
+            (logits (B, T, tgt_vocab_size), self-attention weights per layer, cross-attention weights per layer);
+            the weight tuples are None unless ``need_weights``.
+        """
+        tgt_in = _check_ids("tgt_in", tgt_in, self.tgt_vocab_size, self.max_len)
+        tgt_padding_mask = _check_mask("tgt_padding_mask", tgt_padding_mask, tgt_in)
+        y = self.tgt_embed(tgt_in)  # (B, T, D)
+        self_w, cross_w = [], []
+        for block in self.decoder:
+            # masked self-attention, then CROSS-attention over `memory`, then feed-forward
+            y, sw, cw = block(y, memory, padding_mask=tgt_padding_mask,
+                              memory_padding_mask=src_padding_mask, need_weights=need_weights)
+            self_w.append(sw)
+            cross_w.append(cw)
+        logits = self.output(self.decoder_norm(y))  # (B, T, V_tgt)
+        if not need_weights:
+            return logits, None, None
+        return logits, tuple(self_w), tuple(cross_w)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_padding_mask: torch.Tensor | None = None,
+                tgt_padding_mask: torch.Tensor | None = None, *, need_weights: bool = False) -> Seq2SeqOutput:
+        """Teacher-forced pass: logits for every target position at once (training and analysis).
+
+        Args:
+            src: long (B, S). tgt_in: long (B, T) (``<s>`` + target). Masks: bool, True = real token.
+            need_weights: also return every attention weight.
+
+        Returns:
+            :class:`Seq2SeqOutput`.
+        """
+        memory, enc_w = self.encode(src, src_padding_mask, need_weights=need_weights)
+        logits, self_w, cross_w = self.decode(tgt_in, memory, src_padding_mask, tgt_padding_mask,
+                                              need_weights=need_weights)
+        return Seq2SeqOutput(logits, enc_w, self_w, cross_w)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, src_padding_mask: torch.Tensor | None = None, *,
+                      max_new_tokens: int = 16, bos_id: int = 1, eos_id: int = 2) -> torch.Tensor:
+        """Generate targets one token at a time, always taking the most likely next token.
+
+        The source is encoded once; at step t the decoder reads ``<s>`` + the t tokens chosen so far
+        and its last position's logits pick token t. Stops when every sequence has produced ``</s>``
+        or after ``max_new_tokens``.
+
+        Returns:
+            long (B, T_out) generated ids, without ``<s>``; a sequence's ``</s>`` is kept, and
+            positions after it hold ``pad_id``.
+        """
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        max_new_tokens = min(max_new_tokens, self.max_len - 1)
+        memory, _ = self.encode(src, src_padding_mask)
+        B = memory.shape[0]
+        ys = torch.full((B, 1), bos_id, dtype=torch.long, device=memory.device)  # (B, 1) = <s>
+        done = torch.zeros(B, dtype=torch.bool, device=memory.device)
+        for _ in range(max_new_tokens):
+            logits, _, _ = self.decode(ys, memory, src_padding_mask)  # (B, t+1, V)
+            nxt = logits[:, -1].argmax(-1)  # (B,) greedy choice
+            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
+            ys = torch.cat([ys, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+        return ys[:, 1:]
+
+
+# --------------------------------------------------------------------------- encoder-only and decoder-only
+class ModelOutput(NamedTuple):
+    """What :class:`EncoderOnly` and :class:`DecoderOnly` return.
+
+    Attributes:
+        logits: (B, L, num_outputs) one score vector per position.
+        attentions: per layer, (B, H, L, L) self-attention weights, or None.
+    """
+
+    logits: torch.Tensor
+    attentions: tuple | None = None
+
+
+class _Stack(nn.Module):
+    """Embedding -> blocks -> (final norm) -> linear head; shared by EncoderOnly and DecoderOnly."""
+
+    def __init__(self, block_cls, vocab_size, num_outputs, d_model, num_heads, num_layers, d_ff, dropout,
+                 max_len, positional, norm_first, pad_id, block_kw):
+        super().__init__()
+        _check_config(vocab_size=vocab_size, num_outputs=num_outputs, d_model=d_model, num_heads=num_heads,
+                      num_layers=num_layers, max_len=max_len)
+        self.vocab_size, self.num_outputs, self.max_len, self.pad_id = vocab_size, num_outputs, max_len, pad_id
+        self.num_heads = num_heads
+        self.embed = _Embedding(vocab_size, d_model, max_len, positional, pad_id)
+        self.blocks = nn.ModuleList(
+            block_cls(d_model, num_heads, d_ff, dropout, norm_first=norm_first, **block_kw) for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.output = nn.Linear(d_model, num_outputs)
+
+    def forward(self, ids: torch.Tensor, padding_mask: torch.Tensor | None = None, *,
+                need_weights: bool = False) -> ModelOutput:
+        """Args:
+            ids: long (B, L) token ids. padding_mask: bool (B, L), True = real token.
+            need_weights: also return the self-attention weights of every layer.
+
+        Returns:
+            :class:`ModelOutput` with logits (B, L, num_outputs).
+
+        Raises:
+            TypeError/ValueError: ids or mask of the wrong type, shape or range (the message names them).
+        """
+        ids = _check_ids("ids", ids, self.vocab_size, self.max_len)
+        padding_mask = _check_mask("padding_mask", padding_mask, ids)
+        x = self.embed(ids)  # (B, L, D)
+        weights = []
+        for block in self.blocks:
+            x, w = self._block(block, x, padding_mask, need_weights)
+            weights.append(w)
+        return ModelOutput(self.output(self.norm(x)), tuple(weights) if need_weights else None)
+
+
+class EncoderOnly(_Stack):
+    """A BERT-like encoder-only Transformer: bidirectional self-attention, one output per position.
+
+    BERT (Devlin et al. 2019) is this stack with learned positions and GELU, pre-trained by hiding
+    tokens behind ``[MASK]`` and predicting them from both sides. Every position sees the whole
+    input, so all outputs come in one pass -- but the number of outputs is fixed by the input.
+
+    Args:
+        vocab_size: input ids 0 .. vocab_size-1. num_outputs: size of each position's logit vector.
+        d_model, num_heads, num_layers, d_ff, dropout, max_len, norm_first, pad_id: as in
+            :class:`Seq2SeqTransformer`. positional: "learned" (BERT) or "sinusoidal".
+    """
+
+    def __init__(self, vocab_size: int, num_outputs: int, *, d_model: int = 64, num_heads: int = 4,
+                 num_layers: int = 2, d_ff: int | None = None, dropout: float = 0.0, max_len: int = 64,
+                 positional: str = "learned", norm_first: bool = False, pad_id: int = 0):
+        super().__init__(EncoderBlock, vocab_size, num_outputs, d_model, num_heads, num_layers, d_ff, dropout,
+                         max_len, positional, norm_first, pad_id, {})
+
+    @staticmethod
+    def _block(block, x, padding_mask, need_weights):
+        return block(x, padding_mask, need_weights=need_weights)  # bidirectional self-attention
+
+
+class DecoderOnly(_Stack):
+    """A GPT-like decoder-only Transformer: causal self-attention, predicts the next token.
+
+    GPT (Radford et al. 2018) is a stack of decoder blocks *without* cross-attention (there is no
+    encoder to read), with learned positions. A task is written as one sequence, prompt then
+    answer; position t sees positions 0..t only, and generation appends one token at a time.
+
+    Args:
+        vocab_size: ids 0 .. vocab_size-1, also the size of the output (next-token logits).
+        d_model, num_heads, num_layers, d_ff, dropout, max_len, positional, norm_first, pad_id:
+            as in :class:`EncoderOnly`.
+    """
+
+    def __init__(self, vocab_size: int, *, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
+                 d_ff: int | None = None, dropout: float = 0.0, max_len: int = 64, positional: str = "learned",
+                 norm_first: bool = False, pad_id: int = 0):
+        super().__init__(DecoderBlock, vocab_size, vocab_size, d_model, num_heads, num_layers, d_ff, dropout,
+                         max_len, positional, norm_first, pad_id, {"cross_attention": False})
+
+    @staticmethod
+    def _block(block, x, padding_mask, need_weights):
+        y, w, _ = block(x, None, padding_mask=padding_mask, need_weights=need_weights)  # causal self-attention
+        return y, w
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, eos_id: int = 2) -> list[list[int]]:
+        """Greedy continuation of prompts of different lengths.
+
+        The prompts are right-padded into one (B, L) buffer; since attention is causal, the logits at
+        position ``len(prompt_b) - 1 + k`` depend only on the tokens up to there, so each sequence is
+        continued in place at its own position (no padding mask needed).
+
+        Returns:
+            per prompt, the generated ids (stopping after ``eos_id``, which is kept).
+
+        Raises:
+            ValueError: an empty prompt, or prompt + max_new_tokens longer than max_len.
+        """
+        lens = [len(p) for p in prompts]
+        if not lens or min(lens) == 0:
+            raise ValueError("prompts must be a non-empty list of non-empty id sequences")
+        total = max(lens) + max_new_tokens
+        if total > self.max_len:
+            raise ValueError(f"longest prompt ({max(lens)}) + max_new_tokens ({max_new_tokens}) > max_len={self.max_len}")
+        B = len(prompts)
+        buf = torch.full((B, total), self.pad_id, dtype=torch.long)
+        for b, p in enumerate(prompts):
+            buf[b, : len(p)] = torch.as_tensor(list(p), dtype=torch.long)
+        pos = torch.tensor(lens) - 1  # (B,) position whose logits give the next token
+        out = [[] for _ in range(B)]
+        done = torch.zeros(B, dtype=torch.bool)
+        rows = torch.arange(B)
+        for _ in range(max_new_tokens):
+            logits = self(buf[:, : int(pos.max()) + 1]).logits  # (B, l, V)
+            nxt = logits[rows, pos].argmax(-1)  # (B,)
+            for b in range(B):
+                if not done[b]:
+                    out[b].append(int(nxt[b]))
+            done |= nxt == eos_id
+            if done.all():
+                break
+            pos = pos + 1
+            buf[rows, pos] = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
+        return out
+
+
+# --------------------------------------------------------------------------- text in, text out
+class Translation(NamedTuple):
+    """One translated input of :func:`translate`.
+
+    Attributes:
+        source: the input text. output: the generated text (without special tokens).
+        source_tokens: labels of the source characters (for plot axes).
+        output_tokens: labels of the decoder's positions: each generated character, then ``</s>``.
+        cross_attentions: (layers, H, T_out, S) cross-attention weights (T_out = len(output_tokens)),
+            or None unless asked for. Row t = what the decoder read while choosing output token t.
+    """
+
+    source: str
+    output: str
+    source_tokens: list
+    output_tokens: list
+    cross_attentions: torch.Tensor | None = None
+
+
+def translate(model: Seq2SeqTransformer, texts: str | Sequence[str], src_vocab=None, tgt_vocab=None, *,
+              max_new_tokens: int = 16, return_attentions: bool = False) -> list[Translation]:
+    """Translate texts with greedy decoding: the text-in, text-out path (used by the notebook's text box).
+
+    The texts are encoded with ``src_vocab`` (default :data:`attn_lib.data.SOURCE_VOCAB`), padded into
+    one batch, decoded greedily and turned back into text with ``tgt_vocab`` (default
+    :data:`attn_lib.data.TARGET_VOCAB`). With ``return_attentions`` the generated sequence is fed back
+    through the decoder (teacher forcing; identical to what greedy decoding computed, since the
+    decoder is causal) to collect the cross-attention weights.
+
+    Args:
+        model: a trained :class:`Seq2SeqTransformer`. texts: one str or a list of str.
+
+    Returns:
+        list of :class:`Translation`, one per text.
+
+    Raises:
+        TypeError: ``texts`` is not a str or a sequence of str.
+        ValueError: empty text, a text with characters outside the source vocabulary (the message names
+            them), or longer than the model's max_len.
+    """
+    from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB
+    from attn_lib.masks import padding_mask
+
+    src_vocab = SOURCE_VOCAB if src_vocab is None else src_vocab
+    tgt_vocab = TARGET_VOCAB if tgt_vocab is None else tgt_vocab
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, Sequence) or not texts or not all(isinstance(t, str) for t in texts):
+        raise TypeError(f"texts must be a str or a non-empty list of str, got {texts!r}")
+    for t in texts:
+        if not t.strip():
+            raise ValueError(f"texts must not be empty or blank, got {t!r}")
+        if len(t) > model.max_len:
+            raise ValueError(f"text {t!r} has {len(t)} characters, more than the model's max_len={model.max_len}")
+    ids = [src_vocab.encode(t) for t in texts]  # ValueError naming unknown characters
+    mask = padding_mask([len(i) for i in ids])  # (B, S) True = real
+    src = torch.full(mask.shape, src_vocab.pad_id, dtype=torch.long)
+    for b, i in enumerate(ids):
+        src[b, : len(i)] = torch.tensor(i, dtype=torch.long)
+    was_training = model.training
+    model.eval()
+    try:
+        out = model.greedy_decode(src, mask, max_new_tokens=max_new_tokens,
+                                  bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id)  # (B, T)
+        cross = None
+        if return_attentions:
+            tgt_in = torch.cat([torch.full((len(texts), 1), tgt_vocab.bos_id), out], dim=1)[:, :-1]
+            with torch.no_grad():
+                cross = model(src, tgt_in, mask, need_weights=True).cross_attentions
+            cross = torch.stack(cross, dim=1)  # (B, layers, H, T, S)
+    finally:
+        model.train(was_training)
+    results = []
+    for b, text in enumerate(texts):
+        row = out[b].tolist()
+        n = row.index(tgt_vocab.eos_id) + 1 if tgt_vocab.eos_id in row else len(row)
+        w = None if cross is None else cross[b, :, :, :n, : len(text)].clone()
+        results.append(Translation(text, tgt_vocab.decode(row), src_vocab.labels(ids[b]),
+                                   tgt_vocab.labels(row[:n]), w))
+    return results
+
+
+def span_hit_rate(cross_attentions: torch.Tensor, examples: Sequence, fields: Sequence[str] = ("year", "month", "day"),
+                  ) -> torch.Tensor:
+    """For each (layer, head): how often the largest cross-attention weight of an output digit falls
+    inside the source span that holds the answer for that digit.
+
+    The ISO target "YYYY-MM-DD" has year digits at positions 0-3, month digits at 5-6, day digits at
+    8-9 (:func:`attn_lib.data.target_field_slices`). For example b, output position t of field f,
+    layer l and head h, a *hit* is ``start <= argmax_s w[b, l, h, t, s] < end`` where
+    ``examples[b].spans[f] == (start, end)``. The separators '-' and ``</s>`` are not counted.
+
+    Args:
+        cross_attentions: (B, layers, H, T, S) weights of a teacher-forced pass with ``tgt_in`` =
+            ``<s>`` + target (T >= 10), e.g. ``torch.stack(model(...).cross_attentions, 1)``.
+        examples: B :class:`attn_lib.data.DateExample` (with ``spans``).
+        fields: which fields to count.
+
+    Returns:
+        float tensor (layers, H): the fraction of hits per head, over all examples and counted positions.
+
+    Raises:
+        ValueError: not 5-D, a batch size different from ``len(examples)``, fewer than 10 target positions,
+            or an unknown field.
+    """
+    from attn_lib.data import FIELDS, target_field_slices
+
+    w = torch.as_tensor(cross_attentions)
+    if w.dim() != 5:
+        raise ValueError(f"cross_attentions must be (B, layers, H, T, S), got shape {tuple(w.shape)}")
+    if w.shape[0] != len(examples):
+        raise ValueError(f"cross_attentions has B={w.shape[0]} but {len(examples)} examples were given")
+    if w.shape[3] < 10:
+        raise ValueError(f"cross_attentions must cover the 10 target characters (T >= 10), got T={w.shape[3]}")
+    bad = [f for f in fields if f not in FIELDS]
+    if bad:
+        raise ValueError(f"fields must be among {FIELDS}, got {bad}")
+    slices = target_field_slices()
+    top = w.argmax(dim=-1)  # (B, layers, H, T): the source position each head looks at most
+    hits = torch.zeros(w.shape[1:3])
+    count = 0
+    for b, ex in enumerate(examples):
+        for f in fields:
+            start, end = ex.spans[f]
+            t = top[b, :, :, slices[f]]  # (layers, H, n_digits)
+            hits += ((t >= start) & (t < end)).sum(-1)
+            count += t.shape[-1]
+    return hits / count

@@ -1,0 +1,605 @@
+"""Byte-pair encoding (BPE) from scratch, and a from-scratch WordPiece for comparison.
+
+A Transformer never sees letters: a tokenizer cuts the text into tokens and a vocabulary table
+turns each token into an integer id. BPE (Sennrich et al. 2016, "Neural Machine Translation of
+Rare Words with Subword Units", §3.2; byte-level variant: Radford et al. 2019, GPT-2 paper §2.2)
+learns its vocabulary from a corpus:
+
+1. start from single characters (or, byte-level, the 256 byte values);
+2. count every pair of neighbouring symbols in the corpus, weighted by word frequency;
+3. merge the most frequent pair into a new symbol, remember the merge, and repeat until the
+   vocabulary has the requested size.
+
+Tokenizing new text replays the learned merges *in the order they were learned*.
+
+Pre-tokenization (shared by training and tokenizing): the text is first cut into words with
+GPT-2's rule (:data:`WORD_PATTERN`): runs of letters, of digits, or of other symbols, each
+keeping the single space in front of it, so ``"the cat sat."`` -> ``["the", " cat", " sat", "."]``.
+Merges never cross these boundaries, and joining the pieces gives back the text exactly.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter, defaultdict
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+__all__ = [
+    "WORD_PATTERN",
+    "pre_tokenize",
+    "bytes_to_unicode",
+    "merge_pair",
+    "apply_merges_in_order",
+    "count_pairs",
+    "BPETokenizer",
+    "bpe_summary",
+    "basic_split",
+    "wordpiece_tokenize",
+]
+
+#: GPT-2's pre-tokenization rule, in Python's ``re`` dialect: English contractions, then a run of
+#: letters, of digits or of other non-space symbols (each with at most one leading space), then
+#: runs of whitespace. Every character of any text is matched by exactly one piece.
+WORD_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\w\s]|_)+|\s+(?!\S)|\s+"""
+_WORD_RE = re.compile(WORD_PATTERN)
+
+
+def pre_tokenize(text: str) -> list[str]:
+    """Cut text into words (see :data:`WORD_PATTERN`); ``"".join(pre_tokenize(t)) == t``.
+
+    Example: ``pre_tokenize("the cat sat on the mat.")`` ->
+    ``['the', ' cat', ' sat', ' on', ' the', ' mat', '.']``.
+
+    Raises:
+        TypeError: ``text`` is not a str.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__} {text!r:.60}")
+    return _WORD_RE.findall(text)
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's table from the 256 byte values to 256 printable characters.
+
+    Printable Latin-1 bytes (``!``..``~``, ``¡``..``¬``, ``®``..``ÿ``) stand for themselves; the
+    other 68 bytes (space, control characters, ...) get the characters from U+0100 on, so the
+    space byte 0x20 shows as ``Ġ``. Lets byte-level tokens be ordinary, readable strings.
+    Same table as GPT-2's ``encoder.py`` and ``tokenizers.pre_tokenizers.ByteLevel.alphabet()``.
+    """
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    table = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return dict(sorted(table.items()))
+
+
+def _unicode_to_bytes() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
+# ------------------------------------------------------------------ the two BPE building blocks
+def merge_pair(symbols: Sequence[str], pair: tuple[str, str]) -> list[str]:
+    """Replace every occurrence of ``pair`` in ``symbols`` by the joined symbol, left to right.
+
+    Occurrences do not overlap: ``merge_pair(["a", "a", "a"], ("a", "a"))`` -> ``["aa", "a"]``.
+    """
+    a, b = pair
+    out: list[str] = []
+    i = 0
+    n = len(symbols)
+    while i < n:
+        if i + 1 < n and symbols[i] == a and symbols[i + 1] == b:
+            out.append(a + b)
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return out
+
+
+def apply_merges_in_order(symbols: Sequence[str], merges: Sequence[tuple[str, str]]) -> list[str]:
+    """The plain definition of BPE tokenization: go through the merges in learned order and
+    apply each one everywhere in the word. (:meth:`BPETokenizer.tokenize_word` gives the same
+    result faster; a test checks they agree.)
+    """
+    symbols = list(symbols)
+    for pair in merges:
+        if len(symbols) < 2:
+            break
+        symbols = merge_pair(symbols, pair)
+    return symbols
+
+
+def count_pairs(word_counts: dict[tuple[str, ...], int]) -> Counter:
+    """Count adjacent symbol pairs over words, each word weighted by its frequency.
+
+    Args:
+        word_counts: {word as a tuple of symbols: how often the word occurs}.
+
+    Returns:
+        Counter {(left, right): count}. ``("a", "a", "a")`` contributes ``("a", "a")`` twice.
+    """
+    pairs: Counter = Counter()
+    for word, freq in word_counts.items():
+        for pair in zip(word, word[1:]):
+            pairs[pair] += freq
+    return pairs
+
+
+def _check_text(name: str, text) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, got {type(text).__name__} {text!r:.60}")
+    return text
+
+
+class BPETokenizer:
+    """Byte-pair encoding tokenizer: learned merges replayed in order.
+
+    Vocabulary ids: in character mode ``unk_token`` is id 0, then the alphabet sorted by code
+    point, then one id per merge in learned order (the same layout as the ``tokenizers``
+    library's BPE trainer with ``special_tokens=[unk_token]``). In byte-level mode the ids
+    0..255 are the byte values (shown with GPT-2's :func:`bytes_to_unicode` characters, e.g.
+    ``Ġ`` for a space) and there is no unknown token: every text can be encoded.
+
+    Worked example (alphabet ``{b, g, h, n, p, s, u}``, merges ``(u, g)``, ``(u, n)``, ``(h, ug)``)::
+
+        >>> tok = BPETokenizer([("u", "g"), ("u", "n"), ("h", "ug")], "bghnpsu")
+        >>> tok.tokenize("bug"), tok.tokenize("hugs"), tok.tokenize("mug")
+        (['b', 'ug'], ['hug', 's'], ['[UNK]', 'ug'])
+
+    Args:
+        merges: the merge rules in learned order, each a pair of non-empty strings
+            ``(left, right)``; both must be in the alphabet or be made by an earlier merge.
+        alphabet: the characters the tokenizer knows (a str or an iterable of 1-character strings).
+            Must be None in byte-level mode (the alphabet is then the 256 bytes).
+        unk_token: the token for a character outside the alphabet (character mode only); one
+            ``unk_token`` per unknown character; it is never merged.
+        byte_level: work on the UTF-8 bytes of the text (GPT-2) instead of on characters.
+
+    Raises:
+        TypeError / ValueError: malformed merges or alphabet (the message names the merge).
+    """
+
+    def __init__(self, merges: Iterable[tuple[str, str]], alphabet: Iterable[str] | str | None = None,
+                 unk_token: str = "[UNK]", *, byte_level: bool = False):
+        if not isinstance(byte_level, bool):
+            raise TypeError(f"byte_level must be a bool, got {byte_level!r}")
+        self.byte_level = byte_level
+        if byte_level:
+            if alphabet is not None:
+                raise ValueError("alphabet must be None when byte_level=True (the alphabet is the 256 byte values)")
+            alphabet_list = list(bytes_to_unicode().values())  # in byte order
+            self.unk_token = None
+            tokens = list(alphabet_list)
+        else:
+            if alphabet is None:
+                raise ValueError("alphabet is required in character mode (byte_level=False)")
+            if isinstance(alphabet, str):
+                alphabet = list(alphabet)
+            alphabet_list = []
+            for c in alphabet:
+                if not isinstance(c, str) or len(c) != 1:
+                    raise ValueError(f"alphabet entries must be single characters, got {c!r}")
+                alphabet_list.append(c)
+            alphabet_list = sorted(set(alphabet_list))
+            _check_text("unk_token", unk_token)
+            if not unk_token or unk_token in alphabet_list:
+                raise ValueError(f"unk_token must be a non-empty str outside the alphabet, got {unk_token!r}")
+            self.unk_token = unk_token
+            tokens = [unk_token, *alphabet_list]
+        self.alphabet: list[str] = alphabet_list
+        self._alphabet_set = frozenset(alphabet_list)
+
+        merges = list(merges)
+        known = set(tokens)
+        checked: list[tuple[str, str]] = []
+        for k, merge in enumerate(merges):
+            if not (isinstance(merge, (tuple, list)) and len(merge) == 2 and all(isinstance(p, str) and p for p in merge)):
+                raise ValueError(f"merge {k} must be a pair of non-empty strings (left, right), got {merge!r}")
+            left, right = merge
+            if self.unk_token is not None and self.unk_token in (left, right):
+                raise ValueError(f"merge {k} {(left, right)!r}: the unk_token {self.unk_token!r} is never merged")
+            for part in (left, right):
+                if part not in known:
+                    raise ValueError(
+                        f"merge {k} {(left, right)!r}: {part!r} is neither in the alphabet nor made by an earlier merge "
+                        "(merges must be listed in the order they were learned)"
+                    )
+            new = left + right
+            if new not in known:
+                known.add(new)
+                tokens.append(new)
+            checked.append((left, right))
+        self.merges: list[tuple[str, str]] = checked
+        self._ranks = {pair: rank for rank, pair in enumerate(checked)}
+        self.id_to_token: list[str] = tokens
+        self.vocab: dict[str, int] = {t: i for i, t in enumerate(tokens)}
+        #: for a trained tokenizer: the pair count at the moment each merge was chosen
+        self.merge_counts: list[int] | None = None
+        self._cache: dict[str, tuple[str, ...]] = {}
+
+    # ------------------------------------------------------------------ info
+    @property
+    def vocab_size(self) -> int:
+        """Number of tokens (ids 0..vocab_size-1)."""
+        return len(self.id_to_token)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        mode = "byte_level=True" if self.byte_level else f"{len(self.alphabet)} characters"
+        return f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, {mode})"
+
+    def with_merges(self, num_merges: int) -> "BPETokenizer":
+        """The same tokenizer with only its first ``num_merges`` merges (training stopped earlier).
+
+        Raises:
+            ValueError: ``num_merges`` outside 0..len(merges).
+        """
+        if isinstance(num_merges, bool) or not isinstance(num_merges, int):
+            raise TypeError(f"num_merges must be an int, got {type(num_merges).__name__} {num_merges!r}")
+        if not 0 <= num_merges <= len(self.merges):
+            raise ValueError(f"num_merges must be in 0..{len(self.merges)}, got {num_merges}")
+        alphabet = None if self.byte_level else self.alphabet
+        tok = BPETokenizer(self.merges[:num_merges], alphabet, self.unk_token or "[UNK]", byte_level=self.byte_level)
+        if self.merge_counts is not None:
+            tok.merge_counts = self.merge_counts[:num_merges]
+        return tok
+
+    # ------------------------------------------------------------------ symbols of a word
+    def _initial_symbols(self, word: str) -> list[str]:
+        """A word as the list of starting symbols: its characters (unknown ones -> unk_token),
+        or byte-level, its UTF-8 bytes as GPT-2 characters."""
+        if self.byte_level:
+            table = bytes_to_unicode()
+            try:
+                data = word.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"text is not valid Unicode for UTF-8 (lone surrogate?): {word!r:.60}") from e
+            return [table[b] for b in data]
+        return [c if c in self._alphabet_set else self.unk_token for c in word]
+
+    def tokenize_word(self, word: str) -> list[str]:
+        """Tokens of one pre-tokenized word.
+
+        Replays the merges in learned order: repeatedly take the adjacent pair with the
+        *earliest* merge (lowest rank) present in the word and merge all its occurrences --
+        the same result as :func:`apply_merges_in_order`, the way GPT-2's ``bpe()`` does it.
+        The unknown token never takes part in a merge.
+        """
+        _check_text("word", word)
+        cached = self._cache.get(word)
+        if cached is not None:
+            return list(cached)
+        symbols = self._initial_symbols(word)
+        while len(symbols) > 1:
+            best_rank, best_pair = None, None
+            for pair in zip(symbols, symbols[1:]):
+                rank = self._ranks.get(pair)
+                if rank is not None and (best_rank is None or rank < best_rank):
+                    best_rank, best_pair = rank, pair
+            if best_pair is None:
+                break
+            symbols = merge_pair(symbols, best_pair)
+        if len(self._cache) < 100_000:
+            self._cache[word] = tuple(symbols)
+        return symbols
+
+    # ------------------------------------------------------------------ text <-> tokens <-> ids
+    def tokenize(self, text: str) -> list[str]:
+        """Text -> tokens: :func:`pre_tokenize`, then :meth:`tokenize_word` on each word.
+
+        Raises:
+            TypeError: ``text`` is not a str.
+        """
+        _check_text("text", text)
+        tokens: list[str] = []
+        for word in pre_tokenize(text):
+            tokens.extend(self.tokenize_word(word))
+        return tokens
+
+    def convert_tokens_to_ids(self, tokens: Sequence[str]) -> list[int]:
+        """Look tokens up in the vocabulary.
+
+        Raises:
+            ValueError: a token is not in the vocabulary (named in the message).
+        """
+        ids = []
+        for t in tokens:
+            if t not in self.vocab:
+                raise ValueError(f"token {t!r} is not in the vocabulary")
+            ids.append(self.vocab[t])
+        return ids
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        """Ids -> tokens.
+
+        Raises:
+            TypeError: an id is not an int.
+            ValueError: an id is outside 0..vocab_size-1 (the message names both).
+        """
+        out = []
+        for i in ids:
+            if hasattr(i, "item") and not isinstance(i, (int, bool)):
+                i = i.item()  # numpy / torch scalars
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise TypeError(f"ids must be ints, got {type(i).__name__} {i!r}")
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(f"id {i} is outside the vocabulary: vocab_size={self.vocab_size} (ids 0..{self.vocab_size - 1})")
+            out.append(self.id_to_token[i])
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> token ids (``convert_tokens_to_ids(tokenize(text))``)."""
+        return [self.vocab[t] for t in self.tokenize(text)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Token ids -> text: the tokens joined.
+
+        Character mode: exact for text whose characters are all in the alphabet; an unknown
+        character comes back as ``unk_token``. Byte-level: ``decode(encode(s)) == s`` for every
+        str ``s``; ids whose bytes are not valid UTF-8 give U+FFFD (errors="replace").
+
+        Raises:
+            TypeError / ValueError: an id is not an int in 0..vocab_size-1.
+        """
+        tokens = self.convert_ids_to_tokens(ids)
+        if not self.byte_level:
+            return "".join(tokens)
+        back = _unicode_to_bytes()
+        data = bytes(back[c] for t in tokens for c in t)
+        return data.decode("utf-8", errors="replace")
+
+    # ------------------------------------------------------------------ training
+    def _token_key(self, token: str):
+        """What tie-breaking compares: the token's string, or byte-level its bytes."""
+        if self.byte_level:
+            back = _unicode_to_bytes()
+            return bytes(back[c] for c in token)
+        return token
+
+    @classmethod
+    def train(cls, corpus: str | Iterable[str], vocab_size: int, *, byte_level: bool = False,
+              unk_token: str = "[UNK]", min_frequency: int = 2, tie_break: str = "alphabetical",
+              progress: bool = False) -> "BPETokenizer":
+        """Learn merges from a corpus until the vocabulary has ``vocab_size`` tokens.
+
+        Each step merges the most frequent adjacent pair of symbols, counted over all words of
+        the corpus (a word occurring 5 times counts 5 times; pairs never cross word boundaries of
+        :func:`pre_tokenize`). **Ties** (two pairs with the same count) are broken by ``tie_break``:
+
+        - ``"alphabetical"`` (default): the pair that comes first in alphabetical order, comparing
+          the left tokens, then the right tokens, as Python strings (code points; byte-level: as bytes).
+        - ``"vocab_order"``: the pair whose (left id, right id) is smallest, where merged tokens get
+          ids after every single character, in the order they were made -- the rule of the
+          ``tokenizers`` library's ``BpeTrainer``. With it, training reproduces that library's merges.
+
+        Training stops early when no pair occurs at least ``min_frequency`` times.
+
+        Args:
+            corpus: a str, or an iterable of str (e.g. the lines of a file).
+            vocab_size: the target number of tokens, counting ``unk_token`` and the alphabet
+                (every character of the corpus; byte-level: 256 bytes).
+            byte_level: learn on UTF-8 bytes (GPT-2) instead of characters.
+            unk_token: the unknown token (character mode).
+            min_frequency: a pair must occur at least this often to be merged (int >= 1).
+            tie_break: ``"alphabetical"`` or ``"vocab_order"`` (see above).
+            progress: show a ``tqdm.auto`` progress bar over merges.
+
+        Returns:
+            a :class:`BPETokenizer`; its ``merge_counts`` hold each merge's pair count.
+
+        Raises:
+            TypeError: ``corpus`` is not a str or an iterable of str.
+            ValueError: ``vocab_size`` smaller than the starting vocabulary (named in the
+                message), ``min_frequency`` < 1.
+        """
+        if isinstance(corpus, str):
+            texts = [corpus]
+        else:
+            try:
+                texts = list(corpus)
+            except TypeError:
+                raise TypeError(f"corpus must be a str or an iterable of str, got {type(corpus).__name__}") from None
+            for t in texts:
+                _check_text("each corpus entry", t)
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+            raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__} {vocab_size!r}")
+        if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
+            raise ValueError(f"min_frequency must be an int >= 1, got {min_frequency!r}")
+        if tie_break not in ("alphabetical", "vocab_order"):
+            raise ValueError(f"tie_break must be 'alphabetical' or 'vocab_order', got {tie_break!r}")
+
+        word_counts: Counter = Counter()
+        for t in texts:
+            word_counts.update(pre_tokenize(t))
+        if byte_level:
+            base = cls([], None, byte_level=True)
+        else:
+            base = cls([], sorted({c for w in word_counts for c in w}), unk_token)
+        if vocab_size < base.vocab_size:
+            what = "256 bytes" if byte_level else f"unk_token + {len(base.alphabet)} characters of the corpus"
+            raise ValueError(f"vocab_size={vocab_size} is smaller than the starting vocabulary ({base.vocab_size}: {what})")
+
+        # words as lists of symbols, with their counts
+        words = [base._initial_symbols(w) for w in word_counts]
+        freqs = list(word_counts.values())
+        pair_counts: Counter = Counter()
+        where: defaultdict = defaultdict(set)  # pair -> indices of words containing it
+        for idx, symbols in enumerate(words):
+            for pair in zip(symbols, symbols[1:]):
+                pair_counts[pair] += freqs[idx]
+                where[pair].add(idx)
+
+        merges: list[tuple[str, str]] = []
+        counts: list[int] = []
+        vocab = set(base.id_to_token)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=vocab_size - base.vocab_size, desc="BPE merges")
+        if tie_break == "alphabetical":  # token -> what ties compare
+            keys = {t: base._token_key(t) for t in base.id_to_token}
+        else:
+            keys = dict(base.vocab)
+
+        def rank(item):  # most frequent first; ties -> alphabetically first (left, right)
+            (left, right), count = item
+            return (-count, keys[left], keys[right])
+
+        while len(vocab) < vocab_size and pair_counts:
+            best, best_count = min(pair_counts.items(), key=rank)
+            if best_count < min_frequency:
+                break
+            merges.append(best)
+            counts.append(best_count)
+            vocab.add(best[0] + best[1])
+            if tie_break == "alphabetical":
+                keys[best[0] + best[1]] = keys[best[0]] + keys[best[1]]
+            else:
+                keys.setdefault(best[0] + best[1], len(keys))
+            for idx in where.pop(best, ()):
+                old = words[idx]
+                new = merge_pair(old, best)
+                if len(new) == len(old):
+                    continue
+                f = freqs[idx]
+                for pair in zip(old, old[1:]):  # forget the word's old pairs ...
+                    pair_counts[pair] -= f
+                    if pair_counts[pair] <= 0:
+                        del pair_counts[pair]
+                for pair in zip(new, new[1:]):  # ... and count its new ones
+                    pair_counts[pair] += f
+                    where[pair].add(idx)
+                words[idx] = new
+            pair_counts.pop(best, None)
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+
+        tok = cls(merges, None if byte_level else base.alphabet, unk_token, byte_level=byte_level)
+        tok.merge_counts = counts
+        return tok
+
+
+# ------------------------------------------------------------------ widget logic
+def bpe_summary(tokenizer: BPETokenizer, vocab_size: int, sentence: str, *, last: int = 10) -> str:
+    """Text for the notebook's BPE widget: the tokenizer cut back to ``vocab_size`` tokens.
+
+    Shows how many merges that leaves, the last ``last`` merges learned (with their counts when
+    known) and the tokens of ``sentence``.
+
+    Raises:
+        ValueError: ``vocab_size`` outside the range the tokenizer can be cut back to.
+    """
+    _check_text("sentence", sentence)
+    start = tokenizer.vocab_size - len(tokenizer.merges)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__} {vocab_size!r}")
+    if not start <= vocab_size <= tokenizer.vocab_size:
+        raise ValueError(f"vocab_size must be in {start}..{tokenizer.vocab_size} for this tokenizer, got {vocab_size}")
+    # merges that recreate an existing token add no new id, so count tokens, not merges
+    k, size, seen = 0, start, set(tokenizer.id_to_token[:start])
+    while k < len(tokenizer.merges) and size < vocab_size:
+        new = "".join(tokenizer.merges[k])
+        size += new not in seen
+        seen.add(new)
+        k += 1
+    tok = tokenizer.with_merges(k)
+    lines = [f"vocab_size {tok.vocab_size} = {start} starting symbols + {k} merges"]
+    shown = range(max(0, k - last), k)
+    if k:
+        lines.append(f"last {len(shown)} merges:")
+        for i in shown:
+            left, right = tok.merges[i]
+            count = f"  (seen {tok.merge_counts[i]} times)" if tok.merge_counts else ""
+            lines.append(f"  {i + 1:4d}. {left!r} + {right!r} -> {left + right!r}{count}")
+    tokens = tok.tokenize(sentence)
+    lines.append(f"{sentence!r} -> {len(tokens)} tokens:")
+    lines.append("  " + " | ".join(tokens))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ WordPiece (BERT), for comparison
+def _is_punctuation(ch: str) -> bool:
+    cp = ord(ch)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def basic_split(text: str, *, lowercase: bool = True) -> list[str]:
+    """BERT's basic pre-tokenization: (lowercase and strip accents,) split on whitespace and
+    around every punctuation character. ``"The cat sat."`` -> ``["the", "cat", "sat", "."]``.
+    (Like ``BertTokenizer``'s BasicTokenizer, without its special handling of Chinese characters.)
+    """
+    _check_text("text", text)
+    if lowercase:
+        text = text.lower()
+        text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+    text = "".join(" " if unicodedata.category(c) in ("Cc", "Cf") and c not in "\t\n\r" else c for c in text)
+    words: list[str] = []
+    for chunk in text.split():
+        current = ""
+        for c in chunk:
+            if _is_punctuation(c):
+                if current:
+                    words.append(current)
+                    current = ""
+                words.append(c)
+            else:
+                current += c
+        if current:
+            words.append(current)
+    return words
+
+
+def wordpiece_tokenize(text: str, vocab, *, unk_token: str = "[UNK]", lowercase: bool = True,
+                       max_input_chars_per_word: int = 100) -> list[str]:
+    """WordPiece tokenization as BERT does it at inference (Devlin et al. 2019; Wu et al. 2016 §4.1).
+
+    After :func:`basic_split`, each word is cut greedily, longest match first: take the longest
+    prefix that is in the vocabulary, then the longest vocabulary entry ``"##" + rest`` for what
+    follows, and so on. A word that cannot be cut this way becomes a single ``unk_token``.
+    Unlike BPE there is no list of merges to replay: only the vocabulary matters.
+
+    Args:
+        text: the text.
+        vocab: a container of tokens (dict token -> id, set, ...), e.g. ``tokenizer.vocab`` of the
+            bundled MiniLM model.
+
+    Returns:
+        list of tokens, without [CLS]/[SEP].
+    """
+    tokens: list[str] = []
+    for word in basic_split(text, lowercase=lowercase):
+        if len(word) > max_input_chars_per_word:
+            tokens.append(unk_token)
+            continue
+        pieces: list[str] = []
+        start = 0
+        while start < len(word):
+            end = len(word)
+            piece = None
+            while start < end:
+                candidate = word[start:end] if start == 0 else "##" + word[start:end]
+                if candidate in vocab:
+                    piece = candidate
+                    break
+                end -= 1
+            if piece is None:
+                pieces = [unk_token]
+                break
+            pieces.append(piece)
+            start = end
+        tokens.extend(pieces)
+    return tokens

@@ -1,0 +1,325 @@
+"""Training and evaluation for the small models of notebook 06 (the date task of :mod:`attn_lib.data`).
+
+:func:`train` is one plain loop (AdamW, linear warm-up then cosine decay, gradient clipping) with a
+``tqdm.auto`` progress bar. The three architectures see the date task differently; each has a loss
+(teacher forcing) and a predict function here:
+
+- encoder-decoder (:class:`~attn_lib.models.Seq2SeqTransformer`): source into the encoder,
+  ``<s>`` + target into the decoder; :func:`seq2seq_loss`, :func:`predict_seq2seq`.
+- encoder-only (:class:`~attn_lib.models.EncoderOnly`, BERT-like): 10 ``[MASK]`` slots followed by
+  the source, one pass, the slots' outputs are the 10 target characters; :func:`encoder_only_loss`,
+  :func:`predict_encoder_only`.
+- decoder-only (:class:`~attn_lib.models.DecoderOnly`, GPT-like): one sequence "source ``<s>`` target
+  ``</s>``", next-token loss on the target part only; :func:`decoder_only_loss`, :func:`predict_decoder_only`.
+
+Training runs on one CPU thread (``torch.set_num_threads(1)`` during the loop, restored after), so the
+trained weights do not depend on the machine's core count.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Callable, Iterator, NamedTuple, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from attn_lib.data import (SOURCE_VOCAB, TARGET_VOCAB, DateBatch, DateExample, collate)
+
+__all__ = [
+    "train", "TrainResult", "endless_batches", "seq2seq_loss", "predict_seq2seq", "exact_match", "Evaluation",
+    "MASK_ID", "NUM_SLOTS", "encoder_only_inputs", "encoder_only_loss", "predict_encoder_only",
+    "decoder_only_inputs", "decoder_only_loss", "predict_decoder_only",
+    "DATE_MODEL_CONFIG", "DATE_TRAIN_CONFIG", "train_date_model", "save_model", "load_model", "CHECKPOINT",
+]
+
+
+class TrainResult(NamedTuple):
+    """losses: the training loss at each step; seconds: wall-clock time of the loop."""
+
+    losses: list
+    seconds: float
+
+
+def endless_batches(examples: Sequence[DateExample], batch_size: int, *, seed: int = 0,
+                    bucket: int = 32) -> Iterator[DateBatch]:
+    """Batches of ``batch_size`` random examples, forever, with a fresh shuffle (from ``seed``) each epoch.
+
+    To waste less work on padding, each run of ``bucket * batch_size`` shuffled examples is sorted by
+    source length and cut into batches of similar lengths, and the batches are then shuffled
+    (``bucket=1``: plain random batches). Batches still hold different lengths, so padding stays real.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= len(examples):
+        raise ValueError(f"batch_size must be an int in 1..{len(examples)}, got {batch_size!r}")
+    if isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 1:
+        raise ValueError(f"bucket must be an int >= 1, got {bucket!r}")
+    g = torch.Generator().manual_seed(seed)
+    while True:
+        order = torch.randperm(len(examples), generator=g).tolist()
+        batches = []
+        for c in range(0, len(order), bucket * batch_size):
+            chunk = sorted(order[c:c + bucket * batch_size], key=lambda j: len(examples[j].source))
+            batches += [chunk[i:i + batch_size] for i in range(0, len(chunk) - batch_size + 1, batch_size)]
+        for k in torch.randperm(len(batches), generator=g).tolist():
+            yield collate([examples[j] for j in batches[k]])
+
+
+def train(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, steps: int, lr: float = 3e-3,
+          warmup_steps: int = 50, weight_decay: float = 0.01, clip_norm: float = 1.0,
+          desc: str = "training", progress: bool = True, threads: int | None = 1) -> TrainResult:
+    """Train ``model`` for ``steps`` optimiser steps and return the losses.
+
+    AdamW (Loshchilov & Hutter 2019); the learning rate rises linearly for ``warmup_steps``
+    (Vaswani et al. 2017, §5.3 use warm-up too), then decays to 0 along a cosine; gradients are
+    clipped to norm ``clip_norm``. A ``tqdm.auto`` bar shows the loss.
+
+    Args:
+        model: any nn.Module. batches: an iterator of batches (e.g. :func:`endless_batches`).
+        loss_fn: ``loss_fn(model, batch) -> scalar tensor``.
+        steps: number of optimiser steps (int >= 1). lr: peak learning rate.
+        threads: CPU threads during training (restored after); 1 makes results independent of the
+            machine's core count. None leaves torch's setting alone.
+
+    Returns:
+        :class:`TrainResult`.
+
+    Raises:
+        ValueError: ``steps`` not a positive int, or a loss that is not finite (names the step).
+    """
+    from tqdm.auto import tqdm
+
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def lr_factor(step):  # linear warm-up, then cosine decay to 0
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup_steps) / max(1, steps - warmup_steps)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    old_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    losses = []
+    start = time.perf_counter()
+    model.train()
+    try:
+        bar = tqdm(range(steps), desc=desc, disable=not progress)
+        for step in bar:
+            loss = loss_fn(model, next(batches))
+            if not torch.isfinite(loss):
+                raise ValueError(f"the loss became {loss.item()} at step {step}; lower lr")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+            if step % 20 == 0 or step == steps - 1:
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+        bar.close()
+    finally:
+        torch.set_num_threads(old_threads)
+        model.eval()
+    return TrainResult(losses, time.perf_counter() - start)
+
+
+# --------------------------------------------------------------------------- encoder-decoder
+def seq2seq_loss(model, batch: DateBatch) -> torch.Tensor:
+    """Cross-entropy of the teacher-forced decoder: predict ``tgt_out[t]`` from source and ``tgt_in[:t+1]``."""
+    logits = model(batch.src, batch.tgt_in, batch.src_padding_mask, batch.tgt_padding_mask).logits  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=TARGET_VOCAB.pad_id)
+
+
+def _in_batches(examples, batch_size):
+    for i in range(0, len(examples), batch_size):
+        yield examples[i:i + batch_size]
+
+
+@torch.no_grad()
+def predict_seq2seq(model, examples: Sequence[DateExample], *, batch_size: int = 500) -> list[str]:
+    """Greedy translations of the examples' sources (one str per example)."""
+    model.eval()
+    preds = []
+    for chunk in _in_batches(examples, batch_size):
+        b = collate(chunk)
+        out = model.greedy_decode(b.src, b.src_padding_mask, max_new_tokens=12,
+                                  bos_id=TARGET_VOCAB.bos_id, eos_id=TARGET_VOCAB.eos_id)
+        preds += [TARGET_VOCAB.decode(row) for row in out]
+    return preds
+
+
+class Evaluation(NamedTuple):
+    """accuracy: exact-match fraction; errors: list of (example, prediction) that were wrong."""
+
+    accuracy: float
+    errors: list
+
+
+def exact_match(examples: Sequence[DateExample], predictions: Sequence[str]) -> Evaluation:
+    """Fraction of predictions equal to the target, character for character, and the wrong ones.
+
+    Raises:
+        ValueError: different numbers of examples and predictions, or no examples.
+    """
+    if len(examples) != len(predictions) or not examples:
+        raise ValueError(f"need as many predictions as examples (> 0), got {len(predictions)} and {len(examples)}")
+    errors = [(ex, p) for ex, p in zip(examples, predictions) if p != ex.target]
+    return Evaluation(1 - len(errors) / len(examples), errors)
+
+
+# --------------------------------------------------------------------------- encoder-only (BERT-like)
+MASK_ID = len(SOURCE_VOCAB)
+"""Id of the extra ``[MASK]`` token the encoder-only model gets (vocabulary size ``len(SOURCE_VOCAB) + 1``)."""
+NUM_SLOTS = 10
+"""The ISO date has 10 characters: the encoder-only model fills 10 ``[MASK]`` slots."""
+
+
+def encoder_only_inputs(batch: DateBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, padding_mask) for the encoder-only model: 10 ``[MASK]`` ids, then the source ids.
+
+    Returns:
+        ids long (B, 10 + S), padding_mask bool (B, 10 + S) (slots are real tokens).
+    """
+    B = batch.src.shape[0]
+    slots = torch.full((B, NUM_SLOTS), MASK_ID, dtype=torch.long)
+    ids = torch.cat([slots, batch.src], dim=1)
+    mask = torch.cat([torch.ones(B, NUM_SLOTS, dtype=torch.bool), batch.src_padding_mask], dim=1)
+    return ids, mask
+
+
+def encoder_only_loss(model, batch: DateBatch) -> torch.Tensor:
+    """Cross-entropy of the 10 slots' outputs against the 10 target characters (logits over TARGET_VOCAB)."""
+    ids, mask = encoder_only_inputs(batch)
+    logits = model(ids, mask).logits[:, :NUM_SLOTS]  # (B, 10, V_tgt)
+    return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out[:, :NUM_SLOTS].flatten())
+
+
+@torch.no_grad()
+def predict_encoder_only(model, examples: Sequence[DateExample], *, batch_size: int = 500) -> list[str]:
+    """All 10 characters in one pass: the arg-max of each slot."""
+    model.eval()
+    preds = []
+    for chunk in _in_batches(examples, batch_size):
+        ids, mask = encoder_only_inputs(collate(chunk))
+        out = model(ids, mask).logits[:, :NUM_SLOTS].argmax(-1)  # (B, 10)
+        preds += [TARGET_VOCAB.decode(row) for row in out]
+    return preds
+
+
+# --------------------------------------------------------------------------- decoder-only (GPT-like)
+def decoder_only_inputs(batch: DateBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, labels) for the decoder-only model, all in SOURCE_VOCAB ids.
+
+    Each row is ``source <s> target </s>`` (right-padded); ``labels[t]`` is the token at t + 1 where
+    that token belongs to the answer (target characters and ``</s>``), else -100 (ignored): the model
+    is trained to continue the prompt, not to predict the prompt.
+
+    Returns:
+        ids long (B, L), labels long (B, L).
+    """
+    rows, label_rows = [], []
+    src_lens = batch.src_padding_mask.sum(1).tolist()
+    for b, n in enumerate(src_lens):
+        target = TARGET_VOCAB.decode(batch.tgt_out[b])
+        prompt = batch.src[b, :n].tolist() + [SOURCE_VOCAB.bos_id]
+        answer = SOURCE_VOCAB.encode(target) + [SOURCE_VOCAB.eos_id]
+        rows.append(prompt + answer)
+        label_rows.append([-100] * (len(prompt) - 1) + answer + [-100])
+    L = max(map(len, rows))
+    ids = torch.full((len(rows), L), SOURCE_VOCAB.pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), L), -100, dtype=torch.long)
+    for b, (r, lab) in enumerate(zip(rows, label_rows)):
+        ids[b, : len(r)] = torch.tensor(r)
+        labels[b, : len(lab)] = torch.tensor(lab)
+    return ids, labels
+
+
+def decoder_only_loss(model, batch: DateBatch) -> torch.Tensor:
+    """Next-token cross-entropy on the answer part of ``source <s> target </s>``."""
+    ids, labels = decoder_only_inputs(batch)
+    logits = model(ids).logits  # (B, L, V); causal, so padding at the end is never seen by real tokens
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+
+@torch.no_grad()
+def predict_decoder_only(model, examples: Sequence[DateExample], *, batch_size: int = 500) -> list[str]:
+    """Greedy continuation of each prompt ``source <s>`` until ``</s>``."""
+    model.eval()
+    preds = []
+    for chunk in _in_batches(examples, batch_size):
+        prompts = [SOURCE_VOCAB.encode(ex.source) + [SOURCE_VOCAB.bos_id] for ex in chunk]
+        for out in model.generate(prompts, 11, eos_id=SOURCE_VOCAB.eos_id):
+            preds.append(SOURCE_VOCAB.decode(out))
+    return preds
+
+
+# --------------------------------------------------------------------------- the notebook's model
+DATE_MODEL_CONFIG = dict(d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=128, max_len=40)
+"""Size of the notebook's encoder-decoder."""
+DATE_TRAIN_CONFIG = dict(steps=1000, batch_size=64, lr=3e-3, warmup_steps=50)
+"""How the notebook trains it."""
+CHECKPOINT = Path(__file__).resolve().parent.parent / "data" / "dates" / "seq2seq.safetensors"
+
+
+def train_date_model(seed: int = 0, *, progress: bool = True, **overrides):
+    """Build and train the notebook's :class:`Seq2SeqTransformer` on the date task's train split.
+
+    Args:
+        seed: seeds torch (initial weights) and the batch order.
+        overrides: replace entries of :data:`DATE_TRAIN_CONFIG` (e.g. ``steps=50`` for a quick test).
+
+    Returns:
+        (model in eval mode, :class:`TrainResult`).
+    """
+    from attn_lib.data import load_splits
+    from attn_lib.models.seq2seq import Seq2SeqTransformer
+
+    cfg = {**DATE_TRAIN_CONFIG, **overrides}
+    torch.manual_seed(seed)
+    model = Seq2SeqTransformer(len(SOURCE_VOCAB), len(TARGET_VOCAB), **DATE_MODEL_CONFIG)
+    splits = load_splits()
+    result = train(model, endless_batches(splits["train"], cfg["batch_size"], seed=seed), seq2seq_loss,
+                   steps=cfg["steps"], lr=cfg["lr"], warmup_steps=cfg["warmup_steps"], progress=progress,
+                   desc="encoder-decoder")
+    return model, result
+
+
+def save_model(model, path: Path | str = CHECKPOINT) -> Path:
+    """Save a model's weights as safetensors, with its config in the file's metadata."""
+    import json
+
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(path), metadata={"config": json.dumps(model.config)})
+    return path
+
+
+def load_model(path: Path | str = CHECKPOINT):
+    """Load a :class:`Seq2SeqTransformer` saved by :func:`save_model` (safetensors: no code is executed).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+    """
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from attn_lib.models.seq2seq import Seq2SeqTransformer
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}; train one with `make train-dates`")
+    with safe_open(str(path), framework="pt") as f:
+        config = json.loads(f.metadata()["config"])
+    model = Seq2SeqTransformer(**{k: v for k, v in config.items() if k not in ("src_vocab_size", "tgt_vocab_size")},
+                               src_vocab_size=config["src_vocab_size"], tgt_vocab_size=config["tgt_vocab_size"])
+    model.load_state_dict(load_file(str(path)))
+    return model.eval()
