@@ -4,7 +4,12 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
+
+import matplotlib  # noqa: E402
+
+# Headless plotting in this process only. (Setting MPLBACKEND would leak into the notebook kernels that
+# nbval starts from the same pytest run, and their figures would no longer be displayed.)
+matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
