@@ -51,3 +51,10 @@ execute: install
 
 clean:
 	rm -rf $(VENV) .hypothesis .pytest_cache
+
+# Notebook 06: regenerate data/dates/*.tsv and retrain the date model data/dates/seq2seq.safetensors
+# (deterministic, one CPU thread, a few minutes).
+.PHONY: train-dates
+train-dates: install
+	$(BIN)/python -m attn_lib.data
+	$(BIN)/python -m attn_lib.train

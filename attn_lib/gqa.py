@@ -51,6 +51,7 @@ __all__ = [
     "GQABertSelfAttention",
     "bert_to_gqa",
     "bert_kv_transform",
+    "bert_qkv",
     "mean_pooled_embeddings",
     "plot_groups",
 ]
@@ -136,7 +137,7 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
         return x
     *lead, hkv, s, d = x.shape
     # (..., Hkv, S, D) -> (..., Hkv, n_rep, S, D) (a view) -> (..., Hkv·n_rep, S, D) (a copy)
-    return x.unsqueeze(-4).expand(*lead, hkv, n_rep, s, d).reshape(*lead, hkv * n_rep, s, d)
+    return x.unsqueeze(-3).expand(*lead, hkv, n_rep, s, d).reshape(*lead, hkv * n_rep, s, d)
 
 
 def grouped_query_attention(
@@ -408,7 +409,8 @@ class QuantizedTensor:
 
     def dequantize(self) -> torch.Tensor:
         """x̂ = code × scale, in the original dtype and shape."""
-        return (self.codes().to(torch.float32) * self.scale.to(torch.float32)).to(self.dtype)
+        work = torch.float64 if self.dtype == torch.float64 else torch.float32
+        return (self.codes().to(work) * self.scale.to(work)).to(self.dtype)
 
     def nbytes(self) -> int:
         """Bytes of the stored codes plus the scales."""
@@ -419,8 +421,9 @@ def quantize_absmax(x: torch.Tensor, bits: int = 8, *, dim: int = -1, scale_dtyp
     """Symmetric absmax quantization to ``bits``-bit integers, one scale per slice along ``dim``.
 
     scale = max|x| / qmax over ``dim`` (qmax = 2^(bits-1) - 1: 127 for 8 bits, 7 for 4 bits), rounded
-    to ``scale_dtype``; code = round(x / scale), clamped to [-qmax, qmax]; x̂ = code × scale.
-    Each element's error |x - x̂| is at most scale / 2 (round to nearest), so the error of a slice
+    up to ``scale_dtype``; code = round(x / scale), in [-qmax, qmax]; x̂ = code × scale.
+    Each element's error |x - x̂| is at most scale / 2 (round to nearest; the scale is rounded up so
+    nothing clips), so the error of a slice
     is set by its largest value: one outlier coarsens everything that shares its scale. A slice of
     zeros gets scale 1 and codes 0 (exact).
 
@@ -432,7 +435,7 @@ def quantize_absmax(x: torch.Tensor, bits: int = 8, *, dim: int = -1, scale_dtyp
 
     Raises:
         TypeError: x is not a floating tensor. ValueError: bits not 8 or 4; dim out of range;
-            x contains NaN or inf (they would poison the scale).
+            x contains NaN or inf (they would poison the scale); a scale overflows ``scale_dtype``.
     """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError(f"x must be a floating torch.Tensor, got {type(x).__name__}{'' if not isinstance(x, torch.Tensor) else ' of dtype ' + str(x.dtype)}")
@@ -444,10 +447,18 @@ def quantize_absmax(x: torch.Tensor, bits: int = 8, *, dim: int = -1, scale_dtyp
         raise ValueError("x contains NaN or inf; absmax quantization needs finite values")
     dim = dim - x.dim() if dim >= 0 else dim
     qmax = _QMAX[bits]
-    work = x.to(torch.float32)
-    scale = (work.abs().amax(dim=dim, keepdim=True) / qmax).to(scale_dtype)
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # all-zero slice (or underflow): codes 0
-    codes = torch.round(work / scale.to(torch.float32)).clamp(-qmax, qmax).to(torch.int8)
+    work = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    exact = work.abs().amax(dim=dim, keepdim=True) / qmax
+    scale = exact.to(scale_dtype)
+    # round the stored scale *up* (to the next representable value) so that |x| / scale <= qmax: no value clips
+    low = scale.to(work.dtype) < exact
+    scale = torch.where(low, torch.nextafter(scale, torch.full_like(scale, float("inf"))), scale)
+    if not torch.isfinite(scale).all():
+        raise ValueError(
+            f"max|x| = {work.abs().max().item():.4g} overflows {scale_dtype} scales; pass scale_dtype=torch.float32"
+        )
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # all-zero slice: scale 1, codes 0
+    codes = torch.round(work / scale.to(work.dtype)).clamp(-qmax, qmax).to(torch.int8)
     data = _pack_int4(codes) if bits == 4 else codes
     return QuantizedTensor(data=data, scale=scale, bits=bits, dim=dim, shape=x.shape, dtype=x.dtype)
 
@@ -487,8 +498,8 @@ def fake_quantize_kv(x: torch.Tensor, bits: int = 8, *, per: str = "token") -> t
 
 def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
     """‖approx - exact‖ / ‖exact‖ (Frobenius norms, in float64), e.g. of an attention output."""
-    exact64 = exact.to(torch.float64)
-    return float((approx.to(torch.float64) - exact64).norm() / exact64.norm().clamp_min(1e-300))
+    exact64 = exact.detach().to(torch.float64)
+    return float((approx.detach().to(torch.float64) - exact64).norm() / exact64.norm().clamp_min(1e-300))
 
 
 class QuantizedKVCache:
@@ -760,6 +771,37 @@ def bert_kv_transform(model: nn.Module, transform):
             h.remove()
         for sa, old in touched:
             sa.kv_transform = old
+
+
+@torch.no_grad()
+def bert_qkv(tokenizer, model: nn.Module, text: str) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The queries, keys and values every self-attention layer of a HuggingFace BERT computes for ``text``.
+
+    Read with forward hooks on each layer's ``query``/``key``/``value`` linears (the keys and values
+    are what a KV cache would store). ``softmax(q kᵀ / sqrt(head_dim))`` of layer i equals the model's
+    ``outputs.attentions[i]`` (tests/test_gqa.py).
+
+    Returns:
+        one (q, k, v) per layer, each (1, H, L, head_dim) float32, L = the number of tokens incl. [CLS]/[SEP].
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    captured: dict[tuple[int, str], torch.Tensor] = {}
+    handles = []
+    for i, layer in enumerate(model.encoder.layer):
+        sa = layer.attention.self
+        D = sa.attention_head_size
+        for name in ("query", "key", "value"):
+            def hook(mod, args, out, i=i, name=name, D=D):
+                B, L, F = out.shape
+                captured[(i, name)] = out.view(B, L, F // D, D).transpose(1, 2).clone()  # (B, H, L, D)
+            handles.append(getattr(sa, name).register_forward_hook(hook))
+    try:
+        model(**tokenizer(text, return_tensors="pt"))
+    finally:
+        for h in handles:
+            h.remove()
+    return [tuple(captured[(i, n)] for n in ("query", "key", "value")) for i in range(len(model.encoder.layer))]
 
 
 @torch.no_grad()

@@ -33,6 +33,7 @@ __all__ = [
     "alibi_slopes",
     "alibi_bias",
     "rotate_2d",
+    "sinusoidal_components",
 ]
 
 
@@ -114,6 +115,34 @@ def sinusoidal_positional_encoding(
     pe[:, 0::2] = torch.sin(angle)  # PE[pos, 2i]   = sin(...)
     pe[:, 1::2] = torch.cos(angle)  # PE[pos, 2i+1] = cos(...)
     return pe.to(dtype=dtype, device=device)
+
+
+def sinusoidal_components(position: int, pair: int, d_model: int, *, base: float = 10000.0) -> dict[str, float]:
+    """The numbers behind one entry pair of the sinusoidal table (for the notebook's widget).
+
+    Args:
+        position: the position pos (int >= 0).
+        pair: the pair index i (columns 2i and 2i+1), 0 <= i < d_model/2.
+        d_model: even int >= 2.
+
+    Returns:
+        dict with ``frequency`` ω_i = 1/base^(2i/d_model) (radians per position), ``wavelength``
+        2π/ω_i (positions per full turn), ``angle`` pos·ω_i, ``sin`` (column 2i) and ``cos`` (column 2i+1).
+
+    Raises:
+        TypeError / ValueError: arguments out of range (the message names them).
+    """
+    _check_int("position", position, minimum=0)
+    _check_int("d_model", d_model, minimum=2)
+    _check_even("d_model", d_model)
+    _check_int("pair", pair, minimum=0)
+    if pair >= d_model // 2:
+        raise ValueError(f"pair must be < d_model/2 = {d_model // 2}, got pair={pair}")
+    base = _check_base(base)
+    frequency = 1.0 / base ** (2 * pair / d_model)
+    angle = position * frequency
+    return {"frequency": frequency, "wavelength": 2 * math.pi / frequency, "angle": angle,
+            "sin": math.sin(angle), "cos": math.cos(angle)}
 
 
 # --------------------------------------------------------------------------- learned

@@ -102,6 +102,17 @@ def _check_block(name: str, value) -> int:
     return value
 
 
+# Tests set this to True: outputs are then allocated filled with NaN instead of left uninitialised,
+# so an element the algorithm forgets to write shows up as NaN.
+_POISON_OUTPUTS = False
+
+
+def _new_output(*shape, dtype, device) -> torch.Tensor:
+    if _POISON_OUTPUTS:
+        return torch.full(shape, math.nan, dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for the running statistics, float64 when the inputs are float64."""
     return torch.float64 if dtype == torch.float64 else torch.float32
@@ -118,8 +129,8 @@ def _tiled_forward(q, k, v, mask, scale: float, is_causal: bool, block_q: int, b
     N, L, E = q.shape
     S, Ev = k.shape[1], v.shape[2]
     acc_t = _acc_dtype(q.dtype)
-    out = torch.empty(N, L, Ev, dtype=q.dtype, device=q.device)
-    lse = torch.empty(N, L, dtype=acc_t, device=q.device)
+    out = _new_output(N, L, Ev, dtype=q.dtype, device=q.device)
+    lse = _new_output(N, L, dtype=acc_t, device=q.device)
     for i0 in range(0, L, block_q):  # outer loop: one block of query rows
         i1 = min(i0 + block_q, L)  # ragged tail: the last block may be shorter
         q_i = q[:, i0:i1].to(acc_t) * scale  # (N, Bq, E), scale folded into q once
@@ -143,7 +154,7 @@ def _tiled_forward(q, k, v, mask, scale: float, is_causal: bool, block_q: int, b
             # exp(-inf - 0) = 0 instead of exp(-inf - (-inf)) = NaN.
             m_ref = torch.where(m_new == -math.inf, 0.0, m_new)
             alpha = torch.exp(m_i - m_ref)  # exp(m_old - m_new): moves old sums to the new max
-            p = torch.exp(s - m_ref[..., None])  # P_ij = exp(S_ij - m_new), (N, Bq, Bk)
+            p = s.sub_(m_ref[..., None]).exp_()  # P_ij = exp(S_ij - m_new), (N, Bq, Bk), in place over s
             l_i = alpha * l_i + p.sum(dim=-1)  # l_new = exp(m_old - m_new) l_old + rowsum(P_ij)
             acc = torch.baddbmm(acc * alpha[..., None], p, v[:, j0:j1].to(acc_t))  # acc_new = alpha acc_old + P_ij V_j
             m_i = m_new
@@ -178,8 +189,8 @@ def _tiled_backward(q, k, v, mask, out, lse, d_out, d_lse, scale: float, is_caus
         delta = delta - d_lse.to(acc_t)
     lse_ref = torch.where(lse == -math.inf, 0.0, lse.to(acc_t))  # fully masked rows: P = exp(-inf) = 0
     dq = torch.zeros(N, L, E, dtype=acc_t, device=q.device)
-    dk = torch.empty(N, S, E, dtype=acc_t, device=q.device)
-    dv = torch.empty(N, S, v.shape[2], dtype=acc_t, device=q.device)
+    dk = _new_output(N, S, E, dtype=acc_t, device=q.device)
+    dv = _new_output(N, S, v.shape[2], dtype=acc_t, device=q.device)
     for j0 in range(0, S, block_k):  # outer loop over key blocks: dK_j and dV_j stay on chip
         j1 = min(j0 + block_k, S)
         k_j, v_j = k[:, j0:j1].to(acc_t), v[:, j0:j1].to(acc_t)
@@ -243,7 +254,7 @@ def _flatten_mask(attn_mask, lead: tuple, L: int, S: int, device):
         raise ValueError(
             f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to (..., L, S) = {(*lead, L, S)}"
         ) from None
-    return mask.reshape(-1, L, S)
+    return mask.reshape(math.prod(lead), L, S)
 
 
 def tiled_attention(
@@ -302,7 +313,8 @@ def tiled_attention(
     S, Ev = key.shape[-2], value.shape[-1]
     mask = _flatten_mask(attn_mask, lead, L, S, query.device)
     # (..., L, E) -> (N, L, E) with N = prod(leading dims); reshape copies only when it must
-    q, k, v = query.reshape(-1, L, E), key.reshape(-1, S, E), value.reshape(-1, S, Ev)
+    n = math.prod(lead)
+    q, k, v = query.reshape(n, L, E), key.reshape(n, S, E), value.reshape(n, S, Ev)
     args = (mask, scale, is_causal, block_q, block_k)
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
         out, lse = _TiledAttentionFunction.apply(q, k, v, *args)

@@ -235,6 +235,9 @@ def _check_token_counts(stack: torch.Tensor, tokens, key_tokens=None) -> None:
 def _bertviz_input(attentions, tokens, *, batch_index: int = 0) -> tuple[torch.Tensor, ...]:
     stack = attention_stack(attentions, batch_index=batch_index)
     _check_token_counts(stack, tokens)
+    # bertviz writes every weight into the page as JSON; 4 decimals (float64, so that they print short)
+    # keep a 6-layer, 12-head view of a sentence under 100 kB instead of ~450 kB
+    stack = torch.round(stack.double(), decimals=4)
     return tuple(layer[None] for layer in stack)  # bertviz wants (1, H, L, L) per layer
 
 
@@ -255,7 +258,8 @@ def head_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_a
         tokens: the L tokens of the sentence (special tokens included).
         batch_index: which sentence of the batch (bertviz shows one).
         html_action: ``"view"`` displays it; ``"return"`` returns an ``IPython.display.HTML`` whose
-            ``.data`` is the whole page (save it to a file, or test it).
+            ``.data`` is the whole page (save it to a file, or test it). The weights in the page are
+            rounded to 4 decimals.
         **kwargs: passed to ``bertviz.head_view`` (``layer``, ``heads``, ``include_layers``,
             ``sentence_b_start``, ``prettify_tokens``).
 
@@ -286,3 +290,183 @@ def model_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_
         raise ValueError(f"display_mode must be 'light' or 'dark', got {display_mode!r}")
     return _model_view(_bertviz_input(attentions, tokens, batch_index=batch_index), list(tokens),
                        html_action=html_action, display_mode=display_mode, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# Notebooks 03 and 04: the d_k/temperature explorer and the mask explorer.
+# Logic in plain functions (softmax_temperature_demo, temperature_figure, demo_mask, mask_figure),
+# tested in tests/test_attention.py and tests/test_masks.py; the *_explorer functions only wire widgets.
+# --------------------------------------------------------------------------------------------
+def softmax_temperature_demo(d_k: int, temperature: float = 1.0, *, scaled: bool = True,
+                             num_keys: int = 8, seed: int = 0) -> dict:
+    """One query against ``num_keys`` random keys: how d_k, the 1/sqrt(d_k) scale and a temperature
+    shape the softmax.
+
+    q and the keys have i.i.d. N(0, 1) entries of dimension ``d_k`` (so q·k has variance d_k);
+    the scores are ``q·k / sqrt(d_k) / temperature`` when ``scaled`` else ``q·k / temperature``.
+
+    Returns:
+        dict with ``scores`` and ``weights`` (float64 tensors (num_keys,)), ``max_weight`` (float),
+        and ``gradient_norm``: the Frobenius norm of the softmax Jacobian d weights / d scores
+        (= diag(p) - p pᵀ, computed with torch.autograd), which goes to 0 as the weights become one-hot.
+
+    Raises:
+        ValueError: d_k outside 1..4096, num_keys < 1, or temperature <= 0.
+    """
+    if isinstance(d_k, bool) or not isinstance(d_k, int) or not 1 <= d_k <= 4096:
+        raise ValueError(f"d_k must be an int in 1..4096, got {d_k!r}")
+    if isinstance(num_keys, bool) or not isinstance(num_keys, int) or num_keys < 1:
+        raise ValueError(f"num_keys must be an int >= 1, got {num_keys!r}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    g = torch.Generator().manual_seed(seed)
+    # draw 4096 coordinates and keep the first d_k: a larger d_k adds coordinates to the same vectors
+    q = torch.randn(4096, generator=g, dtype=torch.float64)[:d_k]
+    keys = torch.randn(num_keys, 4096, generator=g, dtype=torch.float64)[:, :d_k]
+    scores = keys @ q  # (num_keys,) q·k_j
+    if scaled:
+        scores = scores / d_k ** 0.5
+    scores = scores / temperature
+    jac = torch.autograd.functional.jacobian(lambda s: torch.softmax(s, dim=-1), scores)  # (N, N)
+    weights = torch.softmax(scores, dim=-1)
+    return {"scores": scores, "weights": weights, "max_weight": float(weights.max()),
+            "gradient_norm": float(torch.linalg.matrix_norm(jac))}
+
+
+def temperature_figure(d_k: int, temperature: float = 1.0, *, num_keys: int = 8, seed: int = 0):
+    """Bar charts of the weights of :func:`softmax_temperature_demo`, without and with 1/sqrt(d_k).
+
+    Each panel's title gives the largest weight and the gradient norm. Returns the matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 2.8), sharey=True)
+    for ax, scaled in zip(axes, (False, True)):
+        demo = softmax_temperature_demo(d_k, temperature, scaled=scaled, num_keys=num_keys, seed=seed)
+        ax.bar(range(num_keys), demo["weights"].numpy(), color="#0072B2")
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("key")
+        what = "q·k / sqrt(d_k)" if scaled else "q·k (no scaling)"
+        ax.set_title(f"{what}\nmax weight {demo['max_weight']:.2f}, gradient norm {demo['gradient_norm']:.3f}",
+                     fontsize=9)
+    axes[0].set_ylabel("attention weight")
+    fig.suptitle(f"d_k = {d_k}, temperature = {temperature:g}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def temperature_explorer(*, num_keys: int = 8, seed: int = 0):
+    """Widget: a d_k selector and a temperature slider redraw :func:`temperature_figure`.
+
+    Returns an ``ipywidgets.VBox``; display it as a cell's last expression.
+    """
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    d_k_w = widgets.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=64,
+                                    description="d_k", continuous_update=False)
+    temp_w = widgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1, step=0.1, description="temperature",
+                                    continuous_update=False)
+    out = widgets.Output()
+
+    def show(_change=None):
+        with out:
+            out.clear_output(wait=True)
+            fig = temperature_figure(d_k_w.value, temp_w.value, num_keys=num_keys, seed=seed)
+            display(fig)
+            plt.close(fig)
+
+    d_k_w.observe(show, names="value")
+    temp_w.observe(show, names="value")
+    show()
+    return widgets.VBox([widgets.HBox([d_k_w, temp_w]), out])
+
+
+#: Mask kinds of the notebook-04 mask explorer.
+MASK_KINDS = ("none", "causal top-left", "causal bottom-right")
+
+
+def demo_mask(kind: str, q_len: int, kv_len: int, *, num_padding: int = 0) -> torch.Tensor:
+    """The bool (q_len, kv_len) mask (True = may attend) the mask explorer shows.
+
+    Args:
+        kind: one of :data:`MASK_KINDS`: no causal mask, or ``attn_lib.masks.causal_mask`` aligned
+            top-left or bottom-right.
+        q_len, kv_len: numbers of queries and keys.
+        num_padding: the last ``num_padding`` keys are padding (masked for every query), combined with
+            the causal part by AND.
+
+    Raises:
+        ValueError: unknown kind, or num_padding outside 0..kv_len.
+    """
+    from attn_lib.masks import causal_mask, padding_mask
+
+    if kind not in MASK_KINDS:
+        raise ValueError(f"kind must be one of {MASK_KINDS}, got {kind!r}")
+    if isinstance(num_padding, bool) or not isinstance(num_padding, int) or not 0 <= num_padding <= kv_len:
+        raise ValueError(f"num_padding must be an int in 0..kv_len={kv_len}, got {num_padding!r}")
+    if kind == "none":
+        mask = torch.ones(q_len, kv_len, dtype=torch.bool)
+    else:
+        mask = causal_mask(q_len, kv_len, align=kind.split()[1].replace("-", "_"))
+    real_keys = padding_mask([kv_len - num_padding], kv_len)  # (1, kv_len)
+    return mask & real_keys
+
+
+def mask_figure(kind: str, q_len: int, kv_len: int, *, num_padding: int = 0, seed: int = 0):
+    """Two heatmaps: the mask of :func:`demo_mask` and the weights of attention with it.
+
+    The weights come from :func:`attn_lib.attention.scaled_dot_product_attention` on random
+    queries and keys (seeded); a fully masked query row shows weights 0. Returns the Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    from attn_lib.attention import scaled_dot_product_attention
+
+    mask = demo_mask(kind, q_len, kv_len, num_padding=num_padding)
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(q_len, 16, generator=g), torch.randn(kv_len, 16, generator=g)
+    _, weights = scaled_dot_product_attention(q, k, k, mask)
+    empty = int((~mask).all(-1).sum())
+    fig, (ax_m, ax_w) = plt.subplots(1, 2, figsize=(8.0, 3.2))
+    ax_m.imshow(mask.numpy(), cmap="gray", vmin=0, vmax=1)
+    ax_m.set_title("mask (white = may attend)", fontsize=9)
+    im = ax_w.imshow(weights.numpy(), cmap="viridis", vmin=0, vmax=1)
+    ax_w.set_title("attention weights" + (f" ({empty} row(s) fully masked: 0)" if empty else ""), fontsize=9)
+    for ax in (ax_m, ax_w):
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+        ax.set_xticks(range(kv_len))
+        ax.set_yticks(range(q_len))
+    fig.colorbar(im, ax=ax_w, fraction=0.046, pad=0.04)
+    fig.suptitle(f"{kind}, {q_len} queries, {kv_len} keys, {num_padding} padded", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def mask_explorer(*, seed: int = 0):
+    """Widget: choose the mask kind, the numbers of queries and keys and of padded keys; see
+    :func:`mask_figure`. Returns an ``ipywidgets.VBox``."""
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    kind_w = widgets.Dropdown(options=list(MASK_KINDS), value="causal top-left", description="mask")
+    q_w = widgets.IntSlider(value=4, min=1, max=10, description="queries", continuous_update=False)
+    kv_w = widgets.IntSlider(value=6, min=1, max=10, description="keys", continuous_update=False)
+    pad_w = widgets.IntSlider(value=0, min=0, max=6, description="padded keys", continuous_update=False)
+    out = widgets.Output()
+
+    def show(_change=None):
+        pad_w.max = kv_w.value
+        with out:
+            out.clear_output(wait=True)
+            fig = mask_figure(kind_w.value, q_w.value, kv_w.value, num_padding=min(pad_w.value, kv_w.value), seed=seed)
+            display(fig)
+            plt.close(fig)
+
+    for w in (kind_w, q_w, kv_w, pad_w):
+        w.observe(show, names="value")
+    show()
+    return widgets.VBox([widgets.HBox([kind_w, q_w]), widgets.HBox([kv_w, pad_w]), out])

@@ -265,3 +265,50 @@ def test_error_bad_dropout():
     x = torch.randn(3, 4)
     with pytest.raises(ValueError, match="dropout_p"):
         sdpa(x, x, x, dropout_p=1.5)
+
+
+# ---------------------------------------------------------------- notebook 03's d_k / temperature explorer
+def test_temperature_demo_gradient_is_the_softmax_jacobian():
+    from attn_lib.viz import softmax_temperature_demo
+
+    demo = softmax_temperature_demo(64, 0.7, scaled=True, num_keys=6, seed=3)
+    p = torch.softmax(demo["scores"], -1)
+    torch.testing.assert_close(demo["weights"], p)
+    jac = torch.diag(p) - torch.outer(p, p)  # d softmax_i / d s_j, derived by hand
+    assert demo["gradient_norm"] == pytest.approx(float(torch.linalg.matrix_norm(jac)), rel=1e-9)
+    assert demo["max_weight"] == pytest.approx(float(p.max()))
+
+
+def test_temperature_demo_scale_is_a_temperature_of_sqrt_dk():
+    from attn_lib.viz import softmax_temperature_demo
+
+    scaled = softmax_temperature_demo(256, 1.0, scaled=True)
+    hot = softmax_temperature_demo(256, 16.0, scaled=False)  # temperature sqrt(256) = 16
+    torch.testing.assert_close(scaled["weights"], hot["weights"])
+
+
+def test_temperature_demo_unscaled_saturates_on_average():
+    # averaged over seeds: without the scale, large d_k gives near one-hot weights and tiny gradients
+    from attn_lib.viz import softmax_temperature_demo
+
+    def mean(d_k, scaled, key):
+        return sum(softmax_temperature_demo(d_k, scaled=scaled, seed=s)[key] for s in range(30)) / 30
+
+    assert mean(1024, False, "max_weight") > 0.9 > mean(1024, True, "max_weight")
+    assert mean(1024, False, "gradient_norm") < 0.5 * mean(1024, True, "gradient_norm")
+
+
+def test_temperature_demo_errors_and_figure():
+    import matplotlib.pyplot as plt
+
+    from attn_lib.viz import softmax_temperature_demo, temperature_explorer, temperature_figure
+
+    with pytest.raises(ValueError, match="d_k must be an int in 1..4096, got 0"):
+        softmax_temperature_demo(0)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        softmax_temperature_demo(8, 0.0)
+    fig = temperature_figure(16, 2.0)
+    assert len(fig.axes) == 2
+    plt.close("all")
+    assert temperature_explorer() is not None
+    plt.close("all")

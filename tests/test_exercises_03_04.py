@@ -106,6 +106,9 @@ def test_check_masked_attention():
         lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])) * m, -1) @ v),
         "multiplying the scores")
     _fails_with(check_masked_attention(lambda q, k, v, m: _masked(q, k, v, m, scale=False)), "scale")
+    _fails_with(check_masked_attention(
+        lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~m, 0.0), -1) @ v),
+        "set to 0 still get weight")
 
 
 def _decoder(lengths, T, *, keys=True, combine="and", queries=False):
@@ -125,6 +128,9 @@ def test_check_decoder_mask():
     _fails_with(check_decoder_mask(lambda lengths, T: _decoder(lengths, T, queries=True)), "not the queries (rows)")  # same mask as above for right padding
     _fails_with(check_decoder_mask(lambda lengths, T: torch.ones(T, T, dtype=torch.bool).tril().expand(len(lengths), T, T)),
                 "padding part is missing")
+    _fails_with(check_decoder_mask(
+        lambda lengths, T: (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None])[:, None, :]
+        & ~torch.ones(T, T, dtype=torch.bool).tril()), "causal part is inverted")
 
 
 @pytest.mark.parametrize("check", [check_attention_weights, check_attention, check_self_attention,

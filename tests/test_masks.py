@@ -137,3 +137,33 @@ def test_mask_errors():
         to_torch_key_padding_mask(torch.ones(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match=r"\(B, S\)"):
         padding_to_attn_mask(torch.ones(3, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------- notebook 04's mask explorer
+def test_demo_mask_combines_causal_and_padding():
+    from attn_lib.viz import MASK_KINDS, demo_mask
+
+    real = torch.tensor([True] * 4 + [False] * 2)
+    assert torch.equal(demo_mask("none", 3, 6, num_padding=2), real.expand(3, 6))
+    assert torch.equal(demo_mask("causal top-left", 3, 6, num_padding=2), causal_mask(3, 6) & real)
+    assert torch.equal(demo_mask("causal bottom-right", 3, 6, num_padding=2),
+                       causal_mask(3, 6, align="bottom_right") & real)
+    assert len(MASK_KINDS) == 3
+    with pytest.raises(ValueError, match="kind must be one of"):
+        demo_mask("causal", 3, 3)
+    with pytest.raises(ValueError, match="num_padding must be an int in 0..kv_len=3, got 4"):
+        demo_mask("none", 3, 3, num_padding=4)
+
+
+def test_mask_figure_and_explorer():
+    import matplotlib.pyplot as plt
+
+    from attn_lib.viz import mask_explorer, mask_figure
+
+    fig = mask_figure("causal top-left", 5, 3, num_padding=2)
+    assert "attention weights" in fig.axes[1].get_title()
+    fig = mask_figure("causal bottom-right", 5, 3, num_padding=1)  # first 2 rows fully masked
+    assert "2 row(s) fully masked" in fig.axes[1].get_title()
+    plt.close("all")
+    assert mask_explorer() is not None
+    plt.close("all")

@@ -23,6 +23,7 @@ from attn_lib.positional import (
     apply_rope,
     rope_frequencies,
     rotate_2d,
+    sinusoidal_components,
     sinusoidal_positional_encoding,
 )
 
@@ -86,6 +87,26 @@ def test_sinusoidal_bad_input(args, kwargs, error, words):
         sinusoidal_positional_encoding(*args, **kwargs)
     for word in words:
         assert word in str(info.value)
+
+
+@given(st.integers(0, 200), st.integers(1, 16).map(lambda k: 2 * k), st.data())
+def test_sinusoidal_components_match_table(position, d_model, data):
+    pair = data.draw(st.integers(0, d_model // 2 - 1))
+    c = sinusoidal_components(position, pair, d_model)
+    row = sinusoidal_positional_encoding(position + 1, d_model, dtype=torch.float64)[position]
+    assert math.isclose(c["sin"], row[2 * pair].item(), abs_tol=1e-12)
+    assert math.isclose(c["cos"], row[2 * pair + 1].item(), abs_tol=1e-12)
+    assert math.isclose(c["wavelength"], 2 * math.pi * 10000 ** (2 * pair / d_model))
+    assert math.isclose(c["angle"], position * c["frequency"])
+
+
+def test_sinusoidal_components_errors():
+    with pytest.raises(ValueError, match="pair must be < d_model/2 = 2, got pair=2"):
+        sinusoidal_components(0, 2, 4)
+    with pytest.raises(ValueError, match="position"):
+        sinusoidal_components(-1, 0, 4)
+    with pytest.raises(ValueError, match="d_model"):
+        sinusoidal_components(0, 0, 3)
 
 
 # ---------------------------------------------------------------- learned

@@ -32,6 +32,16 @@ def corpus():
     return (attn_lib.DATA_DIR / "corpus.txt").read_text(encoding="utf-8").splitlines()
 
 
+def test_corpus_facts_stated_in_data_readme(corpus):
+    text = (attn_lib.DATA_DIR / "corpus.txt").read_text(encoding="utf-8")
+    assert text.endswith("\n") and "\r" not in text
+    assert len(corpus) == 116 and all(corpus)
+    assert sum(len(line) for line in corpus) == 5824
+    alphabet = {c for line in corpus for c in line}
+    assert len(alphabet) == 44 and set("èéïû") <= alphabet
+    assert "the cat sat on the mat." in corpus
+
+
 @pytest.fixture(scope="module")
 def trained(corpus):
     return BPETokenizer.train(corpus, 300)
@@ -118,7 +128,9 @@ def test_train_reproduces_worked_example():
     assert tok.merges[:3] == WORKED_MERGES
     assert tok.merge_counts[:3] == [20, 16, 15]
     assert tok.alphabet == list("bghnpsu")
-    assert tok.tokenize("bug") == ["b", "ug"] and tok.tokenize("hugs") == ["hug", "s"]
+    three = tok.with_merges(3)
+    assert three.tokenize("bug") == ["b", "ug"] and three.tokenize("hugs") == ["hug", "s"]
+    assert tok.tokenize("hugs") == ["hugs"]  # later merges made the whole word one token
 
 
 def test_ties_are_alphabetical():
@@ -166,7 +178,8 @@ def test_fast_tokenize_equals_plain_definition(corpus_lines, vocab_size):
     tok = BPETokenizer.train(corpus_lines, max(vocab_size, len({c for t in corpus_lines for c in t}) + 1), min_frequency=1)
     for line in corpus_lines + ["abcdeabcde", "eeee aaaa", "badcab"]:
         for word in pre_tokenize(line):
-            assert tok.tokenize_word(word) == apply_merges_in_order(list(word), tok.merges)
+            symbols = [c if c in tok.alphabet else tok.unk_token for c in word]
+            assert tok.tokenize_word(word) == apply_merges_in_order(symbols, tok.merges)
 
 
 def test_matches_tokenizers_bpe_trainer(corpus):
@@ -230,7 +243,7 @@ def test_byte_level_tokens(byte_tok):
     assert byte_tok.tokenize("the cat sat on the mat.") == ["the", "Ġcat", "Ġsat", "Ġon", "Ġthe", "Ġmat", "."]
     # an emoji is 4 UTF-8 bytes, never seen in training: 4 byte tokens, no [UNK]
     emoji = byte_tok.tokenize("🙂")
-    assert len(emoji) == 4 and [ord(c) for c in "".join(emoji)] != []
+    assert emoji == [bytes_to_unicode()[b] for b in "🙂".encode("utf-8")]
     assert byte_tok.decode(byte_tok.encode("🙂")) == "🙂"
 
 
@@ -340,8 +353,9 @@ def test_minilm_wordpiece_ids_cls_sep(pretrained):
 def test_wordpiece_from_scratch_equals_minilm(pretrained, corpus):
     tokenizer, _ = pretrained
     extra = ["Tokenization of UNHAPPINESS, naïve café!", "The Quick Brown Fox.", "xyzzyqx 2024", "a" * 120]
+    vocab = tokenizer.get_vocab()  # built once: the .vocab property rebuilds the dict on every access
     for text in corpus + extra:
-        assert wordpiece_tokenize(text, tokenizer.vocab) == tokenizer.tokenize(text), text
+        assert wordpiece_tokenize(text, vocab) == tokenizer.tokenize(text), text
     assert basic_split("The cat sat.") == ["the", "cat", "sat", "."]
 
 

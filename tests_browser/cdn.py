@@ -8,7 +8,9 @@ leaving the machine is refused and recorded, so a notebook that needs the intern
 
 from __future__ import annotations
 
+import os
 import re
+import time
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -56,6 +58,7 @@ class OfflineRouter:
 
     files: dict[str, Path]
     serve_cdn: bool = True  # False: refuse the CDN too (what a learner offline without the fix sees)
+    latency_s: float = float(os.environ.get("CDN_LATENCY_S", "0"))
     served: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
 
@@ -67,6 +70,8 @@ class OfflineRouter:
         m = CDN.match(url)
         if self.serve_cdn and m and m.group("lib") in self.files:
             self.served.append(url)
+            if self.latency_s:
+                time.sleep(self.latency_s)
             route.fulfill(path=str(self.files[m.group("lib")]), content_type="application/javascript",
                           headers={"Access-Control-Allow-Origin": "*"})
             return

@@ -31,7 +31,8 @@ PROGRESS_MODELS = {"IntProgressModel", "FloatProgressModel"}
 class BertvizView:
     """One bertviz visualisation saved in a cell (from the parameters its script embeds)."""
 
-    kind: str  # "head" (head_view) or "other" (model_view)
+    kind: str  # "head" (head_view), "model" (model_view) or "other"
+    layers: int | None = None  # layers shown
     heads: int | None = None  # attention heads per layer
     left_tokens: list[str] = field(default_factory=list)
     right_tokens: list[str] = field(default_factory=list)
@@ -113,10 +114,13 @@ def _bertviz_view(script: str) -> BertvizView | None:
         params, _ = json.JSONDecoder().raw_decode(script, m.end())
     except ValueError:
         return None
-    # head_view.js groups its lines by head ("headAttention"); model_view.js draws thumbnails.
-    view = BertvizView(kind="head" if "headAttention" in script else "other")
+    # head_view.js groups its lines by head ("headAttention"); model_view.js draws one thumbnail
+    # ("attn_background") per layer and head.
+    kind = "head" if "headAttention" in script else "model" if "attn_background" in script else "other"
+    view = BertvizView(kind=kind)
     try:
         attention = params["attention"][int(params.get("default_filter", 0))]
+        view.layers = len(attention["attn"])
         view.heads = len(attention["attn"][0])
         view.left_tokens = list(attention["left_text"])
         view.right_tokens = list(attention["right_text"])

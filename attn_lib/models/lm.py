@@ -64,6 +64,7 @@ class DecoderLM(nn.Module):
         num_kv_heads: key/value heads (default num_heads = MHA; 1 = MQA), must divide num_heads.
         num_layers: decoder layers (default 2). d_ff: feed-forward width (default 4·d_model).
         rope_base: RoPE's base (default 10000.0).
+        init_std: standard deviation of the initial linear and embedding weights (default 0.02, GPT-2's).
 
     Shapes: ``forward(input_ids (B, L))`` -> logits (B, L, vocab_size), float32.
 
@@ -73,7 +74,7 @@ class DecoderLM(nn.Module):
     """
 
     def __init__(self, vocab_size: int, *, d_model: int = 128, num_heads: int = 4, num_kv_heads: int | None = None,
-                 num_layers: int = 2, d_ff: int | None = None, rope_base: float = 10000.0):
+                 num_layers: int = 2, d_ff: int | None = None, rope_base: float = 10000.0, init_std: float = 0.02):
         super().__init__()
         _check_int("vocab_size", vocab_size, minimum=2)
         _check_int("num_layers", num_layers, minimum=1)
@@ -87,15 +88,14 @@ class DecoderLM(nn.Module):
         self.norm = nn.RMSNorm(d_model, eps=1e-6)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         self.lm_head.weight = self.embed.weight  # tied input and output embeddings (GPT-2)
-        self.apply(self._init)
-
-    @staticmethod
-    def _init(m: nn.Module) -> None:
-        # GPT-2's initialisation: N(0, 0.02) for linear and embedding weights, zero biases
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, std=0.02)
-            if getattr(m, "bias", None) is not None:
-                nn.init.zeros_(m.bias)
+        if isinstance(init_std, bool) or not isinstance(init_std, (int, float)) or not init_std > 0:
+            raise ValueError(f"init_std must be a number > 0, got {init_std!r}")
+        for m in self.modules():
+            # GPT-2's initialisation: N(0, init_std) for linear and embedding weights, zero biases
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=float(init_std))
+                if getattr(m, "bias", None) is not None:
+                    nn.init.zeros_(m.bias)
 
     @property
     def num_heads(self) -> int:

@@ -1,0 +1,360 @@
+"""Benchmarks of tiled attention: ``python -m attn_lib.bench cpu`` or ``python -m attn_lib.bench gpu``.
+
+``cpu``: naive attention (full score matrix) vs :func:`attn_lib.tiled_attention.tiled_attention`
+vs ``torch.nn.functional.scaled_dot_product_attention`` (which runs a flash-style fused kernel on
+the CPU), for N = 1k, 2k, 4k, 8k tokens, 8 heads, head_dim 64, float32, one torch thread: median
+CPU time and wall time, and peak extra memory (every allocation through PyTorch's CPU allocator
+during the call, measured with torch.profiler), plus the ratios measured in the same run. Writes
+``docs/benchmarks_cpu.json``.
+
+``gpu`` (needs a CUDA GPU; without one it says so and exits 0): first correctness of the Triton
+kernel at ragged lengths in float16 and bfloat16 against a float64 reference, then
+``triton.testing.do_bench`` medians for batch 4, 32 heads, head_dim 64 and 128, N = 1k..16k,
+causal off/on, for the Triton kernel and torch's FLASH_ATTENTION and CUDNN_ATTENTION backends,
+as TFLOP/s = 4 B H N^2 D / time (halved when causal), with a large bfloat16 matrix product as
+the ceiling. Writes ``docs/benchmarks_gpu.json``. Takes about 2-3 minutes on one H100/H200.
+
+Both print a table. ``--sizes``, ``--repeats`` and ``--out`` shrink or redirect a run (the tests
+run the CLI at tiny sizes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from attn_lib._setup import REPO_ROOT
+from attn_lib.tiled_attention import measure_peak_memory, naive_attention, tiled_attention
+
+DOCS = REPO_ROOT / "docs"
+CPU_JSON = DOCS / "benchmarks_cpu.json"
+GPU_JSON = DOCS / "benchmarks_gpu.json"
+MIB = 2**20
+
+
+# ----------------------------------------------------------------------------------------------
+# shared helpers
+# ----------------------------------------------------------------------------------------------
+def attention_flops(batch: int, heads: int, n: int, head_dim: int, is_causal: bool) -> float:
+    """Matrix-multiply FLOPs of attention: 2 products of 2 N^2 D each per head, halved when causal."""
+    flops = 4.0 * batch * heads * n * n * head_dim
+    return flops / 2 if is_causal else flops
+
+
+def _versions() -> dict:
+    info = {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _save(result: dict, out: Path | None) -> None:
+    if out is None:
+        return
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {out}")
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else math.inf
+
+
+def format_table(headers: list[str], rows: list[list]) -> str:
+    """A plain-text table with right-aligned columns."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# CPU
+# ----------------------------------------------------------------------------------------------
+CPU_METHODS = {
+    "naive": lambda q, k, v: naive_attention(q, k, v),
+    "tiled": lambda q, k, v: tiled_attention(q, k, v),
+    "torch": lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
+}
+
+
+def run_cpu(sizes=(1024, 2048, 4096, 8192), heads: int = 8, head_dim: int = 64, repeats: int = 3,
+            out: Path | None = CPU_JSON, seed: int = 0, threads: int | None = 1) -> dict:
+    """Time and peak memory of naive, tiled and torch attention on the CPU (float32, batch 1).
+
+    For each N: one profiled call per method measures the peak memory (and warms up), then
+    ``repeats`` timed calls give the median time. ``threads``: torch's intra-op threads during the
+    run (default 1: on a shared, busy machine multi-threaded timings of code made of many small
+    operations, like the tiled loop, mostly measure the other processes; None keeps torch's setting).
+    Returns the result dict (also saved as JSON).
+    """
+    old_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _run_cpu(sizes, heads, head_dim, repeats, out, seed)
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+def _run_cpu(sizes, heads, head_dim, repeats, out, seed) -> dict:
+    torch.manual_seed(seed)
+    result = {
+        "mode": "cpu",
+        **_versions(),
+        "cpu": _cpu_name(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_1min_at_start": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+        "command": " ".join(["python -m attn_lib.bench", *sys.argv[1:]]) if sys.argv[1:2] == ["cpu"] else None,
+        "config": {"batch": 1, "heads": heads, "head_dim": head_dim, "dtype": "float32", "is_causal": False,
+                   "repeats": repeats, "tiled_blocks": [128, 128]},
+        "time_method": "median over repeats of process CPU time (time.process_time) and of wall time "
+                       "(time.perf_counter) per call; with one torch thread, CPU time is the compute time "
+                       "even when other processes compete for the cores, wall time is not",
+        "memory_method": "peak of the running total of allocations minus frees through PyTorch's CPU allocator "
+                         "during one call (torch.profiler, profile_memory=True); inputs excluded, output included",
+        "rows": [],
+    }
+    table = []
+    for n in sizes:
+        q, k, v = (torch.randn(1, heads, n, head_dim) for _ in range(3))
+        row = {"n": n}
+        outs = {}
+        for name, fn in CPU_METHODS.items():
+            peak, outs[name] = measure_peak_memory(fn, q, k, v)
+            walls, cpus = [], []
+            for _ in range(repeats):
+                t0, c0 = time.perf_counter(), time.process_time()
+                fn(q, k, v)
+                walls.append(time.perf_counter() - t0)
+                cpus.append(time.process_time() - c0)
+            row[name] = {"cpu_s": statistics.median(cpus), "wall_s": statistics.median(walls),
+                         "cpu_s_all": cpus, "wall_s_all": walls, "peak_bytes": peak}
+        # the three must agree, or the comparison means nothing
+        row["max_abs_diff_vs_torch"] = {
+            name: float((outs[name] - outs["torch"]).abs().max()) for name in ("naive", "tiled")
+        }
+        row["ratios"] = {
+            "tiled_cpu_time_over_torch": _ratio(row["tiled"]["cpu_s"], row["torch"]["cpu_s"]),
+            "tiled_wall_time_over_torch": _ratio(row["tiled"]["wall_s"], row["torch"]["wall_s"]),
+            "tiled_memory_over_torch": _ratio(row["tiled"]["peak_bytes"], row["torch"]["peak_bytes"]),
+            "tiled_memory_over_naive": _ratio(row["tiled"]["peak_bytes"], row["naive"]["peak_bytes"]),
+        }
+        result["rows"].append(row)
+        r = row["ratios"]
+        table.append([
+            n,
+            *(f"{row[m]['cpu_s']:.3f}" for m in CPU_METHODS),
+            *(f"{row[m]['peak_bytes'] / MIB:.1f}" for m in CPU_METHODS),
+            f"{r['tiled_cpu_time_over_torch']:.2f}", f"{r['tiled_wall_time_over_torch']:.2f}",
+            f"{r['tiled_memory_over_torch']:.2f}", f"{r['tiled_memory_over_naive']:.3f}",
+        ])
+        print(f"N={n} done", flush=True)
+        del q, k, v, outs
+    last = result["rows"][-1]["ratios"]
+    result["targets"] = {
+        "at_n": result["rows"][-1]["n"],
+        "tiled_memory_within_1.5x_of_torch": last["tiled_memory_over_torch"] <= 1.5,
+        "tiled_memory_at_most_quarter_of_naive": last["tiled_memory_over_naive"] <= 0.25,
+        "tiled_cpu_time_within_3x_of_torch": last["tiled_cpu_time_over_torch"] <= 3.0,
+        "tiled_wall_time_within_3x_of_torch": last["tiled_wall_time_over_torch"] <= 3.0,
+    }
+    headers = ["N", "naive cpu s", "tiled cpu s", "torch cpu s", "naive MiB", "tiled MiB", "torch MiB",
+               "tiled/torch cpu", "tiled/torch wall", "tiled/torch mem", "tiled/naive mem"]
+    print()
+    print(f"CPU: {result['cpu']}, {result['torch_threads']} threads, torch {result['torch']}, {result['date_utc']}")
+    print(f"batch 1, {heads} heads, head_dim {head_dim}, float32, median of {repeats}; "
+          "times are process CPU seconds (wall-clock ratios in their own column)")
+    print(format_table(headers, table))
+    print("targets at N =", result["targets"]["at_n"], {k: v for k, v in result["targets"].items() if k != "at_n"})
+    _save(result, out)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU
+# ----------------------------------------------------------------------------------------------
+# (L, S, head_dim, is_causal): ragged lengths, L != S, head_dims that are not powers of two
+GPU_CHECK_CASES = [(1, 1, 64, False), (17, 17, 64, True), (100, 130, 128, False), (130, 100, 48, True),
+                   (1000, 1017, 128, True), (777, 2049, 96, False)]
+
+
+def _gpu_correctness(device) -> list[dict]:
+    import attn_lib.tiled_attention as tiled_mod
+    from attn_lib.flash_attention import flash_attention
+
+    rows = []
+    tiled_mod._POISON_OUTPUTS = True  # outputs start as NaN: an element the kernel misses shows up
+    try:
+        for dtype, tol in ((torch.float16, 1e-2), (torch.bfloat16, 3e-2)):
+            for L, S, D, causal in GPU_CHECK_CASES:
+                g = torch.Generator(device=device).manual_seed(L * 7919 + S * 31 + D)
+                q = torch.randn(2, 3, L, D, device=device, generator=g)
+                k = torch.randn(2, 3, S, D, device=device, generator=g)
+                v = torch.randn(2, 3, S, D, device=device, generator=g)
+                ref = torch.nn.functional.scaled_dot_product_attention(
+                    q.to(dtype).double(), k.to(dtype).double(), v.to(dtype).double(), is_causal=causal)
+                out = flash_attention(q.to(dtype), k.to(dtype), v.to(dtype), is_causal=causal, backend="triton",
+                                      block_m=64, block_n=64)
+                rel = float((out.double() - ref).norm() / ref.norm())
+                finite = bool(torch.isfinite(out).all())
+                rows.append({"dtype": str(dtype).replace("torch.", ""), "L": L, "S": S, "head_dim": D,
+                             "is_causal": causal, "rel_error": rel, "all_finite": finite,
+                             "ok": finite and rel < tol})
+    finally:
+        tiled_mod._POISON_OUTPUTS = False
+    return rows
+
+
+def run_gpu(sizes=(1024, 2048, 4096, 8192, 16384), head_dims=(64, 128), batch: int = 4, heads: int = 32,
+            out: Path | None = GPU_JSON) -> dict | None:
+    """Correctness, then TFLOP/s of the Triton kernel vs torch's flash and cuDNN backends (bfloat16).
+
+    Returns the result dict (also saved as JSON), or None when there is no CUDA GPU.
+    """
+    if not torch.cuda.is_available():
+        print("No CUDA GPU is available on this machine: the GPU benchmark needs one (an NVIDIA GPU "
+              "with a CUDA build of PyTorch and Triton). Nothing was measured.")
+        return None
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    from attn_lib.flash_attention import _autotuned_kernel, flash_attention
+
+    device = torch.device("cuda")
+    t_start = time.perf_counter()
+    props = torch.cuda.get_device_properties(device)
+    result = {
+        "mode": "gpu", **_versions(),
+        "gpu": props.name, "compute_capability": f"{props.major}.{props.minor}",
+        "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+        "config": {"batch": batch, "heads": heads, "dtype": "bfloat16", "timing": "triton.testing.do_bench median"},
+    }
+    print(f"GPU: {props.name} (sm_{props.major}{props.minor}), torch {torch.__version__}, triton {triton.__version__}")
+
+    print("1) correctness at ragged lengths (outputs poisoned with NaN first)")
+    checks = _gpu_correctness(device)
+    result["correctness"] = checks
+    print(format_table(["dtype", "L", "S", "D", "causal", "rel err", "ok"],
+                       [[c["dtype"], c["L"], c["S"], c["head_dim"], c["is_causal"], f"{c['rel_error']:.2e}", c["ok"]]
+                        for c in checks]))
+    if not all(c["ok"] for c in checks):
+        print("correctness FAILED: not timing a wrong kernel")
+        result["error"] = "correctness failed"
+        _save(result, out)
+        return result
+
+    print("\n2) ceiling: bfloat16 matrix product 8192 x 8192 x 8192")
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    ms = do_bench(lambda: a @ b, warmup=25, rep=100, return_mode="median")
+    result["matmul_bf16_tflops"] = 2 * 8192**3 / (ms * 1e-3) / 1e12
+    print(f"   {result['matmul_bf16_tflops']:.0f} TFLOP/s")
+    del a, b
+
+    print("\n3) attention TFLOP/s (bfloat16, do_bench median)")
+    rows, table = [], []
+    backends = {"torch_flash": SDPBackend.FLASH_ATTENTION, "torch_cudnn": SDPBackend.CUDNN_ATTENTION}
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for d in head_dims:
+        for causal in (False, True):
+            for n in sizes:
+                q, k, v = (torch.randn(batch, heads, n, d, device=device, dtype=torch.bfloat16) for _ in range(3))
+                flops = attention_flops(batch, heads, n, d, causal)
+                row = {"head_dim": d, "is_causal": causal, "n": n}
+                out_triton = flash_attention(q, k, v, is_causal=causal, backend="triton")  # autotunes here
+                row["triton_config"] = str(_autotuned_kernel().best_config)
+                ms = do_bench(lambda: flash_attention(q, k, v, is_causal=causal, backend="triton"),
+                              warmup=25, rep=100, return_mode="median")
+                row["triton_ms"], row["triton_tflops"] = ms, flops / (ms * 1e-3) / 1e12
+                for name, backend in backends.items():
+                    try:
+                        with sdpa_kernel(backend):
+                            out_ref = sdpa(q, k, v, is_causal=causal)
+                            ms = do_bench(lambda: sdpa(q, k, v, is_causal=causal), warmup=25, rep=100,
+                                          return_mode="median")
+                        row[f"{name}_ms"], row[f"{name}_tflops"] = ms, flops / (ms * 1e-3) / 1e12
+                        row[f"{name}_rel_diff"] = float((out_triton.float() - out_ref.float()).norm() / out_ref.float().norm())
+                    except RuntimeError as e:  # backend not available for this GPU/shape/build
+                        row[f"{name}_ms"] = row[f"{name}_tflops"] = None
+                        row[f"{name}_error"] = str(e).splitlines()[0][:200]
+                if row.get("torch_flash_tflops"):
+                    row["triton_over_torch_flash"] = row["triton_tflops"] / row["torch_flash_tflops"]
+                rows.append(row)
+                fmt = lambda x: "n/a" if x is None else f"{x:.0f}"  # noqa: E731
+                table.append([d, causal, n, fmt(row["triton_tflops"]), fmt(row.get("torch_flash_tflops")),
+                              fmt(row.get("torch_cudnn_tflops")),
+                              f"{row['triton_over_torch_flash']:.2f}" if "triton_over_torch_flash" in row else "n/a"])
+                del q, k, v, out_triton
+                torch.cuda.empty_cache()
+    result["rows"] = rows
+    print(format_table(["D", "causal", "N", "triton", "torch flash", "torch cudnn", "triton/flash"], table))
+    target = [r["triton_over_torch_flash"] for r in rows
+              if r["head_dim"] == 128 and r["n"] >= 4096 and "triton_over_torch_flash" in r]
+    result["target_triton_at_least_0.8x_flash_d128_n4k_plus"] = bool(target) and min(target) >= 0.8
+    result["wall_s"] = time.perf_counter() - t_start
+    print(f"\nceiling (bf16 matmul): {result['matmul_bf16_tflops']:.0f} TFLOP/s; "
+          f"target >= 0.8x flash at D=128, N>=4k: {result['target_triton_at_least_0.8x_flash_d128_n4k_plus']}; "
+          f"took {result['wall_s']:.0f} s")
+    _save(result, out)
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attn_lib.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=["cpu", "gpu"])
+    parser.add_argument("--sizes", type=int, nargs="+", help="sequence lengths N (default: the standard set)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per point on the CPU (median)")
+    parser.add_argument("--out", type=Path, help="JSON file to write (default docs/benchmarks_<mode>.json)")
+    parser.add_argument("--no-save", action="store_true", help="print only, write no JSON")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for the cpu mode (default 1; 0 keeps torch's default)")
+    args = parser.parse_args(argv)
+    if args.sizes and any(n < 1 for n in args.sizes):
+        parser.error(f"--sizes must be positive, got {args.sizes}")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.mode == "cpu":
+        out = None if args.no_save else (args.out or CPU_JSON)
+        run_cpu(**({"sizes": tuple(args.sizes)} if args.sizes else {}), repeats=args.repeats, out=out,
+                threads=args.threads or None)
+    else:
+        out = None if args.no_save else (args.out or GPU_JSON)
+        run_gpu(**({"sizes": tuple(args.sizes)} if args.sizes else {}), out=out)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

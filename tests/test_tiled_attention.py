@@ -1,0 +1,315 @@
+"""attn_lib.tiled_attention against torch's scaled_dot_product_attention (float64 reference).
+
+Outputs are allocated filled with NaN (``_POISON_OUTPUTS``), so an element the tile loop never
+writes fails the comparison. Gradients are compared with autograd through torch's function.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import attn_lib.tiled_attention as tiled_mod
+from attn_lib.tiled_attention import (
+    causal_tiles,
+    measure_peak_memory,
+    naive_attention,
+    online_softmax_trace,
+    online_softmax_update,
+    plot_online_softmax_step,
+    tiled_attention,
+)
+
+F = torch.nn.functional
+LENGTHS = [1, 17, 64, 100, 130]
+HEAD_DIMS = [16, 32, 48, 64, 128]
+# every length as L, paired with a different S (L != S) and with itself; every head_dim
+CASES = [(L, LENGTHS[(i + shift) % 5], HEAD_DIMS[(i + 2 * shift) % 5]) for i, L in enumerate(LENGTHS) for shift in (0, 1, 3)]
+# tolerances against the float64 reference: fp32 running in fp32; fp16 rounds the output to 11 bits
+TOL = {torch.float32: dict(atol=2e-6, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3)}
+
+
+@pytest.fixture(autouse=True)
+def poison(monkeypatch):
+    monkeypatch.setattr(tiled_mod, "_POISON_OUTPUTS", True)
+
+
+def _qkv(shape_q, S, Ev=None, *, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    *lead, L, E = shape_q
+    q = torch.randn(*lead, L, E, generator=g, dtype=torch.float64)
+    k = torch.randn(*lead, S, E, generator=g, dtype=torch.float64)
+    v = torch.randn(*lead, S, Ev or E, generator=g, dtype=torch.float64)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def _ref_lse(q, k, is_causal, scale=None):
+    s = (q.double() @ k.double().transpose(-2, -1)) * (scale or 1 / math.sqrt(q.shape[-1]))
+    if is_causal:
+        L, S = s.shape[-2:]
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), -math.inf)
+    return torch.logsumexp(s, dim=-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("L,S,E", CASES)
+def test_matches_torch_sdpa(L, S, E, is_causal, dtype):
+    q, k, v = _qkv((2, 3, L, E), S, seed=L * 1000 + S + E, dtype=dtype)
+    # the reference sees exactly the (rounded) inputs the tiled version sees, in float64
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=is_causal)
+    out, lse = tiled_attention(q, k, v, is_causal=is_causal, block_q=32, block_k=16, return_lse=True)
+    assert out.dtype == dtype and out.shape == ref.shape
+    assert lse.dtype == torch.float32 and lse.shape == (2, 3, L)
+    torch.testing.assert_close(out.double(), ref, **TOL[dtype])
+    torch.testing.assert_close(lse.double(), _ref_lse(q, k, is_causal), atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_default_blocks_and_head_dim_of_value(is_causal):
+    q, k, v = _qkv((1, 2, 300, 32), 257, Ev=24, seed=1)  # ragged against 128, Ev != E
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=0.3)
+    out = tiled_attention(q, k, v, is_causal=is_causal, scale=0.3)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+
+
+@settings(max_examples=40)
+@given(
+    L=st.integers(1, 40), S=st.integers(1, 40), E=st.integers(1, 12), Ev=st.integers(1, 6),
+    bq=st.integers(1, 17), bk=st.integers(1, 17), is_causal=st.booleans(), lead=st.sampled_from([(), (2,), (2, 1)]),
+)
+def test_any_shape_and_block_float64(L, S, E, Ev, bq, bk, is_causal, lead):
+    q, k, v = _qkv((*lead, L, E), S, Ev=Ev, seed=L + 41 * S)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    out, lse = tiled_attention(q, k, v, is_causal=is_causal, block_q=bq, block_k=bk, return_lse=True)
+    assert lse.dtype == torch.float64
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(lse, _ref_lse(q, k, is_causal), atol=1e-12, rtol=1e-10)
+
+
+def test_causal_never_reads_blocks_above_the_diagonal():
+    # L < S, top-left causal: rows 0..31 see keys 0..31 only. Key blocks 32.. are above the
+    # diagonal for every row. NaN there would leak into the output (0 * NaN = NaN) if they were read.
+    q, k, v = _qkv((1, 2, 32, 16), 64, seed=3)
+    v_poisoned = v.clone()
+    v_poisoned[..., 32:, :] = math.nan
+    out = tiled_attention(q, k, v_poisoned, is_causal=True, block_q=16, block_k=16)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    # the same NaN values are read when not causal: the test would catch a missing skip
+    assert torch.isnan(tiled_attention(q, k, v_poisoned, block_q=16, block_k=16)).all()
+
+
+@settings(max_examples=30)
+@given(L=st.integers(1, 20), S=st.integers(1, 20), bq=st.integers(1, 8), bk=st.integers(1, 8), seed=st.integers(0, 99))
+def test_bool_mask_and_fully_masked_rows(L, S, bq, bk, seed):
+    q, k, v = _qkv((2, L, 8), S, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(2, L, S, generator=g) > 0.4
+    mask[:, 0] = False  # first row of each batch sees nothing
+    out, lse = tiled_attention(q, k, v, attn_mask=mask, block_q=bq, block_k=bk, return_lse=True)
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    empty = ~mask.any(-1)
+    assert (out[empty] == 0).all() and (lse[empty] == -math.inf).all()
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.where(mask, 0.0, -math.inf).double())
+    torch.testing.assert_close(out[~empty], ref[~empty], atol=1e-12, rtol=1e-10)
+
+
+def test_mask_broadcasts_and_combines_with_causal():
+    q, k, v = _qkv((2, 3, 20, 8), 20, seed=5)
+    pad = torch.arange(20) < 15  # keys 15.. are padding, same for every row
+    out = tiled_attention(q, k, v, attn_mask=pad, is_causal=True, block_q=8, block_k=8)
+    allowed = torch.ones(20, 20, dtype=torch.bool).tril() & pad
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("L,S", [(37, 29), (16, 50), (1, 9)])
+def test_gradients_match_autograd_through_torch(L, S, is_causal):
+    q, k, v = (t.requires_grad_() for t in _qkv((2, 2, L, 16), S, Ev=8, seed=L * S))
+    g = torch.Generator().manual_seed(7)
+    d_out = torch.randn(2, 2, L, 8, generator=g, dtype=torch.float64)
+    out = tiled_attention(q, k, v, is_causal=is_causal, block_q=8, block_k=8)
+    grads = torch.autograd.grad(out, (q, k, v), d_out)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), d_out)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-8)
+
+
+def test_gradients_in_float32_match_float64_autograd():
+    q64, k64, v64 = (t.requires_grad_() for t in _qkv((1, 2, 70, 32), 90, seed=11))
+    q, k, v = (t.detach().float().requires_grad_() for t in (q64, k64, v64))
+    d_out = torch.randn(1, 2, 70, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    grads = torch.autograd.grad(tiled_attention(q, k, v, is_causal=True, block_q=32, block_k=16), (q, k, v), d_out.float())
+    ref = torch.autograd.grad(F.scaled_dot_product_attention(q64, k64, v64, is_causal=True), (q64, k64, v64), d_out)
+    for got, want in zip(grads, ref):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=1e-4)
+
+
+def test_gradcheck_including_lse_and_masked_rows():
+    q, k, v = (t.requires_grad_() for t in _qkv((1, 7, 4), 6, Ev=3, seed=2))
+    mask = torch.rand(7, 6, generator=torch.Generator().manual_seed(0)) > 0.3
+    mask[2] = False
+
+    def f(q, k, v):
+        out, lse = tiled_attention(q, k, v, attn_mask=mask, is_causal=True, block_q=3, block_k=2, return_lse=True)
+        return out, torch.where(torch.isinf(lse), 0.0, lse)  # -inf rows have no gradient
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+def test_backward_never_stores_the_score_matrix():
+    # with L = S = 512 the (L, S) float64 matrix would be 2 MiB per head; the backward's extra
+    # memory stays at O((L + S) * head_dim) plus one tile
+    q, k, v = (t.requires_grad_() for t in _qkv((1, 1, 512, 16), 512, seed=4))
+    out = tiled_attention(q, k, v, block_q=64, block_k=64)
+    peak, _ = measure_peak_memory(lambda: torch.autograd.grad(out.sum(), (q, k, v)))
+    assert peak < 512 * 512 * 8 / 2, peak
+
+
+def test_no_grad_path_saves_nothing():
+    q, k, v = (t.requires_grad_() for t in _qkv((1, 4, 4), 4))
+    with torch.no_grad():
+        out = tiled_attention(q, k, v)
+    assert out.grad_fn is None
+
+
+def test_naive_attention_matches_torch():
+    q, k, v = _qkv((2, 2, 13, 8), 9, seed=9)
+    for causal in (False, True):
+        torch.testing.assert_close(naive_attention(q, k, v, is_causal=causal),
+                                   F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+
+
+def test_peak_memory_of_naive_vs_tiled():
+    # naive holds the (H, N, N) float32 scores and the softmax of them at once: at least 2 H N^2 4 bytes
+    H, N, D = 4, 512, 32
+    q, k, v = _qkv((1, H, N, D), N, dtype=torch.float32)
+    naive_peak, _ = measure_peak_memory(naive_attention, q, k, v)
+    tiled_peak, _ = measure_peak_memory(tiled_attention, q, k, v)
+    assert naive_peak >= 2 * H * N * N * 4
+    assert tiled_peak < naive_peak / 4
+    exact, _ = measure_peak_memory(lambda: torch.empty(1000, 1000, dtype=torch.float32))
+    assert exact == 4_000_000
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,words",
+    [
+        (dict(query=[[1.0]]), TypeError, "query must be a torch.Tensor"),
+        (dict(query=torch.ones(2, 4, dtype=torch.int64)), TypeError, "floating-point"),
+        (dict(key=torch.ones(3, 4, dtype=torch.float32)), TypeError, "share one dtype"),
+        (dict(key=torch.ones(3, 5, dtype=torch.float64)), ValueError, "same head_dim"),
+        (dict(value=torch.ones(4, 4, dtype=torch.float64)), ValueError, "same seq_len"),
+        (dict(query=torch.ones(2, 2, 4, dtype=torch.float64)), ValueError, "leading"),
+        (dict(query=torch.ones(4, dtype=torch.float64)), ValueError, "(..., seq_len, head_dim)"),
+        (dict(block_q=0), ValueError, "block_q"),
+        (dict(block_k=2.0), TypeError, "block_k"),
+        (dict(scale=-1.0), ValueError, "scale"),
+        (dict(scale="x"), TypeError, "scale"),
+        (dict(is_causal=1), TypeError, "is_causal"),
+        (dict(attn_mask=torch.ones(2, 3)), TypeError, "bool"),
+        (dict(attn_mask=torch.ones(5, 3, dtype=torch.bool)), ValueError, "broadcast"),
+    ],
+)
+def test_bad_arguments_raise_clear_errors(kwargs, exc, words):
+    args = dict(query=torch.ones(2, 4, dtype=torch.float64), key=torch.ones(3, 4, dtype=torch.float64),
+                value=torch.ones(3, 2, dtype=torch.float64))
+    args.update(kwargs)
+    q, k, v = args.pop("query"), args.pop("key"), args.pop("value")
+    with pytest.raises(exc, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        tiled_attention(q, k, v, **args)
+
+
+# ----------------------------------------------------------------------------------------------
+# the notebook's small pieces
+# ----------------------------------------------------------------------------------------------
+@settings(max_examples=50)
+@given(S=st.integers(1, 30), Ev=st.integers(1, 4), bk=st.integers(1, 10), seed=st.integers(0, 999), spread=st.floats(0.1, 30))
+def test_trace_is_exact_after_every_block(S, Ev, bk, seed, spread):
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(S, generator=g, dtype=torch.float64) * spread
+    v = torch.randn(S, Ev, generator=g, dtype=torch.float64)
+    trace = online_softmax_trace(s, v, bk)
+    assert len(trace) == math.ceil(S / bk)
+    for step in trace:
+        # after the block ending at `stop`, acc / l is exactly the softmax over keys 0..stop-1
+        want = torch.softmax(s[: step.stop], 0) @ v[: step.stop]
+        torch.testing.assert_close(step.output, want, atol=1e-12, rtol=1e-10)
+        assert step.m == s[: step.stop].max().item()
+        assert math.isclose(step.l, torch.exp(s[: step.stop] - step.m).sum().item(), rel_tol=1e-12)
+        assert 0.0 <= step.rescale <= 1.0
+    assert trace[0].rescale == 0.0  # nothing to rescale before the first block
+
+
+def test_global_max_one_pass_is_the_same_number_but_not_online():
+    # the notebook's point: using the max of ALL scores gives the same result, but needs every
+    # score before the first exponential; the online version only ever looks at one block.
+    s = torch.tensor([0.5, 3.0, -1.0, 7.0, 2.0], dtype=torch.float64)
+    v = torch.arange(10, dtype=torch.float64).reshape(5, 2)
+    trace = online_softmax_trace(s, v, 2)
+    assert [st_.m for st_ in trace] == [3.0, 7.0, 7.0]  # the running max grows; the global max is known only at the end
+    p = torch.exp(s - s.max())
+    torch.testing.assert_close(trace[-1].output, (p / p.sum()) @ v)
+
+
+@settings(max_examples=50)
+@given(R=st.integers(1, 4), S1=st.integers(1, 8), S2=st.integers(1, 8), seed=st.integers(0, 999))
+def test_update_equals_direct_state_of_both_blocks(R, S1, S2, seed):
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(R, S1 + S2, generator=g, dtype=torch.float64) * 4
+    v = torch.randn(S1 + S2, 3, generator=g, dtype=torch.float64)
+    state = (torch.full((R,), -math.inf, dtype=torch.float64), torch.zeros(R, dtype=torch.float64),
+             torch.zeros(R, 3, dtype=torch.float64))
+    state = online_softmax_update(*state, s[:, :S1], v[:S1])
+    m, l, acc = online_softmax_update(*state, s[:, S1:], v[S1:])
+    m_direct = s.amax(-1)
+    p = torch.exp(s - m_direct[:, None])
+    torch.testing.assert_close(m, m_direct)
+    torch.testing.assert_close(l, p.sum(-1))
+    torch.testing.assert_close(acc, p @ v)
+
+
+@settings(max_examples=60)
+@given(L=st.integers(1, 40), S=st.integers(1, 40), bq=st.integers(1, 12), bk=st.integers(1, 12))
+def test_causal_tiles_equal_the_tiles_the_mask_touches(L, S, bq, bk):
+    allowed = torch.ones(L, S, dtype=torch.bool).tril()  # top-left causal, as torch's is_causal
+    want = [(i, j) for i in range(math.ceil(L / bq)) for j in range(math.ceil(S / bk))
+            if allowed[i * bq:(i + 1) * bq, j * bk:(j + 1) * bk].any()]
+    assert causal_tiles(L, S, bq, bk) == want
+
+
+def test_causal_tiles_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="q_len"):
+        causal_tiles(0, 4, 2, 2)
+    with pytest.raises(TypeError, match="block_k"):
+        causal_tiles(4, 4, 2, 2.5)
+
+
+def test_trace_rejects_bad_input():
+    with pytest.raises(ValueError, match="scores"):
+        online_softmax_trace(torch.zeros(2, 2), torch.zeros(2, 1), 1)
+    with pytest.raises(ValueError, match="values"):
+        online_softmax_trace(torch.zeros(3), torch.zeros(2, 1), 1)
+    with pytest.raises(ValueError, match="block_k"):
+        online_softmax_trace(torch.zeros(3), torch.zeros(3, 1), 0)
+
+
+def test_plot_step_draws_the_state():
+    import matplotlib.pyplot as plt
+
+    s = torch.tensor([0.5, 3.0, -1.0, 7.0, 2.0])
+    v = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    ax = plot_online_softmax_step(s, v, 2, 1)
+    assert "block 1: keys 2..3" in ax[0].get_title()
+    assert "m = 7.000" in ax[0].get_legend().get_texts()[0].get_text()
+    assert len(ax[1].patches) == 6  # running output and exact output, 3 dimensions each
+    with pytest.raises(ValueError, match="step"):
+        plot_online_softmax_step(s, v, 2, 3)
+    plt.close("all")

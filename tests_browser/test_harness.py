@@ -1,0 +1,178 @@
+"""The browser test can fail: it passes a good notebook and names each problem in broken ones.
+
+A small notebook with everything the checks look at (a figure, a slider and a dropdown that
+redraw a figure, a tqdm bar, an exercise check, a bertviz head view) is executed here with
+nbclient (what `make execute` uses), so its saved outputs are real. Then:
+
+- as is, it passes;
+- with its figure, widget wiring, check output and require.js preload broken and an error cell
+  added (the saved outputs still promise the good results), each problem is reported;
+- with JupyterLab's widget extension not loading (its script blocked) and bertviz's CDN
+  unreachable, the dead widgets and the undrawn head view are reported.
+
+The notebooks are written to test-results/browser/selftest/ (ignored by git).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tests_browser.cdn import OfflineRouter
+from tests_browser.conftest import RESULTS, ROOT, VIEWPORT
+from tests_browser.driver import run_notebook
+from tests_browser.expectations import read_notebook
+
+KERNEL = {"name": "attn-course", "display_name": "Attention course (.venv)", "language": "python"}
+REQUIRE_JS = "https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.6/require.min.js"
+
+SETUP = f"""import attn_lib
+attn_lib.setup()
+from IPython.display import HTML, display
+# bertviz's head view needs require.js loaded in the page before its own script runs
+display(HTML('<script src="{REQUIRE_JS}"></script>'))"""
+FIGURE = """import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(3, 2))
+ax.plot([0, 2, 1]);"""
+WIDGETS = """import ipywidgets as widgets
+import numpy as np
+n = widgets.IntSlider(value=3, min=1, max=8, description="n")
+cmap = widgets.Dropdown(options=["viridis", "cividis"], description="cmap")
+out = widgets.Output()
+
+def draw(change=None):
+    with out:
+        out.clear_output(wait=True)
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.imshow(np.arange(n.value ** 2).reshape(n.value, n.value), cmap=cmap.value)
+        plt.show()
+
+n.observe(draw, "value")
+cmap.observe(draw, "value")
+draw()
+widgets.VBox([n, cmap, out])"""
+PROGRESS = """from tqdm.auto import tqdm
+for _ in tqdm(range(3)):
+    pass"""
+STUB = """def softmax(x):
+    raise NotImplementedError  # your code here"""
+CHECK = "attn_lib.exercises.check_softmax(softmax)"
+BERTVIZ = """import torch
+from bertviz import head_view
+head_view(attention=[torch.rand(1, 3, 4, 4).softmax(-1)], tokens=["the", "cat", "sat", "."])"""
+
+CELLS = [("markdown", "# Browser test self-check"), ("code", SETUP), ("code", FIGURE), ("code", WIDGETS),
+         ("code", PROGRESS), ("code", STUB), ("code", CHECK), ("code", BERTVIZ)]
+
+
+def _new_notebook(cells) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = dict(KERNEL)
+    nb.cells = [nbformat.v4.new_markdown_cell(src) if kind == "markdown" else nbformat.v4.new_code_cell(src)
+                for kind, src in cells]
+    return nb
+
+
+@pytest.fixture(scope="session")
+def selftest_dir():
+    d = RESULTS / "selftest"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.fixture(scope="session")
+def good_notebook(selftest_dir):
+    nb = _new_notebook(CELLS)
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # inline figures, as in `make execute`
+    NotebookClient(nb, kernel_name=KERNEL["name"], timeout=300, record_timing=False,
+                   resources={"metadata": {"path": str(selftest_dir)}}).execute(env=env)
+    path = selftest_dir / "good.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def broken_notebook(good_notebook, selftest_dir):
+    """The good notebook's saved outputs, with sources that no longer produce them."""
+    nb = nbformat.read(good_notebook, as_version=4)
+    broken = copy.deepcopy(nb)
+    src = {i: "".join(c.source) for i, c in enumerate(broken.cells)}
+    index = {body: i for i, (_, body) in enumerate(CELLS)}
+    broken.cells[index[SETUP]].source = src[index[SETUP]].split("from IPython.display")[0]  # no require.js preload
+    broken.cells[index[FIGURE]].source = 'import matplotlib.pyplot as plt\nprint("the figure is gone")'
+    broken.cells[index[WIDGETS]].source = src[index[WIDGETS]].replace('n.observe(draw, "value")\n', "")
+    broken.cells[index[CHECK]].source = CHECK + ";"  # the message is no longer displayed
+    broken.cells.append(nbformat.v4.new_code_cell('raise ValueError("boom: a broken cell")'))
+    broken.cells.append(nbformat.v4.new_code_cell('print("after the error")'))
+    path = selftest_dir / "broken.ipynb"
+    nbformat.write(broken, path)
+    return path
+
+
+def test_good_notebook_passes(good_notebook, page, lab, router, results_dir):
+    nb = read_notebook(good_notebook, ROOT)
+    # The expectations come from the saved outputs, and they are not empty:
+    assert sum(c.images for c in nb.cells) >= 1
+    widget_cell = next(c for c in nb.cells if c.sliders)
+    assert (widget_cell.sliders, widget_cell.dropdowns) == (1, 1)
+    assert any(c.progress_bars for c in nb.cells)
+    [check] = [m for c in nb.cells for m in c.check_messages]
+    assert check.startswith("❌ check_softmax: your function is not written yet")
+    [view] = [v for c in nb.cells for v in c.bertviz]
+    assert (view.kind, view.heads, view.left_tokens) == ("head", 3, ["the", "cat", "sat", "."])
+
+    result = run_notebook(page, lab, nb, results_dir / "selftest" / "good.png")
+    print("good.ipynb:", result.timings)
+    assert result.problems == [], "\n".join(result.problems + result.console_errors)
+    assert router.refused == []
+    assert {u.split("/")[5] for u in router.served} >= {"require.js", "d3", "jquery"}, router.served
+    from PIL import Image
+
+    with Image.open(result.screenshot) as img:
+        assert img.height > VIEWPORT["height"], "the screenshot should show the whole notebook"
+
+
+def _expect(problems: list[str], *fragments: str) -> None:
+    for fragment in fragments:
+        assert any(fragment in p for p in problems), f"no problem mentions {fragment!r}:\n" + "\n".join(problems)
+
+
+def test_broken_cells_are_reported(broken_notebook, page, lab, results_dir):
+    nb = read_notebook(broken_notebook, ROOT)
+    result = run_notebook(page, lab, nb, results_dir / "selftest" / "broken.png")
+    print("broken.ipynb:", result.timings)
+    problems = result.problems
+    _expect(
+        problems,
+        "shows 0 figure(s); the committed notebook shows 1",  # the figure cell
+        "moving slider 'n' from 3.0 to 4.0 changed neither figure nor text",  # the unwired slider
+        "the check message '❌ check_softmax: your function is not written yet",  # the silenced check
+        "ValueError: boom: a broken cell",  # the error cell
+        "'print(\"after the error\")'): did not run",  # Run All stops at the error
+        "require is not defined",  # bertviz's script ran before require.js had loaded
+        "bertviz did not draw",
+    )
+    # The dropdown still redraws the figure: it is not reported.
+    assert not any("dropdown" in p for p in problems), problems
+
+
+def test_missing_widget_extension_and_cdn_are_reported(good_notebook, browser, lab, cdn_files, results_dir):
+    nb = read_notebook(good_notebook, ROOT)
+    ctx = browser.new_context(viewport=VIEWPORT)
+    router = OfflineRouter(cdn_files, serve_cdn=False)
+    router.attach(ctx)
+    # As if jupyterlab_widgets were not installed: its JupyterLab extension never loads.
+    ctx.route("**/lab/extensions/@jupyter-widgets/jupyterlab-manager/**", lambda route: route.abort())
+    page = ctx.new_page()
+    try:
+        problems = run_notebook(page, lab, nb, results_dir / "selftest" / "no-extension.png").problems
+    finally:
+        ctx.close()
+        lab.shutdown_kernels()
+    _expect(problems, "rendered as live widgets", "is the jupyterlab_widgets extension missing?",
+            "bertviz did not draw")
+    assert any("cdnjs.cloudflare.com" in u for u in router.refused), router.refused
