@@ -58,3 +58,16 @@ clean:
 train-dates: install
 	$(BIN)/python -m attn_lib.data
 	$(BIN)/python -m attn_lib.train
+
+# The course as a learner sees it: JupyterLab in headless Chromium, driven by Playwright (tests_browser/).
+# Needs the system Chromium (Debian/Ubuntu: apt-get install chromium) and npm (bertviz's scripts are
+# installed from npm into build/browser-libs/ at test time). Screenshots: test-results/browser/.
+# One notebook: make test-browser BROWSER_NB="notebooks/03_*.ipynb"
+BROWSER_NB ?=
+.PHONY: test-browser
+$(VENV)/.browser-installed: requirements-browser.txt | $(STAMP)
+	$(BIN)/python -m pip install -r requirements-browser.txt
+	touch $@
+
+test-browser: install $(VENV)/.browser-installed
+	$(BIN)/python -m pytest tests_browser -v --durations=0 --timeout=900 $(if $(BROWSER_NB),--notebooks $(BROWSER_NB))

@@ -41,6 +41,12 @@ _LAZY = {
     "tiled_attention": "attn_lib.tiled_attention",
     "flash_attention": "attn_lib.flash_attention",
     "plot_attention": "attn_lib.viz",
+    "BPETokenizer": "attn_lib.tokenization",
+    "sinusoidal_positional_encoding": "attn_lib.positional",
+    "LearnedPositionalEmbedding": "attn_lib.positional",
+    "apply_rope": "attn_lib.positional",
+    "alibi_slopes": "attn_lib.positional",
+    "alibi_bias": "attn_lib.positional",
 }
 
 # Submodules reachable as attributes without an explicit import (attn_lib.exercises.check_...).

@@ -381,7 +381,7 @@ def compile_kernel(
         fn=_flash_attention_kernel, signature=signature,
         constexprs={(names.index(k),): v for k, v in consts.items()}, attrs=attrs,
     )
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=num_stages, enable_fp_fusion=True))
 
 
 def _flash_forward(q, k, v, scale, is_causal, block_m, block_n, interpret):

@@ -33,6 +33,7 @@ import torch.nn as nn
 __all__ = [
     "kv_head_for_query_head",
     "query_groups",
+    "describe_grouping",
     "repeat_kv",
     "grouped_query_attention",
     "bytes_per_element",
@@ -111,6 +112,21 @@ def query_groups(num_heads: int, num_kv_heads: int) -> list[list[int]]:
     for j, h in enumerate(owner):
         groups[h].append(j)
     return groups
+
+
+def describe_grouping(num_heads: int, num_kv_heads: int) -> str:
+    """One line naming the variant, its groups and its KV-cache size relative to MHA.
+
+    Example: ``describe_grouping(32, 8)`` -> "GQA: 32 query heads in 8 groups of 4; the KV cache is 8/32 = 25% of MHA's".
+
+    Raises:
+        TypeError / ValueError: as :func:`kv_head_for_query_head`.
+    """
+    G = _check_heads(num_heads, num_kv_heads)
+    name = "MHA" if num_kv_heads == num_heads else "MQA" if num_kv_heads == 1 else "GQA"
+    share = f"{num_kv_heads}/{num_heads} = {100 * num_kv_heads / num_heads:.4g}%"
+    groups = f"{num_kv_heads} group{'s' if num_kv_heads > 1 else ''} of {G}"
+    return f"{name}: {num_heads} query heads in {groups}; the KV cache is {share} of MHA's"
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:

@@ -340,8 +340,10 @@ class MultiHeadAttention(nn.Module):
                 convention); with ``kv_cache`` bottom-right: the L new queries are the last L of S_total
                 positions, so feeding tokens one at a time or in chunks equals the full causal forward.
             need_weights: also return the per-head attention weights.
-            kv_cache: a :class:`KVCache`; the new keys/values (after RoPE) are appended to it and the
-                queries attend over everything cached. S_total = tokens cached before + S.
+            kv_cache: a :class:`KVCache` (or any object with its ``seq_len`` and ``update``, and
+                optionally ``check``, e.g. ``attn_lib.gqa.QuantizedKVCache``); the new keys/values (after
+                RoPE) are appended to it and the queries attend over everything cached.
+                S_total = tokens cached before + S.
 
         Returns:
             (output, weights): output (B, L, d_model) in the input dtype; weights (B, H, L, S_total)
@@ -372,8 +374,8 @@ class MultiHeadAttention(nn.Module):
             q = apply_rope(q, torch.arange(past, past + L, device=q.device), base=self.rope_base)
             k = apply_rope(k, torch.arange(past, past + S_new, device=k.device), base=self.rope_base)
 
-        if kv_cache is not None:
-            kv_cache.check(k, v)
+        if kv_cache is not None and hasattr(kv_cache, "check"):
+            kv_cache.check(k, v)  # reject a mismatching cache before it is changed
         S = past + S_new
         mask = self._build_mask(B, L, S, attn_mask, padding_mask, is_causal, kv_cache is not None,
                                 q.device, _shape(query), _shape(key))

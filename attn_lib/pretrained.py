@@ -31,8 +31,10 @@ def load_pretrained():
     Raises:
         ValueError: the model did not load with eager attention.
     """
+    import transformers
     from transformers import AutoModel, AutoTokenizer
 
+    transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar in notebooks and tests
     path = model_path()
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     model = AutoModel.from_pretrained(path, local_files_only=True, attn_implementation="eager")

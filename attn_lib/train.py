@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Sequence
 
@@ -29,11 +30,27 @@ import torch.nn.functional as F
 from attn_lib.data import (SOURCE_VOCAB, TARGET_VOCAB, DateBatch, DateExample, collate)
 
 __all__ = [
-    "train", "TrainResult", "endless_batches", "seq2seq_loss", "predict_seq2seq", "exact_match", "Evaluation",
+    "train", "TrainResult", "single_thread", "endless_batches", "seq2seq_loss", "predict_seq2seq", "exact_match", "Evaluation",
     "MASK_ID", "NUM_SLOTS", "encoder_only_inputs", "encoder_only_loss", "predict_encoder_only",
     "decoder_only_inputs", "decoder_only_loss", "predict_decoder_only",
     "DATE_MODEL_CONFIG", "DATE_TRAIN_CONFIG", "train_date_model", "save_model", "load_model", "CHECKPOINT",
 ]
+
+
+@contextmanager
+def single_thread(threads: int | None = 1):
+    """Run the block with ``torch.set_num_threads(threads)`` and restore the old setting after.
+
+    Models this small run faster on one thread than on several (less synchronisation), and results
+    on one thread do not depend on the machine's core count. ``threads=None`` changes nothing.
+    """
+    old = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 class TrainResult(NamedTuple):
@@ -103,13 +120,10 @@ def train(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, steps
         return 0.5 * (1 + math.cos(math.pi * (step - warmup_steps) / max(1, steps - warmup_steps)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
-    old_threads = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
     losses = []
     start = time.perf_counter()
     model.train()
-    try:
+    with single_thread(threads):
         n = steps if stop_after is None else min(steps, stop_after)
         bar = tqdm(range(n), desc=desc, disable=not progress)
         for step in bar:
@@ -125,9 +139,7 @@ def train(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, steps
             if step % 20 == 0 or step == n - 1:
                 bar.set_postfix(loss=f"{loss.item():.3f}")
         bar.close()
-    finally:
-        torch.set_num_threads(old_threads)
-        model.eval()
+    model.eval()
     return TrainResult(losses, time.perf_counter() - start)
 
 
@@ -148,11 +160,12 @@ def predict_seq2seq(model, examples: Sequence[DateExample], *, batch_size: int =
     """Greedy translations of the examples' sources (one str per example)."""
     model.eval()
     preds = []
-    for chunk in _in_batches(examples, batch_size):
-        b = collate(chunk)
-        out = model.greedy_decode(b.src, b.src_padding_mask, max_new_tokens=12,
-                                  bos_id=TARGET_VOCAB.bos_id, eos_id=TARGET_VOCAB.eos_id)
-        preds += [TARGET_VOCAB.decode(row) for row in out]
+    with single_thread():
+        for chunk in _in_batches(examples, batch_size):
+            b = collate(chunk)
+            out = model.greedy_decode(b.src, b.src_padding_mask, max_new_tokens=12,
+                                      bos_id=TARGET_VOCAB.bos_id, eos_id=TARGET_VOCAB.eos_id)
+            preds += [TARGET_VOCAB.decode(row) for row in out]
     return preds
 
 
@@ -207,10 +220,11 @@ def predict_encoder_only(model, examples: Sequence[DateExample], *, batch_size: 
     """All 10 characters in one pass: the arg-max of each slot."""
     model.eval()
     preds = []
-    for chunk in _in_batches(examples, batch_size):
-        ids, mask = encoder_only_inputs(collate(chunk))
-        out = model(ids, mask).logits[:, :NUM_SLOTS].argmax(-1)  # (B, 10)
-        preds += [TARGET_VOCAB.decode(row) for row in out]
+    with single_thread():
+        for chunk in _in_batches(examples, batch_size):
+            ids, mask = encoder_only_inputs(collate(chunk))
+            out = model(ids, mask).logits[:, :NUM_SLOTS].argmax(-1)  # (B, 10)
+            preds += [TARGET_VOCAB.decode(row) for row in out]
     return preds
 
 
@@ -254,10 +268,11 @@ def predict_decoder_only(model, examples: Sequence[DateExample], *, batch_size: 
     """Greedy continuation of each prompt ``source <s>`` until ``</s>``."""
     model.eval()
     preds = []
-    for chunk in _in_batches(examples, batch_size):
-        prompts = [SOURCE_VOCAB.encode(ex.source) + [SOURCE_VOCAB.bos_id] for ex in chunk]
-        for out in model.generate(prompts, 11, eos_id=SOURCE_VOCAB.eos_id):
-            preds.append(SOURCE_VOCAB.decode(out))
+    with single_thread():
+        for chunk in _in_batches(examples, batch_size):
+            prompts = [SOURCE_VOCAB.encode(ex.source) + [SOURCE_VOCAB.bos_id] for ex in chunk]
+            for out in model.generate(prompts, 11, eos_id=SOURCE_VOCAB.eos_id):
+                preds.append(SOURCE_VOCAB.decode(out))
     return preds
 
 

@@ -104,11 +104,11 @@ def test_check_masked_attention():
         "after the softmax")
     _fails_with(check_masked_attention(
         lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])) * m, -1) @ v),
-        "multiplying the scores")
+        "multiplying the scores by the mask")
     _fails_with(check_masked_attention(lambda q, k, v, m: _masked(q, k, v, m, scale=False)), "scale")
     _fails_with(check_masked_attention(
         lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~m, 0.0), -1) @ v),
-        "set to 0 still get weight")
+        "masked_fill with 0")
 
 
 def _decoder(lengths, T, *, keys=True, combine="and", queries=False):

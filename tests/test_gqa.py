@@ -79,6 +79,14 @@ def test_grouping_matches_hf_repeat_kv_and_torch(hg):
     assert all(owner[j] == h for h, grp in enumerate(groups) for j in grp)
 
 
+def test_describe_grouping():
+    assert gqa.describe_grouping(32, 8) == "GQA: 32 query heads in 8 groups of 4; the KV cache is 8/32 = 25% of MHA's"
+    assert gqa.describe_grouping(32, 32).startswith("MHA: 32 query heads in 32 groups of 1")
+    assert gqa.describe_grouping(32, 1) == "MQA: 32 query heads in 1 group of 32; the KV cache is 1/32 = 3.125% of MHA's"
+    with pytest.raises(ValueError, match="must divide"):
+        gqa.describe_grouping(32, 3)
+
+
 def test_grouping_example_and_errors():
     assert query_groups(32, 8)[0] == [0, 1, 2, 3] and query_groups(32, 8)[7] == [28, 29, 30, 31]
     assert kv_head_for_query_head(8, 2) == [0, 0, 0, 0, 1, 1, 1, 1]  # repeated in place, not tiled

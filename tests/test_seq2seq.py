@@ -300,10 +300,9 @@ def test_task_framings(batch):
     assert mask[:, :NUM_SLOTS].all() and torch.equal(mask[:, NUM_SLOTS:], batch.src_padding_mask)
     ids, labels = decoder_only_inputs(batch)
     for b in range(ids.shape[0]):
-        text = SOURCE_VOCAB.decode(ids[b])  # stops at the first special
-        n = len(text)
-        assert text == SOURCE_VOCAB.decode(batch.src[b])
-        assert ids[b, n] == SOURCE_VOCAB.bos_id
+        n = ids[b].tolist().index(SOURCE_VOCAB.bos_id)  # the prompt ends with <s>
+        assert SOURCE_VOCAB.decode(ids[b, :n]) == SOURCE_VOCAB.decode(batch.src[b])
+        assert n == int(batch.src_padding_mask[b].sum())
         answer = [i for i in labels[b].tolist() if i != -100]
         assert SOURCE_VOCAB.decode(answer) == TARGET_VOCAB.decode(batch.tgt_out[b]) and answer[-1] == SOURCE_VOCAB.eos_id
         assert (labels[b, : n] == -100).all(), "no loss on the prompt"

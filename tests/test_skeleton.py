@@ -222,3 +222,15 @@ def test_every_notebook_starts_with_setup_and_is_saved_with_outputs():
         counts = [c["execution_count"] for c in code if "".join(c["source"]).strip()]
         assert all(isinstance(n, int) for n in counts), f"{nb_path}: unexecuted cells; run make execute"
         assert counts == sorted(counts), f"{nb_path}: cells executed out of order"
+
+
+def test_nbval_markers_are_alone_on_their_line():
+    """nbval only honours `# NBVAL_IGNORE_OUTPUT` when the comment is nothing else; a reason written
+    on the same line silently turns the marker off. Put the reason on the next line."""
+    for nb_path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
+        nb = json.loads(nb_path.read_text())
+        for cell in nb["cells"]:
+            for line in "".join(cell["source"]).splitlines():
+                line = line.strip()
+                if line.startswith("#") and "NBVAL_" in line:
+                    assert re.fullmatch(r"#\s*NBVAL_[A-Z_]+", line), f"{nb_path}: marker with extra text: {line!r}"

@@ -2,8 +2,9 @@
 
 bertviz's head view loads require.js, d3 and jQuery from cdnjs.cloudflare.com. The course runs
 offline, so the browser test routes those URLs (Playwright request routing) to copies that npm
-installs into ``build/browser-libs/`` (ignored by git; never committed). Every other request
-leaving the machine is refused and recorded, so a notebook that needs the internet is noticed.
+installs into ``build/browser-libs/`` (ignored by git; never committed), answering after a
+network-like delay. Every other request leaving the machine is refused and recorded, so a
+notebook that needs the internet is noticed.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ class OfflineRouter:
 
     files: dict[str, Path]
     serve_cdn: bool = True  # False: refuse the CDN too (what a learner offline without the fix sees)
-    latency_s: float = float(os.environ.get("CDN_LATENCY_S", "0"))
+    # Like a real network, the CDN answers after a delay: a page that only works when its scripts
+    # arrive instantly (bertviz running before require.js has loaded) fails here as it does for a learner.
+    latency_s: float = float(os.environ.get("CDN_LATENCY_S", "0.25"))
     served: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
 

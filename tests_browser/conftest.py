@@ -40,7 +40,13 @@ def pytest_addoption(parser):
 def discover_notebooks(patterns: list[str]) -> list[Path]:
     found: list[Path] = []
     for pattern in patterns:
-        for path in sorted(ROOT.glob(pattern)):
+        p = Path(pattern)
+        if p.is_absolute():  # a path the shell already expanded
+            candidates = [p] if p.exists() else []
+        else:
+            candidates = sorted(ROOT.glob(pattern))
+        for path in candidates:
+            path = path.resolve()
             if path.suffix == ".ipynb" and ".ipynb_checkpoints" not in path.parts and path not in found:
                 found.append(path)
     return found
@@ -124,4 +130,4 @@ def page(context, lab, router):
         yield p
     finally:
         p.close()
-        lab.shutdown_kernels()
+        lab.shutdown_kernels(wait=False)

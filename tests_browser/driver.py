@@ -237,15 +237,7 @@ def _check_cell(nb: NotebookExpectation, cell, facts: dict) -> list[str]:
     if not any(ch.isdigit() for ch in facts["prompt"]):
         problems.append(f"{where}: did not run (prompt {facts['prompt']!r}); Run All stopped before it")
         return problems
-    # Errors and stderr: allowed only where the committed notebook shows the same stderr text.
-    allowed = [" ".join(s.split()) for s in cell.stderr]
-    for text in facts["stderr"]:
-        norm = " ".join(text.split())
-        if norm in allowed:
-            allowed.remove(norm)
-        else:
-            kind = "error" if ("Traceback" in text or "Error" in text) else "unexpected stderr output"
-            problems.append(f"{where}: shows an {kind}: {_short(text)}")
+    problems += _stderr_problems(where, cell, facts)
     # Figures: every image the committed notebook shows here is shown, and has loaded.
     shown = [ok for out in facts["outputs"] for ok in out["images"]]
     if cell.images:
@@ -279,9 +271,12 @@ def _check_cell(nb: NotebookExpectation, cell, facts: dict) -> list[str]:
         if nb.is_solutions and not message.startswith("✅"):
             problems.append(f"{where}: a solutions notebook's check does not pass: {_short(message, 200)}")
     if cell.calls_check and not cell.check_messages and not cell.widget_views:
-        if not any(line.lstrip().startswith(("✅", "❌")) for line in shown_text.splitlines()):
+        marks = [line.lstrip()[:1] for line in shown_text.splitlines() if line.lstrip().startswith(("✅", "❌"))]
+        if not marks:
             problems.append(f"{where}: calls an exercise check but shows no ✅/❌ message "
                             f"(cell shows {_short(shown_text, 200)!r})")
+        elif nb.is_solutions and "❌" in marks:
+            problems.append(f"{where}: a solutions notebook's check does not pass: {_short(shown_text, 200)}")
     # bertviz: the head view draws one line per (head, left token, right token), one colour per head.
     if cell.bertviz:
         views = facts["bertviz"]
@@ -289,6 +284,24 @@ def _check_cell(nb: NotebookExpectation, cell, facts: dict) -> list[str]:
             problems.append(f"{where}: {len(cell.bertviz)} bertviz view(s) expected, {len(views)} found")
         for saved, view in zip(cell.bertviz, views):
             problems += _check_bertviz(where, saved, view)
+    return problems
+
+
+def _stderr_problems(where: str, cell, facts: dict) -> list[str]:
+    """Errors and stderr (also inside widgets): allowed only where the committed notebook shows the same text.
+
+    JupyterLab shows tracebacks, JavaScript errors and stderr streams alike (mime type
+    application/vnd.jupyter.stderr), so each is matched against the cell's saved stderr streams.
+    """
+    problems = []
+    allowed = [" ".join(s.split()) for s in cell.stderr]
+    for text in facts["stderr"]:
+        norm = " ".join(text.split())
+        if norm in allowed:
+            allowed.remove(norm)
+        else:
+            kind = "an error" if ("Traceback" in text or "Error" in text) else "unexpected stderr output"
+            problems.append(f"{where}: shows {kind}: {_short(text)}")
     return problems
 
 
@@ -396,14 +409,12 @@ def run_notebook(page, lab, nb: NotebookExpectation, screenshot: Path, *, open_t
         for cell in nb.cells:
             if cell.widget_views and nbpage.facts(cell.index)["widgets"]:
                 result.problems += _exercise_widgets(nbpage, f"{nb.rel} {cell.label}", cell.index, widget_timeout_s)
-        # Moving the widgets must not break anything either (an error inside an Output widget).
+        # Moving the widgets must not break anything either (e.g. an error inside an Output widget).
         for cell in nb.cells:
             if cell.widget_views:
-                facts = nbpage.facts(cell.index)
-                for text in facts["stderr"][len(cell.stderr):]:
-                    msg = f"{nb.rel} {cell.label}: shows an error: {_short(text)}"
-                    if msg not in result.problems:
-                        result.problems.append(msg)
+                for problem in _stderr_problems(f"{nb.rel} {cell.label}", cell, nbpage.facts(cell.index)):
+                    if problem not in result.problems:
+                        result.problems.append(problem)
         result.timings["widgets"] = time.monotonic() - t2
     except Exception as e:  # a timeout or a page that did not load: still take the screenshot
         result.problems.append(f"{nb.rel}: {type(e).__name__}: {_short(str(e), 800)}")

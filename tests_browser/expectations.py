@@ -161,11 +161,15 @@ def read_notebook(path: Path, root: Path) -> NotebookExpectation:
                     text = _text(data["text/plain"]).strip()
                     if text.startswith(CHECK_MARKS):
                         exp.check_messages.append(text)
-                script = _text(data.get("application/javascript"))
-                if "bertviz-" in script and "require" in script:
-                    view = _bertviz_view(script)
-                    if view is not None:
-                        exp.bertviz.append(view)
+                # bertviz's script and its parameters: a Javascript output (html_action="view"),
+                # or inline in one HTML output (html_action="return").
+                for mime in ("application/javascript", "text/html"):
+                    script = _text(data.get(mime))
+                    if "bertviz-" in script and "const params = " in script:
+                        view = _bertviz_view(script)
+                        if view is not None:
+                            exp.bertviz.append(view)
+                        break
         cells.append(exp)
     kernelspec = nb.get("metadata", {}).get("kernelspec", {})
     rel = path.resolve().relative_to(root.resolve()).as_posix()

@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -71,6 +72,7 @@ class LabServer:
         self._tmp = Path(tempfile.mkdtemp(prefix="attn-browser-lab-"))
         self.log_path = self._tmp / "server.log"
         self.proc: subprocess.Popen | None = None
+        self._shutdowns: list[threading.Thread] = []
         self._log = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -83,8 +85,10 @@ class LabServer:
         (self._tmp / "workspaces").mkdir(exist_ok=True)
         config = self._tmp / "browser_test_config.py"
         config.write_text(_SERVER_CONFIG)
-        extra = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # CI containers run as root
-        return lab_command(port=self.port, token=self.token, open_browser=False) + extra + [
+        argv = lab_command(port=self.port, token=self.token, open_browser=False)
+        if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in argv:
+            argv.append("--allow-root")  # CI containers run as root
+        return argv + [
             f"--config={config}",
             f"--LabApp.user_settings_dir={settings_dir}",
             f"--LabApp.workspaces_dir={self._tmp / 'workspaces'}",
@@ -114,6 +118,8 @@ class LabServer:
             time.sleep(0.5)
 
     def stop(self) -> None:
+        for thread in self._shutdowns:
+            thread.join(timeout=30)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()  # jupyter shuts its kernels down on SIGTERM
             try:
@@ -148,12 +154,22 @@ class LabServer:
             body = r.read()
         return json.loads(body) if body else None
 
-    def shutdown_kernels(self) -> None:
-        for kernel in self.api("kernels"):
-            try:
-                self.api(f"kernels/{kernel['id']}", method="DELETE")
-            except urllib.error.HTTPError:
-                pass
+    def shutdown_kernels(self, wait: bool = True) -> None:
+        """Shut down every running kernel (wait=False: in the background, while the next test starts)."""
+        def shut_down(ids):
+            for kernel_id in ids:
+                try:
+                    self.api(f"kernels/{kernel_id}", method="DELETE")
+                except (urllib.error.HTTPError, OSError):
+                    pass
+
+        ids = [k["id"] for k in self.api("kernels")]
+        if wait:
+            shut_down(ids)
+        else:
+            thread = threading.Thread(target=shut_down, args=(ids,), daemon=True)
+            thread.start()
+            self._shutdowns.append(thread)
 
     def log_text(self) -> str:
         try:

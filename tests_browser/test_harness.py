@@ -5,8 +5,8 @@ redraw a figure, a tqdm bar, an exercise check, a bertviz head view) is executed
 nbclient (what `make execute` uses), so its saved outputs are real. Then:
 
 - as is, it passes;
-- with its figure, widget wiring, check output and require.js preload broken and an error cell
-  added (the saved outputs still promise the good results), each problem is reported;
+- with its figure, widget wiring and check output broken, bertviz shown with its own
+  (racy) display, and an error cell added (the saved outputs still promise the good results), each problem is reported;
 - with JupyterLab's widget extension not loading (its script blocked) and bertviz's CDN
   unreachable, the dead widgets and the undrawn head view are reported.
 
@@ -28,13 +28,9 @@ from tests_browser.driver import run_notebook
 from tests_browser.expectations import read_notebook
 
 KERNEL = {"name": "attn-course", "display_name": "Attention course (.venv)", "language": "python"}
-REQUIRE_JS = "https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.6/require.min.js"
 
-SETUP = f"""import attn_lib
-attn_lib.setup()
-from IPython.display import HTML, display
-# bertviz's head view needs require.js loaded in the page before its own script runs
-display(HTML('<script src="{REQUIRE_JS}"></script>'))"""
+SETUP = """import attn_lib
+attn_lib.setup()"""
 FIGURE = """import matplotlib.pyplot as plt
 fig, ax = plt.subplots(figsize=(3, 2))
 ax.plot([0, 2, 1]);"""
@@ -61,7 +57,19 @@ for _ in tqdm(range(3)):
 STUB = """def softmax(x):
     raise NotImplementedError  # your code here"""
 CHECK = "attn_lib.exercises.check_softmax(softmax)"
-BERTVIZ = """import torch
+# bertviz's own display (html_action="view") runs its script right after adding the <script> tag
+# that loads require.js, so in JupyterLab it fails unless require.js arrives at once. This cell
+# shows the head view in one HTML output whose script waits for require.js.
+BERTVIZ = r"""import torch
+from bertviz import head_view
+from IPython.display import HTML, display
+page = head_view(attention=[torch.rand(1, 3, 4, 4).softmax(-1)], tokens=["the", "cat", "sat", "."],
+                 html_action="return").data
+start = '<script type="text/javascript">'
+page = page.replace(start, start + "(function draw() { if (typeof require === 'undefined') { setTimeout(draw, 50); return; }", 1)
+page = page[: page.rindex("</script>")] + "})();</script>"
+display(HTML(page))"""
+PLAIN_BERTVIZ = """import torch
 from bertviz import head_view
 head_view(attention=[torch.rand(1, 3, 4, 4).softmax(-1)], tokens=["the", "cat", "sat", "."])"""
 
@@ -102,10 +110,10 @@ def broken_notebook(good_notebook, selftest_dir):
     broken = copy.deepcopy(nb)
     src = {i: "".join(c.source) for i, c in enumerate(broken.cells)}
     index = {body: i for i, (_, body) in enumerate(CELLS)}
-    broken.cells[index[SETUP]].source = src[index[SETUP]].split("from IPython.display")[0]  # no require.js preload
     broken.cells[index[FIGURE]].source = 'import matplotlib.pyplot as plt\nprint("the figure is gone")'
     broken.cells[index[WIDGETS]].source = src[index[WIDGETS]].replace('n.observe(draw, "value")\n', "")
     broken.cells[index[CHECK]].source = CHECK + ";"  # the message is no longer displayed
+    broken.cells[index[BERTVIZ]].source = PLAIN_BERTVIZ  # bertviz's script runs before require.js is there
     broken.cells.append(nbformat.v4.new_code_cell('raise ValueError("boom: a broken cell")'))
     broken.cells.append(nbformat.v4.new_code_cell('print("after the error")'))
     path = selftest_dir / "broken.ipynb"

@@ -99,10 +99,8 @@ def check_masked_attention(masked_attention) -> CheckResult:
                  "the mask is applied after the softmax: the remaining weights no longer sum to 1. "
                  "Add -inf (masked_fill) to the SCORES before the softmax."),
                 (torch.softmax(s * mask, -1) @ v,
-                 "multiplying the scores by the mask gives masked keys a score of 0, which still gets weight. "
-                 "Set masked scores to -inf instead."),
-                (torch.softmax(s.masked_fill(~mask, 0.0), -1) @ v,
-                 "masked scores set to 0 still get weight (exp(0) = 1); set them to -inf."),
+                 "masked keys got a score of 0 (multiplying the scores by the mask, or masked_fill with 0), and "
+                 "exp(0) = 1 still gives them weight. Set masked scores to -inf instead."),
                 (scaled_dot_product_attention(q, k, v, mask, scale=1.0)[0], "missing 1/sqrt(d_k) scale on the scores."),
             ]
             expect_close(got, want, what="the masked attention output", wrong_answers=wrong)
