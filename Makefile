@@ -20,6 +20,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: lab test execute install check-python clean
 
+# Tests and saved outputs use one torch thread per process: `make test` runs two pytest workers
+# (each with its notebook kernels) on the 2-core CI machine, and small matrices are several times
+# slower when OpenMP threads fight over the cores.
+test execute: export OMP_NUM_THREADS := 1
+
 check-python:
 	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0) if v >= (3, 10) else sys.exit("This course needs Python 3.10 or newer; found Python %d.%d at %s. Run: make PYTHON=python3.11 ..." % (v[0], v[1], sys.executable))'
 
@@ -53,7 +58,7 @@ clean:
 	rm -rf $(VENV) .hypothesis .pytest_cache
 
 # Notebook 06: regenerate data/dates/*.tsv and retrain the date model data/dates/seq2seq.safetensors
-# (deterministic, one CPU thread, a few minutes).
+# (deterministic, one CPU thread, several minutes).
 .PHONY: train-dates
 train-dates: install
 	$(BIN)/python -m attn_lib.data

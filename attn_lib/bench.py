@@ -202,10 +202,29 @@ def _run_cpu(sizes, heads, head_dim, repeats, out, seed) -> dict:
     return result
 
 
+def markdown_cpu_table(result: dict) -> str:
+    """The CPU result as a Markdown table (docs/benchmarks.md quotes it; a test keeps the two in sync)."""
+    lines = [
+        "| N | naive CPU s | tiled CPU s | torch CPU s | naive MiB | tiled MiB | torch MiB "
+        "| tiled/torch CPU time | tiled/torch wall time | tiled/torch memory | tiled/naive memory |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in result["rows"]:
+        r = row["ratios"]
+        lines.append(
+            f"| {row['n']} | " + " | ".join(f"{row[m]['cpu_s']:.3f}" for m in CPU_METHODS) + " | "
+            + " | ".join(f"{row[m]['peak_bytes'] / MIB:.1f}" for m in CPU_METHODS)
+            + f" | {r['tiled_cpu_time_over_torch']:.2f} | {r['tiled_wall_time_over_torch']:.2f}"
+            f" | {r['tiled_memory_over_torch']:.2f} | {r['tiled_memory_over_naive']:.4f} |"
+        )
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------------------------
 # GPU
 # ----------------------------------------------------------------------------------------------
 # (L, S, head_dim, is_causal): ragged lengths, L != S, head_dims that are not powers of two
+CEILING_MATMUL_N = 8192  # the ceiling: an N x N x N bfloat16 matrix product
 GPU_CHECK_CASES = [(1, 1, 64, False), (17, 17, 64, True), (100, 130, 128, False), (130, 100, 48, True),
                    (1000, 1017, 128, True), (777, 2049, 96, False)]
 
@@ -276,11 +295,12 @@ def run_gpu(sizes=(1024, 2048, 4096, 8192, 16384), head_dims=(64, 128), batch: i
         _save(result, out)
         return result
 
-    print("\n2) ceiling: bfloat16 matrix product 8192 x 8192 x 8192")
-    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    n = CEILING_MATMUL_N
+    print(f"\n2) ceiling: bfloat16 matrix product {n} x {n} x {n}")
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     ms = do_bench(lambda: a @ b, warmup=25, rep=100, return_mode="median")
-    result["matmul_bf16_tflops"] = 2 * 8192**3 / (ms * 1e-3) / 1e12
+    result["matmul_bf16_tflops"] = 2 * n**3 / (ms * 1e-3) / 1e12
     print(f"   {result['matmul_bf16_tflops']:.0f} TFLOP/s")
     del a, b
 

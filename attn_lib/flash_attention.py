@@ -223,12 +223,34 @@ def _interpreter_mode():
     from triton.runtime import interpreter as interp
     from triton.runtime.jit import JITFunction
 
-    with _INTERPRET_LOCK, _restore_language(), _interpret_knob():
+    with _INTERPRET_LOCK, _restore_language(), _interpret_knob(), _index_fix(interp):
         for mod in (tl, tl.core, tl.math, tl.standard):
             for name, value in list(vars(mod).items()):
                 if isinstance(value, JITFunction):
                     setattr(mod, name, _interpreted(value, interp))
         yield interp
+
+
+@contextlib.contextmanager
+def _index_fix(interp):
+    """Let the interpreter use a scalar tensor as a loop bound with NumPy 2 (needed for Triton <= 3.6).
+
+    The interpreter holds scalars as 1-element arrays; Triton 3.6 turns them into Python ints with
+    ``int(array)``, which NumPy 2 refuses for arrays that are not 0-dimensional, so ``range(0, S, ...)``
+    fails. Triton 3.9 squeezes first; this does the same for older versions, while a kernel runs.
+    """
+    original = interp._patch_lang
+
+    def patch_lang(fn):
+        scope = original(fn)
+        scope.set_attr(tl.core.tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+        return scope
+
+    interp._patch_lang = patch_lang
+    try:
+        yield
+    finally:
+        interp._patch_lang = original
 
 
 @contextlib.contextmanager
@@ -305,7 +327,10 @@ def _launch(q, k, v, out, lse, scale: float, is_causal: bool, block_m, block_n, 
         bn = block_n or _INTERPRETER_BLOCK
         grid = (triton.cdiv(L, bm), N)
         if _kernel_is_interpreted():  # TRITON_INTERPRET=1 was set before triton was imported
-            _flash_attention_kernel[grid](*args, BLOCK_M=bm, BLOCK_N=bn, **consts)
+            from triton.runtime import interpreter as interp
+
+            with _INTERPRET_LOCK, _index_fix(interp):  # nothing compiles in this process: no restore needed
+                _flash_attention_kernel[grid](*args, BLOCK_M=bm, BLOCK_N=bn, **consts)
         else:
             with _interpreter_mode() as interp:
                 _interpreted(_flash_attention_kernel, interp)[grid](*args, BLOCK_M=bm, BLOCK_N=bn, **consts)

@@ -487,9 +487,9 @@ def quantize_kv(x: torch.Tensor, bits: int = 8, *, per: str = "token", scale_dty
 
     - ``per="token"``: one scale per token and head (absmax over the D = head_dim channels of that
       token). A new token is quantized on its own, so a growing cache never re-quantizes the past;
-      this is what :class:`QuantizedKVCache` uses (and e.g. vLLM/HF's quantized caches per group).
+      this is what :class:`QuantizedKVCache` uses.
     - ``per="channel"``: one scale per channel and head (absmax over the S tokens). Keys have a few
-      channels with large values in every token (Liu et al. 2024, "KIVI", section 3), so per-channel
+      channels with large values in every token (Liu et al. 2024, "KIVI"), so per-channel
       scales suit keys better; but the scale depends on all tokens, so streaming needs groups of
       tokens (KIVI keeps the newest tokens in full precision until a group is full).
 
@@ -604,8 +604,8 @@ def mean_pool_kv_heads(weight: torch.Tensor, num_heads: int, num_kv_heads: int) 
     ``weight`` is a key or value projection's ``nn.Linear.weight`` (num_heads·head_dim, d_in) or its
     bias (num_heads·head_dim,), rows ordered head by head (head h = rows h·D .. h·D + D - 1).
     KV head g of the result is the mean of heads g·G .. g·G + G - 1 (G = num_heads // num_kv_heads),
-    the consecutive heads whose queries will share it (Ainslie et al. 2023, section 2.1: "mean-pool
-    all the heads", which beat keeping the first head or a random init).
+    the consecutive heads whose queries will share it (Ainslie et al. 2023, section 2.1; in their
+    ablation, mean-pooling beat keeping the first head of each group or a random initialisation).
 
     Raises:
         TypeError / ValueError: not a tensor, num_kv_heads not dividing num_heads, rows not a multiple of num_heads.
@@ -871,12 +871,12 @@ def plot_groups(num_heads: int, num_kv_heads: int, *, ax=None):
         ax.plot([j, kv_x[h]], [1, 0], color=colour[h], lw=1, alpha=0.8)
     ax.scatter(range(num_heads), [1] * num_heads, c=[colour[h] for h in owner], s=60, marker="s", zorder=3)
     ax.scatter(kv_x, [0] * num_kv_heads, c=colour, s=120, marker="o", zorder=3, edgecolors="black")
-    ax.set_yticks([0, 1], [f"{num_kv_heads} KV heads", f"{num_heads} query heads"])
+    ax.set_yticks([0, 1], [f"{num_kv_heads} KV head{'s' if num_kv_heads > 1 else ''}", f"{num_heads} query heads"])
     ax.set_xticks([])
     ax.set_ylim(-0.4, 1.4)
     name = "MHA" if num_kv_heads == num_heads else "MQA" if num_kv_heads == 1 else "GQA"
     G = num_heads // num_kv_heads
-    ax.set_title(f"{name}: {num_heads} query heads, {num_kv_heads} KV heads (groups of {G})")
+    ax.set_title(f"{name}: {num_heads} query heads, {num_kv_heads} KV head{'s' if num_kv_heads > 1 else ''} (groups of {G})")
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
     return ax

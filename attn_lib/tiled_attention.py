@@ -122,7 +122,7 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 # the forward pass: FlashAttention-2, Algorithm 1
 # ----------------------------------------------------------------------------------------------
 def _tiled_forward(q, k, v, mask, scale: float, is_causal: bool, block_q: int, block_k: int):
-    """q (N, L, E), k (N, S, E), v (N, S, Ev), mask None or bool (N, L, S) view -> out (N, L, Ev), lse (N, L).
+    """q (N, L, E), k (N, S, E), v (N, S, Ev), mask None or bool (..., L, S) -> out (N, L, Ev), lse (N, L).
 
     ``out`` has q's dtype; ``lse`` (natural log) has the accumulation dtype (float32, or float64).
     """
@@ -148,7 +148,7 @@ def _tiled_forward(q, k, v, mask, scale: float, is_causal: bool, block_q: int, b
                 cols = torch.arange(j0, j1, device=q.device)[None, :]
                 s = s.masked_fill(cols > rows, -math.inf)
             if mask is not None:
-                s = s.masked_fill(~mask[:, i0:i1, j0:j1], -math.inf)
+                s = s.masked_fill(~_mask_tile(mask, i0, i1, j0, j1), -math.inf)
             m_new = torch.maximum(m_i, s.amax(dim=-1))  # m_new = max(m_old, rowmax(S_ij))
             # A row that has seen only masked keys keeps m = -inf; use 0 as its reference so that
             # exp(-inf - 0) = 0 instead of exp(-inf - (-inf)) = NaN.
@@ -207,7 +207,7 @@ def _tiled_backward(q, k, v, mask, out, lse, d_out, d_lse, scale: float, is_caus
                 cols = torch.arange(j0, j1, device=q.device)[None, :]
                 s = s.masked_fill(cols > rows, -math.inf)
             if mask is not None:
-                s = s.masked_fill(~mask[:, i0:i1, j0:j1], -math.inf)
+                s = s.masked_fill(~_mask_tile(mask, i0, i1, j0, j1), -math.inf)
             p = torch.exp(s - lse_ref[:, i0:i1, None])  # P_ij = exp(S_ij - lse_i), exact probabilities
             do_i = d_out[:, i0:i1]
             dv_j += p.transpose(1, 2) @ do_i  # dV_j += P_ij^T dO_i
@@ -240,8 +240,13 @@ class _TiledAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None
 
 
-def _flatten_mask(attn_mask, lead: tuple, L: int, S: int, device):
-    """Broadcast a bool mask to (..., L, S) and view it as (N, L, S) (a view, no copy when possible)."""
+def _mask_tile(mask, i0: int, i1: int, j0: int, j1: int):
+    """The (N, i1 - i0, j1 - j0) tile of a broadcast (..., L, S) mask (copies one tile at most)."""
+    return mask[..., i0:i1, j0:j1].reshape(-1, i1 - i0, j1 - j0)
+
+
+def _expand_mask(attn_mask, lead: tuple, L: int, S: int, device):
+    """Check a bool mask and broadcast it to (..., L, S) (a view: no (L, S) copy per head is made)."""
     if attn_mask is None:
         return None
     if not isinstance(attn_mask, torch.Tensor):
@@ -254,7 +259,7 @@ def _flatten_mask(attn_mask, lead: tuple, L: int, S: int, device):
         raise ValueError(
             f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to (..., L, S) = {(*lead, L, S)}"
         ) from None
-    return mask.reshape(math.prod(lead), L, S)
+    return mask
 
 
 def tiled_attention(
@@ -311,7 +316,7 @@ def tiled_attention(
     scale = _check_scale(scale, query.shape[-1])
     lead, L, E = tuple(query.shape[:-2]), query.shape[-2], query.shape[-1]
     S, Ev = key.shape[-2], value.shape[-1]
-    mask = _flatten_mask(attn_mask, lead, L, S, query.device)
+    mask = _expand_mask(attn_mask, lead, L, S, query.device)
     # (..., L, E) -> (N, L, E) with N = prod(leading dims); reshape copies only when it must
     n = math.prod(lead)
     q, k, v = query.reshape(n, L, E), key.reshape(n, S, E), value.reshape(n, S, Ev)
@@ -503,7 +508,7 @@ def plot_online_softmax_step(scores: torch.Tensor, values: torch.Tensor, block_k
     a1.bar(x + 0.2, exact.tolist(), width=0.4, color=PALETTE[2], label="softmax over all keys")
     a1.set_xlabel("output dimension")
     a1.set_title("output so far vs final")
-    a1.legend(loc="lower right", fontsize=8)
+    a1.legend(loc="best", fontsize=8)
     return ax
 
 

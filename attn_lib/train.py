@@ -280,7 +280,7 @@ def predict_decoder_only(model, examples: Sequence[DateExample], *, batch_size: 
 DATE_MODEL_CONFIG = dict(d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=128, max_len=40)
 """Size of the notebook's encoder-decoder."""
 DATE_TRAIN_CONFIG = dict(steps=3000, batch_size=64, lr=3e-3, warmup_steps=50)
-"""How the shipped checkpoint was trained (``make train-dates``; about 4 minutes of one CPU core)."""
+"""How the shipped checkpoint was trained (``make train-dates``; several minutes on one CPU core)."""
 CHECKPOINT = Path(__file__).resolve().parent.parent / "data" / "dates" / "seq2seq.safetensors"
 
 

@@ -251,7 +251,8 @@ def head_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_a
 
     Lines from each token to the tokens it attends to, one colour per head, one layer at a time.
     The view loads require.js and d3 from a CDN, so it needs internet in the browser;
-    :func:`attention_explorer` works offline.
+    :func:`attention_explorer` works offline. Unlike calling bertviz directly, the view also draws
+    on a first "Run All" in JupyterLab (see :func:`_wait_for_require`).
 
     Args:
         attentions: ``outputs.attentions`` (tuple of num_layers (B, H, L, L)) or (layers, H, L, L).
@@ -271,8 +272,9 @@ def head_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_a
     from bertviz import head_view as _head_view
 
     _check_html_action(html_action)
-    return _head_view(_bertviz_input(attentions, tokens, batch_index=batch_index), list(tokens),
-                      html_action=html_action, **kwargs)
+    page = _head_view(_bertviz_input(attentions, tokens, batch_index=batch_index), list(tokens),
+                      html_action="return", **kwargs)
+    return _deliver(_wait_for_require(page), html_action)
 
 
 def model_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_action: str = "view",
@@ -288,8 +290,39 @@ def model_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_
     _check_html_action(html_action)
     if display_mode not in ("light", "dark"):
         raise ValueError(f"display_mode must be 'light' or 'dark', got {display_mode!r}")
-    return _model_view(_bertviz_input(attentions, tokens, batch_index=batch_index), list(tokens),
-                       html_action=html_action, display_mode=display_mode, **kwargs)
+    page = _model_view(_bertviz_input(attentions, tokens, batch_index=batch_index), list(tokens),
+                       html_action="return", display_mode=display_mode, **kwargs)
+    return _deliver(_wait_for_require(page), html_action)
+
+
+def _wait_for_require(page):
+    """Make bertviz's inline script wait until require.js has loaded.
+
+    bertviz puts a ``<script src=...require.js>`` tag and then its own inline script, which calls
+    ``require`` at once. In JupyterLab the inline script runs before the CDN answers, and the view
+    stays blank with "require is not defined" (bertviz issue #53). Wrapping the inline script in a
+    function that retries every 50 ms until ``require`` exists fixes it. Returns a new
+    ``IPython.display.HTML``.
+    """
+    from IPython.display import HTML
+
+    start = '<script type="text/javascript">'
+    data = page.data
+    i = data.index(start) + len(start)
+    j = data.rindex("</script>")
+    wrapped = (data[:i] + "\n(function draw() { if (typeof require === 'undefined') { setTimeout(draw, 50); return; }\n"
+               + data[i:j] + "\n})();\n" + data[j:])
+    return HTML(wrapped)
+
+
+def _deliver(page, html_action: str):
+    """Show the page (html_action "view") or return it ("return")."""
+    if html_action == "return":
+        return page
+    from IPython.display import display
+
+    display(page)
+    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,10 +29,11 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-def _model(num_kv_heads=2, dtype=torch.float32, seed=0, vocab=64):
+def _model(num_kv_heads=2, dtype=torch.float32, seed=0, vocab=64, init_std=0.3):
     torch.manual_seed(seed)
     # larger weights than GPT-2's init, so that the logits depend strongly on the context
-    return DecoderLM(vocab, d_model=32, num_heads=4, num_kv_heads=num_kv_heads, num_layers=2, init_std=0.3).to(dtype).eval()
+    return DecoderLM(vocab, d_model=32, num_heads=4, num_kv_heads=num_kv_heads, num_layers=2,
+                     init_std=init_std).to(dtype).eval()
 
 
 @settings(max_examples=15)
@@ -64,7 +65,7 @@ def test_token_by_token_equals_full_forward():
 
 @pytest.mark.parametrize("num_kv_heads", [4, 2, 1])
 def test_greedy_identical_with_and_without_cache(num_kv_heads):
-    m = _model(num_kv_heads)
+    m = _model(num_kv_heads, init_std=1.0)  # large random weights: greedy output that varies with the context
     prompt = torch.randint(0, 64, (3, 6), generator=torch.Generator().manual_seed(2))
     cached = m.generate(prompt, 20)
     plain = m.generate(prompt, 20, use_cache=False)
@@ -77,7 +78,7 @@ def test_greedy_identical_with_and_without_cache(num_kv_heads):
     assert torch.equal(cached, ids)
     assert torch.equal(cached[:, :6], prompt)
     # the outputs depend on the context (a test that could fail): not one token repeated
-    assert len(set(cached[:, 6:].flatten().tolist())) > 5
+    assert len(set(cached[:, 6:].flatten().tolist())) > 8
 
 
 def test_generate_shapes_and_lists():

@@ -342,3 +342,19 @@ def test_checkpoint_roundtrip(tmp_path, model, batch):
 def test_train_errors(model):
     with pytest.raises(ValueError, match="steps"):
         train(model, iter([]), seq2seq_loss, steps=0)
+
+
+def test_shipped_checkpoint_is_what_the_code_trains():
+    """data/dates/seq2seq.safetensors has the notebook's config, its stored losses start exactly where a rerun of
+    train_date_model() starts (training is deterministic), and it is >= 99% right on the held-out test split."""
+    from attn_lib.train import DATE_MODEL_CONFIG, DATE_TRAIN_CONFIG, train_date_model
+
+    shipped = load_model()
+    assert all(shipped.config[k] == v for k, v in DATE_MODEL_CONFIG.items())
+    assert len(shipped.training_losses) == DATE_TRAIN_CONFIG["steps"]
+    _, first = train_date_model(0, progress=False, stop_after=5)
+    _, again = train_date_model(0, progress=False, stop_after=5)
+    assert first.losses == again.losses, "training is deterministic"
+    assert max(abs(a - b) for a, b in zip(first.losses, shipped.training_losses)) < 1e-4
+    test = load_splits()["test"]
+    assert exact_match(test, predict_seq2seq(shipped, test)).accuracy >= 0.99

@@ -23,6 +23,11 @@ from attn_lib.pretrained import MODEL_FACTS, attentions_of
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _notebooks():
+    """The course's notebooks and solutions (Jupyter's .ipynb_checkpoints copies excluded)."""
+    return [p for p in sorted((ROOT / "notebooks").rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts]
+
+
 def _requirement_pins(lines):
     pins = {}
     for line in lines:
@@ -199,7 +204,7 @@ def test_make_refuses_old_python_with_one_line():
 
 
 def test_notebooks_do_not_touch_sys_path_or_the_hub():
-    for nb_path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
+    for nb_path in _notebooks():
         nb = json.loads(nb_path.read_text())
         for cell in nb["cells"]:
             if cell["cell_type"] != "code":
@@ -210,11 +215,9 @@ def test_notebooks_do_not_touch_sys_path_or_the_hub():
 
 
 def test_every_notebook_starts_with_setup_and_is_saved_with_outputs():
-    notebooks = sorted((ROOT / "notebooks").rglob("*.ipynb"))
+    notebooks = _notebooks()
     assert notebooks
     for nb_path in notebooks:
-        if ".ipynb_checkpoints" in nb_path.parts:
-            continue
         nb = json.loads(nb_path.read_text())
         code = [c for c in nb["cells"] if c["cell_type"] == "code"]
         assert code, nb_path
@@ -227,7 +230,7 @@ def test_every_notebook_starts_with_setup_and_is_saved_with_outputs():
 def test_nbval_markers_are_alone_on_their_line():
     """nbval only honours `# NBVAL_IGNORE_OUTPUT` when the comment is nothing else; a reason written
     on the same line silently turns the marker off. Put the reason on the next line."""
-    for nb_path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
+    for nb_path in _notebooks():
         nb = json.loads(nb_path.read_text())
         for cell in nb["cells"]:
             for line in "".join(cell["source"]).splitlines():

@@ -173,6 +173,19 @@ def test_backward_never_stores_the_score_matrix():
     assert peak < 512 * 512 * 8 / 2, peak
 
 
+def test_padding_mask_is_never_copied_per_head():
+    # a (B, 1, 1, S) padding mask broadcast over 8 heads and 512 queries: a full bool copy would add
+    # B*H*L*S bytes = 4 MiB; only one tile of it (and of the masked scores) exists at a time
+    B, H, N = 2, 8, 512
+    q, k, v = _qkv((B, H, N, 16), N, dtype=torch.float32)
+    pad = (torch.arange(N) < torch.tensor([[400], [512]]))[:, None, None, :]  # (B, 1, 1, S)
+    peak, out = measure_peak_memory(tiled_attention, q, k, v, attn_mask=pad)
+    peak_no_mask, _ = measure_peak_memory(tiled_attention, q, k, v)
+    assert peak - peak_no_mask < B * H * N * N / 2
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=pad)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
 def test_no_grad_path_saves_nothing():
     q, k, v = (t.requires_grad_() for t in _qkv((1, 4, 4), 4))
     with torch.no_grad():
@@ -313,3 +326,58 @@ def test_plot_step_draws_the_state():
     with pytest.raises(ValueError, match="step"):
         plot_online_softmax_step(s, v, 2, 3)
     plt.close("all")
+
+
+# ----------------------------------------------------------------------------------------------
+# the benchmark CLI (python -m attn_lib.bench), at tiny sizes; the real runs are not part of the tests
+# ----------------------------------------------------------------------------------------------
+def test_bench_cpu_smoke(tmp_path, capsys):
+    import json
+
+    from attn_lib import bench
+
+    out = tmp_path / "cpu.json"
+    threads = torch.get_num_threads()
+    assert bench.main(["cpu", "--sizes", "32", "64", "--repeats", "1", "--out", str(out)]) == 0
+    assert torch.get_num_threads() == threads  # restored after the run
+    printed = capsys.readouterr().out
+    assert "tiled/torch cpu" in printed and f"wrote {out}" in printed
+    result = json.loads(out.read_text())
+    assert [row["n"] for row in result["rows"]] == [32, 64] and result["torch_threads"] == 1
+    for row in result["rows"]:
+        assert max(row["max_abs_diff_vs_torch"].values()) < 1e-4  # the three compute the same thing
+        assert row["ratios"]["tiled_memory_over_naive"] == row["tiled"]["peak_bytes"] / row["naive"]["peak_bytes"]
+    assert bench.markdown_cpu_table(result).count("\n") == 3
+
+
+def test_bench_gpu_without_cuda_says_so_and_exits_0():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "attn_lib.bench", "gpu", "--no-save"], capture_output=True,
+                         text=True, timeout=300, env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "No CUDA GPU is available" in res.stdout
+
+
+def test_attention_flops():
+    from attn_lib.bench import attention_flops
+
+    # two matrix products (Q K^T and P V) of 2 N^2 D multiply-adds each, per head and batch element
+    assert attention_flops(4, 32, 1024, 128, False) == 2 * 2 * 4 * 32 * 1024 * 1024 * 128
+    assert attention_flops(4, 32, 1024, 128, True) == attention_flops(4, 32, 1024, 128, False) / 2
+
+
+def test_recorded_cpu_benchmark_is_what_the_docs_quote():
+    import json
+
+    from attn_lib import REPO_ROOT
+    from attn_lib.bench import markdown_cpu_table
+
+    result = json.loads((REPO_ROOT / "docs" / "benchmarks_cpu.json").read_text())
+    assert markdown_cpu_table(result) in (REPO_ROOT / "docs" / "benchmarks.md").read_text()
+    assert [row["n"] for row in result["rows"]] == [1024, 2048, 4096, 8192]
+    # memory is exact (allocator bytes), so its recorded claims must hold in the recorded file
+    naive_8k = result["rows"][-1]["naive"]["peak_bytes"]
+    assert naive_8k >= 2 * 8 * 8192 * 8192 * 4  # scores and their softmax, float32
+    assert result["targets"]["tiled_memory_within_1.5x_of_torch"] and result["targets"]["tiled_memory_at_most_quarter_of_naive"]

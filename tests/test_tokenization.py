@@ -120,13 +120,15 @@ def test_pre_tokenize_matches_tokenizers_regex(corpus):
 
 
 def test_train_reproduces_worked_example():
-    # words hug x10, pug x5, pun x12, bun x4, hugs x5, one word per line (no spaces)
-    lines = ["hug"] * 10 + ["pug"] * 5 + ["pun"] * 12 + ["bun"] * 4 + ["hugs"] * 5
+    # notebook 01's toy corpus: words hug x9, pug x6, pun x7, bun x8, hugs x3, one word per line (no spaces)
+    lines = ["hug"] * 9 + ["pug"] * 6 + ["pun"] * 7 + ["bun"] * 8 + ["hugs"] * 3
     tok = BPETokenizer.train(lines, 100, min_frequency=1)
-    # by hand: (u,g) 10+5+5 = 20 beats (p,u) 5+12 = 17, (u,n) 12+4 = 16, (h,u) 15.
-    # Then (p,u) falls to 12 ("pug" is now p+ug), so (u,n) 16 wins; then (h,ug) 10+5 = 15.
+    # by hand, step 1 pair counts: (u,g) hug+pug+hugs 9+6+3 = 18, (u,n) pun+bun 7+8 = 15,
+    # (p,u) pug+pun 6+7 = 13, (h,u) hug+hugs 9+3 = 12, (b,u) 8, (g,s) 3 -> merge (u,g) with 18.
+    # Step 2: (u,n) 15; (h,ug) 12; (p,u) falls to 7 ("pug" is now p+ug); (b,u) 8, (p,ug) 6, (ug,s) 3 -> (u,n) 15.
+    # Step 3: (h,ug) 12 beats (b,un) 8, (p,un) 7, (p,ug) 6, (ug,s) 3 -> (h,ug) 12. No ties anywhere.
     assert tok.merges[:3] == WORKED_MERGES
-    assert tok.merge_counts[:3] == [20, 16, 15]
+    assert tok.merge_counts[:3] == [9 + 6 + 3, 7 + 8, 9 + 3]
     assert tok.alphabet == list("bghnpsu")
     three = tok.with_merges(3)
     assert three.tokenize("bug") == ["b", "ug"] and three.tokenize("hugs") == ["hug", "s"]

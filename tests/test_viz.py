@@ -155,3 +155,25 @@ def test_wrappers_on_the_real_model(pretrained):
     assert '"fox"' in html and '"[CLS]"' in html
     stack = viz.attention_stack(out.attentions)
     assert stack.shape == (6, 12, len(tokens), len(tokens))
+
+
+def test_bertviz_views_wait_for_require_js():
+    """bertviz's own HTML calls require() before the CDN's require.js has loaded in JupyterLab (blank view);
+    ours retries until it exists, and keeps bertviz's script whole inside the wrapper."""
+    import re
+
+    import torch
+    from bertviz import head_view as bertviz_head_view
+
+    from attn_lib.viz import head_view, model_view
+
+    att = tuple(torch.softmax(torch.randn(1, 2, 3, 3), -1) for _ in range(2))
+    ours = head_view(att, ["a", "b", "c"], html_action="return").data
+    theirs = bertviz_head_view([a.round(decimals=4) for a in att], ["a", "b", "c"], html_action="return").data
+    assert "typeof require === 'undefined'" in ours and "typeof require" not in theirs
+    # bertviz's whole inline script (its D3 code and its config) sits inside the retry wrapper
+    inner = ours.split("return; }\n", 1)[1].rsplit("\n})();", 1)[0]
+    assert "Transformer Visualization D3 javascript code" in inner
+    assert re.search(r"const params = \{", inner) or "params" in inner
+    assert len(ours) - len(theirs) < 200  # only the wrapper was added
+    assert "typeof require === 'undefined'" in model_view(att, ["a", "b", "c"], html_action="return").data

@@ -47,6 +47,8 @@ def discover_notebooks(patterns: list[str]) -> list[Path]:
             candidates = sorted(ROOT.glob(pattern))
         for path in candidates:
             path = path.resolve()
+            if not path.is_relative_to(ROOT):
+                raise pytest.UsageError(f"{path}: JupyterLab serves the course folder {ROOT} only")
             if path.suffix == ".ipynb" and ".ipynb_checkpoints" not in path.parts and path not in found:
                 found.append(path)
     return found
@@ -54,8 +56,10 @@ def discover_notebooks(patterns: list[str]) -> list[Path]:
 
 def pytest_generate_tests(metafunc):
     if "notebook" in metafunc.fixturenames:
-        patterns = metafunc.config.getoption("--notebooks") or DEFAULT_NOTEBOOKS
-        notebooks = discover_notebooks(patterns)
+        chosen = metafunc.config.getoption("--notebooks")
+        notebooks = discover_notebooks(chosen or DEFAULT_NOTEBOOKS)
+        if chosen and not notebooks:
+            raise pytest.UsageError(f"--notebooks {' '.join(chosen)}: no notebook matches")
         metafunc.parametrize("notebook", notebooks, ids=[p.relative_to(ROOT).as_posix() for p in notebooks])
 
 
@@ -74,6 +78,14 @@ def chromium_path() -> str:
 def results_dir() -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     return RESULTS
+
+
+@pytest.fixture(scope="session")
+def timings_file(results_dir) -> Path:
+    """test-results/browser/timings.tsv: seconds per notebook (open, Run All, widgets, total)."""
+    path = results_dir / "timings.tsv"
+    path.write_text("notebook\topen_s\trun_all_s\twidgets_s\ttotal_s\tproblems\n")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -107,10 +107,29 @@ _SETTLED_JS = r"""
 }
 """
 
+# Before Run All: note (with a MutationObserver, so that even a run shorter than a poll is seen)
+# that the run has started: a cell queued or running ("[*]") or the kernel busy.
+_WATCH_RUN_JS = r"""
+() => {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  window.__browserTestRunStarted = false;
+  const started = () => {
+    const status = panel.querySelector('.jp-Notebook-ExecutionIndicator');
+    return (status && status.getAttribute('data-status') !== 'idle')
+      || Array.from(panel.querySelectorAll('.jp-InputPrompt')).some(e => e.textContent.includes('*'));
+  };
+  const observer = new MutationObserver(() => {
+    if (started()) { window.__browserTestRunStarted = true; observer.disconnect(); }
+  });
+  observer.observe(panel, {subtree: true, childList: true, attributes: true, characterData: true});
+}
+"""
+
+# Run All is over: it started, no cell is queued or running, the first code cell ran, the kernel is idle.
 _RUN_DONE_JS = r"""
 () => {
   const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
-  if (!panel) return false;
+  if (!panel || !window.__browserTestRunStarted) return false;
   const prompts = Array.from(panel.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt'))
     .map(e => e.textContent);
   const status = panel.querySelector('.jp-Notebook-ExecutionIndicator');
@@ -150,16 +169,27 @@ class NotebookPage:
         self.page.goto(self.lab.lab_url(self.nb.rel), timeout=timeout_s * 1000)
         # Every cell attached, and the notebook's kernel started and idle ("Attention course (.venv) | Idle").
         expected = len(self.nb.cells)
-        kernel = self.nb.kernel_display_name
-        self.page.wait_for_function(
-            """([expected, kernel]) => {
-                const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
-                if (!panel || panel.querySelectorAll('.jp-Notebook .jp-Cell').length !== expected) return false;
-                return Array.from(document.querySelectorAll('.jp-StatusBar-TextItem'))
-                  .some(e => e.textContent.trim() === (kernel ? kernel + ' | Idle' : '') || (!kernel && e.textContent.includes('| Idle')));
-            }""",
-            arg=[expected, kernel], timeout=timeout_s * 1000, polling=250,
-        )
+        try:
+            self.page.wait_for_function(
+                """(expected) => {
+                    const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+                    if (!panel || panel.querySelectorAll('.jp-Notebook .jp-Cell').length !== expected) return false;
+                    return Array.from(document.querySelectorAll('.jp-StatusBar-TextItem'))
+                      .some(e => /\\| Idle$/.test(e.textContent.trim()) && !e.textContent.startsWith('No Kernel'));
+                }""",
+                arg=expected, timeout=timeout_s * 1000, polling=250,
+            )
+        except Exception as e:
+            state = self.page.evaluate(
+                """() => ({
+                    cells: document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell').length,
+                    status: Array.from(document.querySelectorAll('.jp-StatusBar-TextItem')).map(e => e.textContent.trim()).filter(Boolean),
+                    dialog: (document.querySelector('.jp-Dialog') || {}).innerText || '',
+                })"""
+            )
+            raise RuntimeError(
+                f"the notebook did not open with an idle kernel within {timeout_s:.0f} s: {state['cells']} of "
+                f"{expected} cells shown, status bar {state['status']}, dialog {state['dialog']!r}") from e
         # Hide the file browser: the notebook gets the whole width (and the screenshot shows only it).
         current = self.page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current")
         if current.count():
@@ -167,11 +197,12 @@ class NotebookPage:
 
     def run_all(self, timeout_s: float) -> None:
         """Run > Run All Cells, then wait until no cell is queued or running and the kernel is idle."""
+        self.page.evaluate(_WATCH_RUN_JS)
         self.page.get_by_role("menuitem", name="Run", exact=True).click()
         self.page.locator('li[data-command="runmenu:run-all"]').click()
         self.page.wait_for_function(_RUN_DONE_JS, timeout=timeout_s * 1000, polling=250)
 
-    def settle(self, timeout_s: float = 30.0, quiet_s: float = 1.5) -> bool:
+    def settle(self, timeout_s: float = 30.0, quiet_s: float = 1.0) -> bool:
         """Wait until images are loaded, the kernel is idle and the page stops changing."""
         deadline = time.monotonic() + timeout_s
         last, since = None, time.monotonic()
@@ -251,7 +282,7 @@ def _check_cell(nb: NotebookExpectation, cell, facts: dict) -> list[str]:
     if cell.widget_views:
         live = sum(out["widget"] for out in facts["outputs"])
         if live < cell.widget_views:
-            fallback = [out["text"] for out in facts["outputs"] if not out["widget"]]
+            fallback = [out["text"] for out in facts["outputs"] if not out["widget"] and out["text"].strip()]
             problems.append(
                 f"{where}: {cell.widget_views} widget(s) expected, {live} rendered as live widgets "
                 f"(shown instead: {_short(' | '.join(fallback), 200)!r}); is the jupyterlab_widgets extension missing?")

@@ -64,7 +64,6 @@ class CellExpectation:
 class NotebookExpectation:
     path: Path
     rel: str  # path relative to the course root, as the server sees it
-    kernel_display_name: str
     cells: list[CellExpectation]
     is_solutions: bool
 
@@ -171,9 +170,8 @@ def read_notebook(path: Path, root: Path) -> NotebookExpectation:
                             exp.bertviz.append(view)
                         break
         cells.append(exp)
-    kernelspec = nb.get("metadata", {}).get("kernelspec", {})
     rel = path.resolve().relative_to(root.resolve()).as_posix()
     return NotebookExpectation(
-        path=path, rel=rel, kernel_display_name=kernelspec.get("display_name", ""), cells=cells,
+        path=path, rel=rel, cells=cells,
         is_solutions="solutions" in Path(rel).parts,
     )

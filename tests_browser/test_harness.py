@@ -133,9 +133,17 @@ def test_good_notebook_passes(good_notebook, page, lab, router, results_dir):
     [view] = [v for c in nb.cells for v in c.bertviz]
     assert (view.kind, view.heads, view.left_tokens) == ("head", 3, ["the", "cat", "sat", "."])
 
+    saved = good_notebook.read_bytes()
     result = run_notebook(page, lab, nb, results_dir / "selftest" / "good.png")
     print("good.ipynb:", result.timings)
     assert result.problems == [], "\n".join(result.problems + result.console_errors)
+    # File > Save after the run: the server refuses, the notebook on disk is untouched.
+    refused = len(lab.refused_saves())
+    page.get_by_role("menuitem", name="File", exact=True).click()
+    page.locator('li[data-command="docmanager:save"]').click()
+    page.wait_for_selector(".jp-Dialog", timeout=30_000)  # JupyterLab reports the failed save
+    assert len(lab.refused_saves()) == refused + 1
+    assert good_notebook.read_bytes() == saved
     assert router.refused == []
     assert {u.split("/")[5] for u in router.served} >= {"require.js", "d3", "jquery"}, router.served
     from PIL import Image
@@ -151,13 +159,14 @@ def _expect(problems: list[str], *fragments: str) -> None:
 
 def test_broken_cells_are_reported(broken_notebook, page, lab, results_dir):
     nb = read_notebook(broken_notebook, ROOT)
-    result = run_notebook(page, lab, nb, results_dir / "selftest" / "broken.png")
+    # widget_timeout_s: how long the unwired slider gets to change something (the wired dropdown takes < 1 s)
+    result = run_notebook(page, lab, nb, results_dir / "selftest" / "broken.png", widget_timeout_s=8)
     print("broken.ipynb:", result.timings)
     problems = result.problems
     _expect(
         problems,
         "shows 0 figure(s); the committed notebook shows 1",  # the figure cell
-        "moving slider 'n' from 3.0 to 4.0 changed neither figure nor text",  # the unwired slider
+        "moving slider 'n' from 3.0 to 4.0 changed neither figure nor text within 8 s",  # the unwired slider
         "the check message '❌ check_softmax: your function is not written yet",  # the silenced check
         "ValueError: boom: a broken cell",  # the error cell
         "'print(\"after the error\")'): did not run",  # Run All stops at the error

@@ -21,7 +21,7 @@ def screenshot_name(rel: str) -> str:
     return rel.removeprefix("notebooks/").replace("/", "__").removesuffix(".ipynb") + ".png"
 
 
-def test_notebook_in_jupyterlab(notebook, page, lab, router, results_dir):
+def test_notebook_in_jupyterlab(notebook, page, lab, router, results_dir, timings_file):
     nb = read_notebook(notebook, ROOT)
     saves_before = len(lab.refused_saves())
     result = run_notebook(page, lab, nb, results_dir / screenshot_name(nb.rel))
@@ -31,6 +31,9 @@ def test_notebook_in_jupyterlab(notebook, page, lab, router, results_dir):
     problems += [f"{nb.rel}: the page tried to save a file: {line}" for line in lab.refused_saves()[saves_before:]]
     timings = ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())
     print(f"{nb.rel}: {timings}; screenshot {result.screenshot}")
+    with timings_file.open("a") as f:
+        cols = [f"{result.timings.get(k, float('nan')):.1f}" for k in ("open", "run_all", "widgets", "total")]
+        f.write("\t".join([nb.rel, *cols, str(len(problems))]) + "\n")
     context = ""
     if result.console_errors:
         context = "\nbrowser console errors:\n  " + "\n  ".join(result.console_errors[:15])
