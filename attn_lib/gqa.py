@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 
 import torch
 import torch.nn as nn
+from attn_lib._checks import check_int as _check_int
 
 __all__ = [
     "kv_head_for_query_head",
@@ -63,12 +64,6 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_int(name: str, value, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def _check_heads(num_heads, num_kv_heads) -> int:

@@ -22,6 +22,7 @@ import math
 
 import torch
 from torch import nn
+from attn_lib._checks import check_int as _check_int
 
 __all__ = [
     "sinusoidal_positional_encoding",
@@ -38,12 +39,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- argument checks
-def _check_int(name: str, value, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def _check_even(name: str, value: int) -> int:

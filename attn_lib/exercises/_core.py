@@ -49,6 +49,16 @@ def fresh_generator(name: str, trial: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(f"{name}:{trial}".encode()))
 
 
+def as_tensor(x, what: str) -> torch.Tensor:
+    """The learner's result as a tensor, or a :class:`Mismatch` saying what came back instead."""
+    if isinstance(x, tuple):
+        raise Mismatch(f"{what}: return one tensor, not a tuple of {len(x)} items.")
+    try:
+        return torch.as_tensor(x)
+    except Exception:
+        raise Mismatch(f"{what}: expected a tensor, got {type(x).__name__}.") from None
+
+
 def _close(a, b, atol: float, rtol: float) -> bool:
     if not isinstance(a, torch.Tensor):
         try:

@@ -12,6 +12,7 @@ import math
 import torch
 
 from attn_lib.attention import scaled_dot_product_attention
+from attn_lib.exercises._core import as_tensor as _as_tensor
 from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
 
 __all__ = ["check_attention_weights", "check_attention", "check_self_attention"]
@@ -43,13 +44,6 @@ def _weights_wrong_answers(q, k):
     ]
 
 
-def _as_tensor(x, what):
-    if isinstance(x, tuple):
-        raise Mismatch(f"{what}: return one tensor, not a tuple of {len(x)} items.")
-    try:
-        return torch.as_tensor(x)
-    except Exception:
-        raise Mismatch(f"{what}: expected a tensor, got {type(x).__name__}.") from None
 
 
 def check_attention_weights(attention_weights) -> CheckResult:

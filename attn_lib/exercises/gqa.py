@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from attn_lib.exercises._core import as_tensor as _tensor
 from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
 from attn_lib.gqa import kv_cache_bytes, mean_pool_kv_heads, repeat_kv
 
@@ -51,13 +52,6 @@ HINT_FLOOR = "round to the nearest integer (torch.round), not down (floor) or to
 HINT_NOT_DEQUANT = "return the dequantized values (code × scale), not the integer codes."
 
 
-def _tensor(x, what):
-    if isinstance(x, tuple):
-        raise Mismatch(f"{what}: return one tensor, not a tuple of {len(x)} items.")
-    try:
-        return torch.as_tensor(x)
-    except Exception:
-        raise Mismatch(f"{what}: expected a tensor, got {type(x).__name__}.") from None
 
 
 # ------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from attn_lib.exercises._core import as_tensor as _as_tensor
 from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
 from attn_lib.mha import MultiHeadAttention, split_heads
 
@@ -57,13 +58,6 @@ HINT_NAN = (
 )
 
 
-def _as_tensor(x, what):
-    if isinstance(x, tuple):
-        raise Mismatch(f"{what}: return one tensor, not a tuple of {len(x)} items.")
-    try:
-        return torch.as_tensor(x)
-    except Exception:
-        raise Mismatch(f"{what}: expected a tensor, got {type(x).__name__}.") from None
 
 
 # ------------------------------------------------------------------------------------------

@@ -23,16 +23,11 @@ from torch import nn
 
 from attn_lib.mha import KVCache, MultiHeadAttention
 from attn_lib.models.blocks import FeedForward
+from attn_lib._checks import check_int as _check_int
 
 __all__ = ["DecoderLM", "LMBlock"]
 
 
-def _check_int(name: str, value, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 class LMBlock(nn.Module):
