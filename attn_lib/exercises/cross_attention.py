@@ -15,19 +15,13 @@ import math
 import torch
 
 from attn_lib.attention import scaled_dot_product_attention
+from attn_lib.exercises._core import as_tensor as _tensor
 from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
 from attn_lib.masks import padding_mask
 
 __all__ = ["check_shift_right", "check_cross_attention", "check_most_read_source"]
 
 
-def _tensor(x, what: str) -> torch.Tensor:
-    if isinstance(x, tuple):
-        raise Mismatch(f"{what}: return one tensor, not a tuple.")
-    try:
-        return torch.as_tensor(x)
-    except Exception:
-        raise Mismatch(f"{what}: expected a tensor, got {type(x).__name__}.") from None
 
 
 def check_shift_right(shift_right) -> CheckResult:
