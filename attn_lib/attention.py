@@ -36,6 +36,15 @@ def _validate(query, key, value, attn_mask, is_causal, dropout_p, scale, enable_
         raise TypeError(
             f"query, key and value must share one dtype, got query {query.dtype}, key {key.dtype}, value {value.dtype}"
         )
+    if query.shape[-1] == 0:
+        raise ValueError(f"query and key need a last dim E >= 1 (head_dim), got query shape {_shape(query)}")
+    if key.shape[-2] == 0:
+        raise ValueError(
+            f"key and value need at least one position (S >= 1) for the softmax over keys, got key shape {_shape(key)}"
+        )
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if torch.isnan(t).any():
+            raise ValueError(f"{name} contains NaN (shape {_shape(t)}); attention would silently spread it to the output")
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
             f"query and key must have the same last dim E: query shape {_shape(query)} (E={query.shape[-1]}), "
@@ -66,6 +75,8 @@ def _validate(query, key, value, attn_mask, is_causal, dropout_p, scale, enable_
             raise TypeError(
                 f"attn_mask must be bool (True = may attend) or floating (added to the scores), got {attn_mask.dtype}"
             )
+        if attn_mask.is_floating_point() and torch.isnan(attn_mask).any():
+            raise ValueError(f"attn_mask of shape {_shape(attn_mask)} contains NaN; use -inf (or a large negative) to block")
     if enable_gqa:
         if query.dim() < 3 or key.dim() < 3:
             raise ValueError(
@@ -126,7 +137,8 @@ def scaled_dot_product_attention(
     Raises:
         TypeError: an input is not a tensor or not floating point; query/key/value dtypes differ;
             attn_mask is neither bool nor floating.
-        ValueError: query and key differ in E; key and value differ in S or batch dims; batch dims
+        ValueError: query, key, value or a float attn_mask contains NaN; E = 0 or S = 0;
+            query and key differ in E; key and value differ in S or batch dims; batch dims
             or the mask cannot broadcast (the message names the shapes); both attn_mask and
             is_causal; Hq not a multiple of Hkv with enable_gqa; dropout_p outside [0, 1].
     """

@@ -358,6 +358,15 @@ class MultiHeadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         self._check_inputs(query, key, value, padding_mask, attn_mask)
+        weight_dtype = self.q_proj.weight.dtype
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.dtype != weight_dtype:
+                raise TypeError(
+                    f"{name} has dtype {t.dtype} but the module's weights are {weight_dtype}; "
+                    f"convert one of them (e.g. {name}.to({weight_dtype}) or module.to({t.dtype}))"
+                )
+        if kv_cache is not None and not (hasattr(kv_cache, "seq_len") and hasattr(kv_cache, "update")):
+            raise TypeError(f"kv_cache must be a KVCache (or have seq_len and update()), got {type(kv_cache).__name__}")
         B, L, _ = query.shape
         S_new = key.shape[1]
         past = 0 if kv_cache is None else kv_cache.seq_len

@@ -273,7 +273,12 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """[x1, x2] -> [-x2, x1] on the last dim: the 90° turn of the half-split RoPE convention.
 
     Same as ``transformers.models.llama.modeling_llama.rotate_half``.
+
+    Raises:
+        ValueError: the last dim of x is odd (it must split into two halves).
     """
+    if x.shape[-1] % 2:
+        raise ValueError(f"rotate_half needs an even last dim, got x of shape {tuple(x.shape)}")
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 

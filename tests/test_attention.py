@@ -312,3 +312,20 @@ def test_temperature_demo_errors_and_figure():
     plt.close("all")
     assert temperature_explorer() is not None
     plt.close("all")
+
+
+def test_learner_mistakes_get_clear_errors_not_nan_or_torch_internals():
+    """Found by trying typical mistakes: empty keys, zero head_dim, NaN inputs or masks."""
+    import pytest
+
+    q = torch.randn(2, 3, 5, 4)
+    with pytest.raises(ValueError, match="at least one position"):
+        sdpa(q, q[..., :0, :], q[..., :0, :])
+    with pytest.raises(ValueError, match="E >= 1"):
+        sdpa(q[..., :0], q[..., :0], q)
+    bad = q.clone()
+    bad[0, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="query contains NaN"):
+        sdpa(bad, q, q)
+    with pytest.raises(ValueError, match="attn_mask .* contains NaN"):
+        sdpa(q, q, q, attn_mask=torch.full((5, 5), float("nan")))

@@ -488,3 +488,15 @@ def test_lazy_export_from_package():
     import attn_lib
 
     assert attn_lib.MultiHeadAttention is MultiHeadAttention and attn_lib.KVCache is KVCache
+
+
+def test_dtype_mismatch_and_bad_cache_get_clear_errors():
+    import pytest
+
+    from attn_lib.mha import MultiHeadAttention
+
+    m = MultiHeadAttention(8, 2)
+    with pytest.raises(TypeError, match="float64 but the module's weights are torch.float32"):
+        m(torch.randn(2, 3, 8, dtype=torch.float64))
+    with pytest.raises(TypeError, match="kv_cache must be a KVCache"):
+        m(torch.randn(2, 3, 8), kv_cache={})

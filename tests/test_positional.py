@@ -393,3 +393,12 @@ def test_alibi_bad_input(fn, args, error, words):
         fn(*args)
     for word in words:
         assert word in str(info.value)
+
+
+def test_rotate_half_rejects_an_odd_last_dim():
+    import pytest
+
+    from attn_lib.positional import rotate_half
+
+    with pytest.raises(ValueError, match="even last dim"):
+        rotate_half(torch.arange(5.0))

@@ -358,3 +358,13 @@ def test_shipped_checkpoint_is_what_the_code_trains():
     assert max(abs(a - b) for a, b in zip(first.losses, shipped.training_losses)) < 1e-4
     test = load_splits()["test"]
     assert exact_match(test, predict_seq2seq(shipped, test)).accuracy >= 0.99
+
+
+def test_pad_id_outside_the_vocabulary_is_a_clear_error():
+    import pytest
+
+    from attn_lib.models.seq2seq import Seq2SeqTransformer
+
+    for bad in (20, -1):
+        with pytest.raises(ValueError, match="pad_id must be an int in 0..9"):
+            Seq2SeqTransformer(10, 10, pad_id=bad)

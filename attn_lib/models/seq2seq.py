@@ -68,6 +68,8 @@ class _Embedding(nn.Module):
         super().__init__()
         if positional not in ("sinusoidal", "learned"):
             raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {positional!r}")
+        if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
+            raise ValueError(f"pad_id must be an int in 0..{vocab_size - 1} (the vocabulary size is {vocab_size}), got {pad_id!r}")
         self.d_model, self.max_len, self.positional = d_model, max_len, positional
         self.token = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         nn.init.normal_(self.token.weight, std=d_model ** -0.5)
