@@ -21,13 +21,7 @@ from attn_lib.exercises import positional as P
 from attn_lib.exercises import tokens as T
 
 
-def _stub(*args):
-    raise NotImplementedError
-
-
-def _assert_fails_with(result, hint):
-    assert not result, result
-    assert hint in repr(result), repr(result)
+from exercise_asserts import fails_with as _assert_fails_with, not_written as _stub
 
 
 # ---------------------------------------------------------------- notebook 01

@@ -15,14 +15,7 @@ from attn_lib.exercises import (
 )
 
 
-def _fails_with(result, *words):
-    assert not result, result
-    for w in words:
-        assert w in result.message, result.message
-
-
-def _not_written(*args):
-    raise NotImplementedError
+from exercise_asserts import fails_with as _fails_with, not_written as _not_written
 
 
 # ------------------------------------------------------------------ notebook 03
