@@ -57,7 +57,7 @@ execute: install
 clean:
 	rm -rf $(VENV) .hypothesis .pytest_cache
 
-# Notebook 06: regenerate data/dates/*.tsv and retrain the date model data/dates/seq2seq.safetensors
+# Notebook 07: regenerate data/dates/*.tsv and retrain the date model data/dates/seq2seq.safetensors
 # (deterministic, one CPU thread, several minutes).
 .PHONY: train-dates
 train-dates: install

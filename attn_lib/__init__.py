@@ -14,8 +14,8 @@ Modules (one idea each):
 - ``attn_lib.mha``            multi-head / grouped-query attention and the KV cache (notebooks 05, 07)
 - ``attn_lib.gqa``            MQA/GQA head grouping, KV-cache size, KV-cache quantization, MHA -> GQA conversion (07)
 - ``attn_lib.models``         small encoder-decoder, encoder-only and decoder-only Transformers (06, 07)
-- ``attn_lib.tiled_attention`` FlashAttention-style tiled attention in PyTorch (notebook 08)
-- ``attn_lib.flash_attention`` the same algorithm as a Triton kernel (notebook 08)
+- ``attn_lib.tiled_attention`` FlashAttention-style tiled attention in PyTorch (notebook 09)
+- ``attn_lib.flash_attention`` the same algorithm as a Triton kernel (notebook 09)
 - ``attn_lib.viz``            heatmaps, widgets and bertviz wrappers
 - ``attn_lib.exercises``      ``check_*`` functions for the exercises at the end of each notebook
 

@@ -1,4 +1,4 @@
-"""The date-translation task of notebook 06: written dates in English and Dutch -> ISO 8601.
+"""The date-translation task of notebook 07: written dates in English and Dutch -> ISO 8601.
 
 A small, real translation task that a tiny Transformer learns on a laptop CPU in seconds, and whose
 cross-attention can be checked: every output digit has one place in the source it must read.

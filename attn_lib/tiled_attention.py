@@ -21,7 +21,7 @@ saved log-sum-exp); Milakov & Gimelshein, "Online normalizer calculation for sof
 
 The functions below the main one (:func:`online_softmax_update`, :func:`online_softmax_trace`,
 :func:`causal_tiles`, :func:`plot_online_softmax_step`, :func:`measure_peak_memory`) are the small
-pieces notebook 08 explains and its widget and exercises use.
+pieces notebook 09 explains and its widget and exercises use.
 """
 
 from __future__ import annotations
@@ -333,7 +333,7 @@ def naive_attention(query, key, value, *, is_causal: bool = False, scale: float 
     """The textbook version: materialise the full (..., L, S) score matrix, softmax, multiply by V.
 
     query (..., L, E), key (..., S, E), value (..., S, Ev) -> output (..., L, Ev). Causal is
-    top-left aligned (like torch). Used as the memory/time baseline in notebook 08 and the benchmark.
+    top-left aligned (like torch). Used as the memory/time baseline in notebook 09 and the benchmark.
     """
     _check_qkv(query, key, value)
     scale = _check_scale(scale, query.shape[-1])
@@ -346,7 +346,7 @@ def naive_attention(query, key, value, *, is_causal: bool = False, scale: float 
 
 
 # ----------------------------------------------------------------------------------------------
-# small pieces for notebook 08: one update step, a trace for the widget, causal tiles, memory
+# small pieces for notebook 09: one update step, a trace for the widget, causal tiles, memory
 # ----------------------------------------------------------------------------------------------
 def online_softmax_update(m_old, l_old, acc_old, scores, values):
     """One step of the online softmax: fold a new block of keys into the running state.

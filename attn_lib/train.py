@@ -1,4 +1,4 @@
-"""Training and evaluation for the small models of notebook 06 (the date task of :mod:`attn_lib.data`).
+"""Training and evaluation for the small models of notebook 07 (the date task of :mod:`attn_lib.data`).
 
 :func:`train` is one plain loop (AdamW, linear warm-up then cosine decay, gradient clipping) with a
 ``tqdm.auto`` progress bar. The three architectures see the date task differently; each has a loss

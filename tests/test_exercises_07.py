@@ -1,82 +1,102 @@
-"""The exercise checks of notebook 07 accept correct answers (written independently here) and name typical wrong ones."""
+"""The exercise checks of notebook 07 accept right answers and name typical mistakes."""
+
+from __future__ import annotations
+
+import math
 
 import torch
 
-from attn_lib.exercises import check_fake_quantize, check_kv_cache_bytes, check_mean_pool_kv_heads, check_repeat_kv
+from attn_lib.exercises import check_cross_attention, check_most_read_source, check_shift_right
 
 
-from exercise_asserts import fails_with as _fails_with, not_written as _not_written
+# --------------------------------------------------------------------------- shift_right
+def shift_right(tgt_out, bos_id):
+    bos = torch.full_like(tgt_out[:, :1], bos_id)
+    return torch.cat([bos, tgt_out[:, :-1]], dim=1)
 
 
-# ------------------------------------------------------------------ kv_cache_bytes
-def test_check_kv_cache_bytes():
-    result = check_kv_cache_bytes(lambda L, h, d, s, b, e: 2 * L * h * d * s * b * e)
-    assert result and "✅" in repr(result) and "4 fresh inputs" in repr(result)
-    assert check_kv_cache_bytes(lambda L, h, d, s, b, e: int(2 * L * h * d * s * b * e))  # ints are fine
-    _fails_with(check_kv_cache_bytes(lambda L, h, d, s, b, e: L * h * d * s * b * e), "keys AND values")
-    _fails_with(check_kv_cache_bytes(lambda L, h, d, s, b, e: 16 * L * h * d * s * b * e), "do not multiply by 8")
-    _fails_with(check_kv_cache_bytes(lambda L, h, d, s, b, e: 2 * L * h * d * s * b), "counted elements, not bytes")
-    _fails_with(check_kv_cache_bytes(lambda L, h, d, s, b, e: 2 * L * h * d * s * b * e + 1), "differs from the reference")
-    _fails_with(check_kv_cache_bytes(_not_written), "not written yet")
+def test_shift_right_accepts_the_solution():
+    r = check_shift_right(shift_right)
+    assert r and "✅" in repr(r)
 
 
-# ------------------------------------------------------------------ repeat_kv
-def test_check_repeat_kv():
-    def with_expand(x, n):  # HuggingFace's way
-        B, H, S, D = x.shape
-        return x[:, :, None].expand(B, H, n, S, D).reshape(B, H * n, S, D)
-
-    assert check_repeat_kv(with_expand)
-    assert check_repeat_kv(lambda x, n: torch.repeat_interleave(x, n, dim=1))
-    _fails_with(check_repeat_kv(lambda x, n: x.repeat(1, n, 1, 1)), "tiled", "j // n_rep")
-    _fails_with(check_repeat_kv(lambda x, n: torch.cat([x] * n, dim=1)), "tiled")
-    _fails_with(check_repeat_kv(lambda x, n: x.repeat_interleave(n, dim=2)), "sequence axis")
-    _fails_with(check_repeat_kv(lambda x, n: x), "has shape")
-    _fails_with(check_repeat_kv(_not_written), "not written yet")
+def test_shift_right_names_mistakes():
+    cases = {
+        (lambda t, b: t): "not shifted",
+        (lambda t, b: torch.cat([t[:, 1:], torch.full_like(t[:, :1], b)], 1)): "wrong way",
+        (lambda t, b: torch.cat([torch.full_like(t[:, :1], b), t], 1)): "one token too long",
+        (lambda t, b: torch.cat([torch.zeros_like(t[:, :1]), t[:, :-1]], 1)): "start token",
+    }
+    for fn, hint in cases.items():
+        r = check_shift_right(fn)
+        assert not r and hint in repr(r), repr(r)
 
 
-# ------------------------------------------------------------------ mean pooling
-def _pool_loop(w, H, K):
-    D = w.shape[0] // H
-    G = H // K
-    return torch.cat([torch.stack([w[(g * G + i) * D:(g * G + i + 1) * D] for i in range(G)]).mean(0) for g in range(K)])
+def test_not_written_yet():
+    def stub(*args):
+        raise NotImplementedError
+
+    for check in (check_shift_right, check_cross_attention, check_most_read_source):
+        r = check(stub)
+        assert not r and "not written yet" in repr(r)
 
 
-def test_check_mean_pool_kv_heads():
-    assert check_mean_pool_kv_heads(_pool_loop)
-    _fails_with(check_mean_pool_kv_heads(lambda w, H, K: w.view(H // K, K, -1, w.shape[1]).mean(0).reshape(-1, w.shape[1])),
-                "strided", "CONSECUTIVE")
-    _fails_with(check_mean_pool_kv_heads(lambda w, H, K: _pool_loop(w, H, K) * (H // K)), "summed")
-    _fails_with(check_mean_pool_kv_heads(lambda w, H, K: w.view(K, H // K, -1, w.shape[1])[:, 0].reshape(-1, w.shape[1])),
-                "first head")
-    _fails_with(check_mean_pool_kv_heads(lambda w, H, K: w), "has shape")
-    _fails_with(check_mean_pool_kv_heads(_not_written), "not written yet")
+# --------------------------------------------------------------------------- cross_attention
+def _cross(x, memory, w_q, w_k, w_v, mask, *, scale=True, use_mask=True, invert=False, causal=False,
+           swap=False, axis=-1, values=True):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    if swap:
+        q, k, v = memory @ w_q, x @ w_k, x @ w_v
+    s = q @ k.transpose(-2, -1)
+    if scale:
+        s = s / math.sqrt(x.shape[-1])
+    if use_mask and not swap:
+        m = ~mask[:, None, :] if invert else mask[:, None, :]
+        if causal:
+            m = m & torch.ones(s.shape[-2:], dtype=torch.bool).tril()
+        s = s.masked_fill(~m, float("-inf"))
+    w = torch.softmax(s, dim=axis)
+    return w @ (v if values else k), w
 
 
-# ------------------------------------------------------------------ fake quantization
-def _fq(x, bits, *, qmax=None, dim=-1, absval=True, rnd=torch.round, dequant=True):
-    qmax = 2 ** (bits - 1) - 1 if qmax is None else qmax
-    amax = (x.abs() if absval else x).amax(dim=dim, keepdim=True)
-    scale = amax / qmax
-    codes = rnd(x / scale).clamp(-qmax, qmax)
-    return codes * scale if dequant else codes
+def test_cross_attention_accepts_the_solution():
+    r = check_cross_attention(_cross)
+    assert r and "✅" in repr(r), repr(r)
 
 
-def test_check_fake_quantize():
-    assert check_fake_quantize(_fq)
-    _fails_with(check_fake_quantize(lambda x, b: _fq(x, b, qmax=2**b - 1)), "unsigned")
-    _fails_with(check_fake_quantize(lambda x, b: _fq(x, b, absval=False)), "absolute value")
-    _fails_with(check_fake_quantize(lambda x, b: _fq(x, b, dim=tuple(range(x.dim())))), "whole tensor")
-    _fails_with(check_fake_quantize(lambda x, b: _fq(x, b, dim=-2)), "per channel")
-    _fails_with(check_fake_quantize(lambda x, b: _fq(x, b, rnd=torch.floor)), "nearest")
-    _fails_with(check_fake_quantize(lambda x, b: _fq(x, b, dequant=False)), "dequantized")
-    _fails_with(check_fake_quantize(lambda x, b: x), "differs from the reference")
-    _fails_with(check_fake_quantize(_not_written), "not written yet")
+def test_cross_attention_names_mistakes():
+    cases = {
+        "queries and keys are swapped": dict(swap=True),
+        "padded source positions get weight": dict(use_mask=False),
+        "inverted": dict(invert=True),
+        "1/sqrt(D)": dict(scale=False),
+        "not causal": dict(causal=True),
+        "wrong axis": dict(axis=-2),
+        "KEYS": dict(values=False),
+    }
+    for hint, kw in cases.items():
+        r = check_cross_attention(lambda *a, kw=kw: _cross(*a, **kw))
+        assert not r and hint in repr(r), (hint, repr(r))
 
 
-def test_check_fake_quantize_accepts_attn_lib():
-    """attn_lib's own quantizer (float16 scales, rounded up) is close, but the check asks for exact float64
-    scales; an answer built on it with float64 scales passes."""
-    from attn_lib.gqa import quantize_absmax
+def test_cross_attention_wants_a_pair():
+    r = check_cross_attention(lambda *a: _cross(*a)[0])
+    assert not r and "pair" in repr(r)
 
-    assert check_fake_quantize(lambda x, b: quantize_absmax(x, b, scale_dtype=torch.float64).dequantize())
+
+# --------------------------------------------------------------------------- most_read_source
+def test_most_read_source_accepts_the_solution():
+    r = check_most_read_source(lambda w, toks: [toks[i] for i in w.argmax(-1).tolist()])
+    assert r and "✅" in repr(r)
+
+
+def test_most_read_source_names_mistakes():
+    cases = {
+        "argmin": lambda w, toks: [toks[i] for i in w.argmin(-1).tolist()],
+        "wrong axis": lambda w, toks: [toks[i] for i in w.argmax(0).tolist()],
+        "positions": lambda w, toks: w.argmax(-1).tolist(),
+        "not a tensor": lambda w, toks: w.argmax(-1),
+    }
+    for hint, fn in cases.items():
+        r = check_most_read_source(fn)
+        assert not r and hint in repr(r), (hint, repr(r))

@@ -1,4 +1,4 @@
-"""The Transformer blocks and the three architectures of notebook 06.
+"""The Transformer blocks and the three architectures of notebook 07.
 
 Blocks are proven equal to torch.nn.TransformerEncoderLayer / TransformerDecoderLayer (weights copied,
 float64). The models are tested for the properties the notebook relies on: causality of the decoder,

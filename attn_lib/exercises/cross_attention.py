@@ -1,4 +1,4 @@
-"""Exercise checks for notebook 06 (encoder-decoder and cross-attention).
+"""Exercise checks for notebook 07 (encoder-decoder and cross-attention).
 
 - :func:`check_shift_right`: build the decoder's input for teacher forcing.
 - :func:`check_cross_attention`: one head of cross-attention with a source padding mask.

@@ -1,4 +1,4 @@
-"""Exercise checks for notebook 07 (grouped-query attention, the KV cache and its size).
+"""Exercise checks for notebook 08 (grouped-query attention, the KV cache and its size).
 
 - :func:`check_kv_cache_bytes`: bytes of a KV cache from the model's shape.
 - :func:`check_repeat_kv`: expand num_kv_heads key/value heads to num_heads (GQA's "repeat in place").

@@ -1,4 +1,4 @@
-"""Exercise checks for notebook 08 (tiled / FlashAttention-style attention).
+"""Exercise checks for notebook 09 (tiled / FlashAttention-style attention).
 
 - :func:`check_online_softmax_update`: fold one block of keys into the running (max, sum, accumulator).
 - :func:`check_merge_states`: merge two partial results computed on different keys (the rescale step).

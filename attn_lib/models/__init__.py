@@ -1,4 +1,4 @@
-"""Small Transformers built from attn_lib's own attention (notebooks 06 and 07).
+"""Small Transformers built from attn_lib's own attention (notebooks 07 and 07).
 
 - ``attn_lib.models.blocks``   encoder block, decoder block, position-wise feed-forward
 - ``attn_lib.models.seq2seq``  encoder-decoder, encoder-only (BERT-like) and decoder-only (GPT-like) models

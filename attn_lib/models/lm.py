@@ -1,4 +1,4 @@
-"""A small decoder-only language model with RoPE, grouped-query attention and a KV cache (notebook 07).
+"""A small decoder-only language model with RoPE, grouped-query attention and a KV cache (notebook 08).
 
 The layout of LLaMA-style decoders (Touvron et al. 2023, "LLaMA", section 2.2), shrunk:
 

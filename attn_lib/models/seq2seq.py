@@ -1,4 +1,4 @@
-"""Three Transformer architectures built from the same blocks (notebook 06).
+"""Three Transformer architectures built from the same blocks (notebook 07).
 
 - :class:`Seq2SeqTransformer` -- encoder-decoder (Vaswani et al. 2017; also T5, Raffel et al. 2020):
   the encoder reads the whole source with bidirectional self-attention, the decoder writes the
