@@ -1,17 +1,322 @@
-"""Argument checks shared by attn_lib's modules (clear TypeError/ValueError messages)."""
+"""Argument checks shared by every public function of attn_lib: one style of error everywhere.
+
+The rule (the developers' guide): a **TypeError** means a wrong type, a **ValueError** a wrong value,
+and the message names the argument, the value received and what was expected::
+
+    num_heads must be an int >= 1, got 0
+    is_causal must be a bool, got str 'yes'
+    device must be a torch.device or a string such as 'cpu' or 'cuda:0', got 'gpu'
+
+Each helper returns the (possibly normalised) value, so a caller writes ``n = check_int("n", n, minimum=1)``.
+Shape letters in messages follow the legend of :mod:`attn_lib.attention` (B, H, Hkv, L, S, E, Ev).
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 
-def check_int(name: str, value, *, minimum: int) -> int:
-    """Return ``value`` if it is an int >= ``minimum``.
+import torch
+
+__all__ = [
+    "check_int", "check_bool", "check_number", "check_choice", "check_callable", "check_tensor",
+    "check_finite", "check_dtype", "check_device", "check_same_device", "check_same_dtype",
+    "check_attn_mask", "check_qkv", "shape_of",
+]
+
+
+def shape_of(t) -> tuple[int, ...]:
+    """``tuple(t.shape)``: shapes print as ``(2, 4, 8)`` in messages, not ``torch.Size([2, 4, 8])``."""
+    return tuple(t.shape)
+
+
+def _got(value) -> str:
+    """``"int 3"``, ``"str 'yes'"``, ``"Tensor of shape (2, 3)"``: what a message says it received."""
+    if isinstance(value, torch.Tensor):
+        return f"Tensor of shape {shape_of(value)} and dtype {value.dtype}"
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _bounds(minimum, maximum) -> str:
+    if minimum is not None and maximum is not None:
+        return f" in [{minimum}, {maximum}]"
+    if minimum is not None:
+        return f" >= {minimum}"
+    if maximum is not None:
+        return f" <= {maximum}"
+    return ""
+
+
+def check_int(name: str, value, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Return ``value`` if it is an int (not a bool) within ``[minimum, maximum]``.
 
     Raises:
-        TypeError: ``value`` is not an int (bool counts as not an int); the message names ``name``.
-        ValueError: ``value < minimum``; the message names ``name``, the value and the minimum.
+        TypeError: not an int (``True``, ``2.0`` and ``"2"`` are refused).
+        ValueError: outside the bounds.
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise TypeError(f"{name} must be an int{_bounds(minimum, maximum)}, got {_got(value)}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be an int{_bounds(minimum, maximum)}, got {value}")
+    return int(value)
+
+
+def check_bool(name: str, value) -> bool:
+    """Return ``value`` if it is a bool. ``1``, ``"yes"`` and a one-element tensor raise TypeError."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {_got(value)}")
     return value
+
+
+def check_number(name: str, value, *, minimum: float | None = None, maximum: float | None = None,
+                 finite: bool = True, allow_none: bool = False) -> float | None:
+    """Return ``float(value)`` for an int or float (not a bool) within the bounds; ``None`` if allowed.
+
+    Raises:
+        TypeError: not a real number (a bool, a string, a tensor).
+        ValueError: NaN, an infinity when ``finite``, or outside ``[minimum, maximum]``.
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        what = "None or a number" if allow_none else "a number"
+        raise TypeError(f"{name} must be {what}{_bounds(minimum, maximum)}, got {_got(value)}")
+    value = float(value)
+    if math.isnan(value) or (finite and math.isinf(value)):
+        raise ValueError(f"{name} must be a finite number{_bounds(minimum, maximum)}, got {value}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be a number{_bounds(minimum, maximum)}, got {value}")
+    return value
+
+
+def check_choice(name: str, value, choices: Sequence) -> object:
+    """Return ``value`` if it is one of ``choices`` (compared with ==).
+
+    Raises:
+        TypeError: of another type than every choice (e.g. an int where strings are expected).
+        ValueError: of the right type but not a choice.
+    """
+    for choice in choices:
+        if type(value) is type(choice) and value == choice:
+            return value
+    options = ", ".join(repr(c) for c in choices)
+    if not any(type(value) is type(c) for c in choices):
+        raise TypeError(f"{name} must be one of {options}, got {_got(value)}")
+    raise ValueError(f"{name} must be one of {options}, got {value!r}")
+
+
+def check_callable(name: str, value):
+    """Return ``value`` if it is callable (a function, a lambda, a class).
+
+    Raises:
+        TypeError: not callable, e.g. the *result* of a call passed where the function was expected.
+    """
+    if not callable(value):
+        raise TypeError(f"{name} must be a function (callable), got {_got(value)}; pass the function itself, "
+                        f"without calling it: f, not f(...)")
+    return value
+
+
+def check_tensor(name: str, value, *, floating: bool = False, ndim: int | Sequence[int] | None = None,
+                 min_ndim: int | None = None) -> torch.Tensor:
+    """Return ``value`` if it is a tensor with the asked dtype kind and number of dims.
+
+    Raises:
+        TypeError: not a torch.Tensor, or not floating point when ``floating``.
+        ValueError: the number of dims is not ``ndim`` (one int or a set of allowed ones) or below ``min_ndim``.
+    """
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {_got(value)}")
+    if floating and not value.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got {value.dtype}")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if value.dim() not in allowed:
+            want = " or ".join(str(n) for n in allowed)
+            raise ValueError(f"{name} must have {want} dims, got shape {shape_of(value)}")
+    if min_ndim is not None and value.dim() < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dims, got shape {shape_of(value)}")
+    return value
+
+
+def check_finite(name: str, tensor: torch.Tensor, *, allow_neg_inf: bool = False) -> torch.Tensor:
+    """Return ``tensor`` if it holds no NaN and no infinity (``-inf`` allowed when ``allow_neg_inf``).
+
+    Attention would spread one NaN to a whole output row (and +inf in a score makes inf - inf = NaN),
+    so attn_lib refuses them at the door instead of returning a silent NaN.
+
+    Raises:
+        ValueError: naming how many values are NaN / +inf / -inf and the first index of one.
+    """
+    if not tensor.is_floating_point():
+        return tensor
+    bad = torch.isnan(tensor) | (tensor == float("inf"))
+    if not allow_neg_inf:
+        bad = bad | (tensor == float("-inf"))
+    if bool(bad.any()):
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        n_nan, n_pos = int(torch.isnan(tensor).sum()), int((tensor == float("inf")).sum())
+        n_neg = int((tensor == float("-inf")).sum())
+        parts = [f"{what} ({n} value{'s' if n > 1 else ''})" for n, what in
+                 ((n_nan, "NaN"), (n_pos, "+inf"), (n_neg, "-inf")) if n]
+        expected = "finite values or -inf (blocked)" if allow_neg_inf else "finite values"
+        raise ValueError(f"{name} contains {' and '.join(parts)}, first at index {first} of shape "
+                         f"{shape_of(tensor)}; expected {expected}")
+    return tensor
+
+
+_DTYPE_NAMES = {
+    "float16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+    "float": torch.float32, "float64": torch.float64, "double": torch.float64,
+}
+
+
+def check_dtype(name: str, value, *, floating: bool = True, allow_none: bool = False) -> torch.dtype | None:
+    """Return a ``torch.dtype``: a dtype itself, or its name as a string (``"float32"``, ``"torch.float16"``).
+
+    Raises:
+        TypeError: neither a torch.dtype nor a string.
+        ValueError: a string that names no floating dtype, or an integer/bool dtype when ``floating``
+            (an integer dtype would silently truncate the values).
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, str):
+        key = value.removeprefix("torch.")
+        if key not in _DTYPE_NAMES:
+            raise ValueError(f"{name} must name a floating dtype such as 'float32' or torch.float32, got {value!r}")
+        value = _DTYPE_NAMES[key]
+    if not isinstance(value, torch.dtype):
+        raise TypeError(f"{name} must be a torch.dtype such as torch.float32, got {_got(value)}")
+    if floating and not value.is_floating_point:
+        raise ValueError(f"{name} must be a floating dtype (torch.float16, bfloat16, float32 or float64), got {value}; "
+                         f"an integer dtype would truncate the values")
+    return value
+
+
+def check_device(name: str, value, *, allow_none: bool = True) -> torch.device | None:
+    """Return a ``torch.device`` (or None when allowed) that exists on this machine.
+
+    Raises:
+        TypeError: neither a string nor a torch.device.
+        ValueError: a string torch does not read as a device (``"gpu"``), or a CUDA device on a machine
+            with no CUDA GPU (the message says to use the CPU).
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, str):
+        try:
+            value = torch.device(value)
+        except RuntimeError:
+            raise ValueError(f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', got {value!r}") from None
+    if not isinstance(value, torch.device):
+        raise TypeError(f"{name} must be a torch.device or a string such as 'cpu' or 'cuda:0', got {_got(value)}")
+    if value.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name}={str(value)!r}, but no CUDA GPU is available on this machine "
+                         f"(torch.cuda.is_available() is False): use device='cpu'")
+    return value
+
+
+def check_same_device(**tensors) -> torch.device:
+    """All tensors (None entries skipped) on one device; returns it.
+
+    Raises:
+        ValueError: naming each argument and its device.
+    """
+    present = {k: t for k, t in tensors.items() if t is not None}
+    devices = {t.device for t in present.values()}
+    if len(devices) > 1:
+        where = ", ".join(f"{k} on {t.device}" for k, t in present.items())
+        raise ValueError(f"{', '.join(present)} must be on one device, got {where}; move them with .to(device)")
+    return next(iter(devices)) if devices else torch.device("cpu")
+
+
+def check_same_dtype(**tensors) -> torch.dtype:
+    """All tensors (None entries skipped) of one dtype; returns it.
+
+    Raises:
+        TypeError: naming each argument and its dtype.
+    """
+    present = {k: t for k, t in tensors.items() if t is not None}
+    dtypes = {t.dtype for t in present.values()}
+    if len(dtypes) > 1:
+        which = ", ".join(f"{k} {t.dtype}" for k, t in present.items())
+        raise TypeError(f"{', '.join(present)} must share one dtype, got {which}")
+    return next(iter(dtypes))
+
+
+def check_attn_mask(attn_mask, scores_shape: Sequence[int], *, name: str = "attn_mask",
+                    allow_float: bool = True) -> torch.Tensor | None:
+    """Check a mask against the scores' shape (..., L, S); returns it unchanged (or None).
+
+    A bool mask: True = may attend. A float mask is added to the scores: finite values or -inf (blocked);
+    NaN and +inf are refused (+inf would make inf - inf = NaN in the softmax).
+
+    Raises:
+        TypeError: not a tensor; neither bool nor (when ``allow_float``) floating.
+        ValueError: NaN or +inf in a float mask; a shape that does not broadcast to ``scores_shape``.
+    """
+    if attn_mask is None:
+        return None
+    if not isinstance(attn_mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {_got(attn_mask)}")
+    if attn_mask.dtype != torch.bool and not (allow_float and attn_mask.is_floating_point()):
+        kinds = "bool (True = may attend) or floating (added to the scores)" if allow_float else \
+            "bool (True = may attend)"
+        raise TypeError(f"{name} must be {kinds}, got dtype {attn_mask.dtype}")
+    if attn_mask.is_floating_point():
+        check_finite(name, attn_mask, allow_neg_inf=True)
+    scores_shape = tuple(scores_shape)
+    try:
+        full = tuple(torch.broadcast_shapes(attn_mask.shape, scores_shape))
+    except RuntimeError:
+        full = None
+    if full != scores_shape:
+        L, S = scores_shape[-2], scores_shape[-1]
+        raise ValueError(f"{name} of shape {shape_of(attn_mask)} must broadcast to the scores' shape {scores_shape} "
+                         f"(..., L={L}, S={S})")
+    return attn_mask
+
+
+def check_qkv(query, key, value, *, enable_gqa: bool = False, min_ndim: int = 2) -> None:
+    """The checks every attention function shares: types, dtypes, devices, finiteness and shapes.
+
+    query (..., L, E), key (..., S, E), value (..., S, Ev); with ``enable_gqa``, key/value have Hkv heads at
+    dim -3 and query Hq, a multiple of Hkv.
+
+    Raises:
+        TypeError: not tensors, not floating, or of different dtypes.
+        ValueError: fewer than ``min_ndim`` dims; E = 0; S = 0; NaN or infinity in an input; E or S or the
+            batch dims disagree; Hq not a multiple of Hkv with ``enable_gqa``; tensors on different devices.
+    """
+    for n, t in (("query", query), ("key", key), ("value", value)):
+        check_tensor(n, t, floating=True, min_ndim=min_ndim)
+    check_same_dtype(query=query, key=key, value=value)
+    check_same_device(query=query, key=key, value=value)
+    if query.shape[-1] == 0:
+        raise ValueError(f"query and key need a last dim E >= 1 (head_dim), got query shape {shape_of(query)}")
+    if key.shape[-2] == 0:
+        raise ValueError(f"key and value need at least one position (S >= 1) for the softmax over keys, "
+                         f"got key shape {shape_of(key)}")
+    for n, t in (("query", query), ("key", key), ("value", value)):
+        check_finite(n, t)
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query and key must have the same last dim E: query shape {shape_of(query)} "
+                         f"(E={query.shape[-1]}), key shape {shape_of(key)} (E={key.shape[-1]})")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"key and value must have the same number of positions S (dim -2): key shape "
+                         f"{shape_of(key)}, value shape {shape_of(value)}")
+    if key.shape[:-2] != value.shape[:-2]:
+        raise ValueError(f"key and value must have the same batch/head dims: key shape {shape_of(key)}, "
+                         f"value shape {shape_of(value)}")
+    if enable_gqa:
+        if query.dim() < 3 or key.dim() < 3:
+            raise ValueError("enable_gqa=True needs a heads dim at -3: query (..., H, L, E) and key/value "
+                             f"(..., Hkv, S, E); got query shape {shape_of(query)}, key shape {shape_of(key)}")
+        hq, hkv = query.shape[-3], key.shape[-3]
+        if hkv == 0 or hq % hkv != 0:
+            raise ValueError(f"enable_gqa=True needs the number of query heads H={hq} to be a multiple of the number "
+                             f"of key/value heads Hkv={hkv} (query shape {shape_of(query)}, key shape {shape_of(key)})")

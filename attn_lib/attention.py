@@ -17,78 +17,21 @@ import math
 import torch
 import torch.nn.functional as F
 
+from attn_lib._checks import check_attn_mask, check_bool, check_number, check_qkv, shape_of as _shape
+
 __all__ = ["scaled_dot_product_attention"]
 
 
-def _shape(t: torch.Tensor) -> tuple[int, ...]:
-    return tuple(t.shape)
-
-
 def _validate(query, key, value, attn_mask, is_causal, dropout_p, scale, enable_gqa) -> None:
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype (float16/bfloat16/float32/float64), got {t.dtype}")
-        if t.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dims (..., seq_len, dim), got shape {_shape(t)}")
-    if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(
-            f"query, key and value must share one dtype, got query {query.dtype}, key {key.dtype}, value {value.dtype}"
-        )
-    if query.shape[-1] == 0:
-        raise ValueError(f"query and key need a last dim E >= 1 (head_dim), got query shape {_shape(query)}")
-    if key.shape[-2] == 0:
-        raise ValueError(
-            f"key and value need at least one position (S >= 1) for the softmax over keys, got key shape {_shape(key)}"
-        )
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if torch.isnan(t).any():
-            raise ValueError(f"{name} contains NaN (shape {_shape(t)}); attention would silently spread it to the output")
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"query and key must have the same last dim E: query shape {_shape(query)} (E={query.shape[-1]}), "
-            f"key shape {_shape(key)} (E={key.shape[-1]})"
-        )
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"key and value must have the same number of positions S (dim -2): key shape {_shape(key)}, "
-            f"value shape {_shape(value)}"
-        )
-    if key.shape[:-2] != value.shape[:-2]:
-        raise ValueError(
-            f"key and value must have the same batch/head dims: key shape {_shape(key)}, value shape {_shape(value)}"
-        )
+    check_qkv(query, key, value, enable_gqa=enable_gqa)
+    check_bool("is_causal", is_causal)
     if attn_mask is not None and is_causal:
         raise ValueError("pass either attn_mask or is_causal=True, not both (torch's function refuses both too)")
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__} {is_causal!r}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p <= 1.0:
-        raise ValueError(f"dropout_p must be a number in [0, 1], got {dropout_p!r}")
-    if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-            raise ValueError(f"scale must be None or a finite number, got {scale!r}")
+    check_number("dropout_p", dropout_p, minimum=0.0, maximum=1.0)
+    check_number("scale", scale, allow_none=True)
     if attn_mask is not None:
-        if not isinstance(attn_mask, torch.Tensor):
-            raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
-        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-            raise TypeError(
-                f"attn_mask must be bool (True = may attend) or floating (added to the scores), got {attn_mask.dtype}"
-            )
-        if attn_mask.is_floating_point() and torch.isnan(attn_mask).any():
-            raise ValueError(f"attn_mask of shape {_shape(attn_mask)} contains NaN; use -inf (or a large negative) to block")
-    if enable_gqa:
-        if query.dim() < 3 or key.dim() < 3:
-            raise ValueError(
-                "enable_gqa=True needs a heads dim at -3: query (..., Hq, L, E) and key/value (..., Hkv, S, E); "
-                f"got query shape {_shape(query)}, key shape {_shape(key)}"
-            )
-        hq, hkv = query.shape[-3], key.shape[-3]
-        if hkv == 0 or hq % hkv != 0:
-            raise ValueError(
-                f"enable_gqa=True needs the number of query heads Hq={hq} to be a multiple of the number of "
-                f"key/value heads Hkv={hkv} (query shape {_shape(query)}, key shape {_shape(key)})"
-            )
+        # shape is checked once the batch dims are known (below); type, NaN and +inf here
+        check_attn_mask(attn_mask, attn_mask.shape if isinstance(attn_mask, torch.Tensor) else ())
 
 
 def scaled_dot_product_attention(
