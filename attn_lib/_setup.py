@@ -68,8 +68,8 @@ def setup(seed: int = 0) -> None:
             "image.cmap": SEQUENTIAL_CMAP,
             "axes.prop_cycle": cycler(color=PALETTE),
             "figure.figsize": (6.0, 4.0),
-            "figure.dpi": 80,
-            "savefig.dpi": 80,
+            "figure.dpi": 110,
+            "savefig.dpi": 220,
             "axes.grid": False,
         }
     )

@@ -6,12 +6,45 @@ they start is the one a learner gets.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from pathlib import Path
 
 from attn_lib._setup import REPO_ROOT
 
 WELCOME = "notebooks/00_welcome.ipynb"
+
+#: JupyterLab settings the course sets for its environment: no "get notified about official Jupyter
+#: news?" popup over the first notebook, and no update check (both would contact a website).
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
+}
+
+
+def write_lab_settings(prefix: str | Path = sys.prefix) -> Path:
+    """Merge :data:`LAB_SETTINGS` into ``<prefix>/share/jupyter/lab/settings/overrides.json``.
+
+    JupyterLab reads that file as the defaults of its environment (a learner can still change a
+    setting in the Settings editor). Other entries already in the file are kept.
+
+    Returns:
+        the path of ``overrides.json``.
+    """
+    path = Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    current = {}
+    if path.exists():
+        try:
+            current = json.loads(path.read_text())
+        except ValueError:
+            current = {}
+    merged = {**current}
+    for plugin, values in LAB_SETTINGS.items():
+        merged[plugin] = {**current.get(plugin, {}), **values}
+    if merged != current:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(merged, indent=2) + "\n")
+    return path
 
 
 def lab_command(*, port: int | None = None, token: str | None = None, open_browser: bool = True) -> list[str]:
@@ -21,7 +54,10 @@ def lab_command(*, port: int | None = None, token: str | None = None, open_brows
         port: TCP port; None lets Jupyter pick (8888 or the next free one).
         token: the access token; None lets Jupyter generate one.
         open_browser: False for servers started by tests.
+
+    Also writes the course's JupyterLab settings into this environment (:func:`write_lab_settings`).
     """
+    write_lab_settings()
     argv = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={REPO_ROOT}"]
     if port is not None:
         argv.append(f"--ServerApp.port={int(port)}")

@@ -204,8 +204,8 @@ def attention_explorer(attentions, tokens: Sequence[str], *, key_tokens: Sequenc
     stack = attention_stack(attentions, batch_index=batch_index)
     _check_token_counts(stack, tokens, key_tokens)
     layers, heads = stack.shape[:2]
-    layer_w = widgets.IntSlider(value=0, min=0, max=layers - 1, description="layer", continuous_update=False)
-    head_w = widgets.Dropdown(options=head_options(heads), value=0, description="head")
+    layer_w = widgets.IntSlider(value=0, min=0, max=layers - 1, description="layer", continuous_update=False, style=_LABEL_STYLE)
+    head_w = widgets.Dropdown(options=head_options(heads), value=0, description="head", style=_LABEL_STYLE)
     out = widgets.Output()
 
     def show(_change=None):
@@ -330,6 +330,10 @@ def _deliver(page, html_action: str):
 # Logic in plain functions (softmax_temperature_demo, temperature_figure, demo_mask, mask_figure),
 # tested in tests/test_attention.py and tests/test_masks.py; the *_explorer functions only wire widgets.
 # --------------------------------------------------------------------------------------------
+# Widget labels at their natural width: the default (a fixed width) cut "temperature" to "temperat…".
+_LABEL_STYLE = {"description_width": "initial"}
+
+
 def softmax_temperature_demo(d_k: int, temperature: float = 1.0, *, scaled: bool = True,
                              num_keys: int = 8, seed: int = 0) -> dict:
     """One query against ``num_keys`` random keys: how d_k, the 1/sqrt(d_k) scale and a temperature
@@ -400,7 +404,7 @@ def temperature_explorer(*, num_keys: int = 8, seed: int = 0):
     d_k_w = widgets.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=64,
                                     description="d_k", continuous_update=False)
     temp_w = widgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1, step=0.1, description="temperature",
-                                    continuous_update=False)
+                                    continuous_update=False, style=_LABEL_STYLE)
     out = widgets.Output()
 
     def show(_change=None):
@@ -485,10 +489,10 @@ def mask_explorer(*, seed: int = 0):
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    kind_w = widgets.Dropdown(options=list(MASK_KINDS), value="causal top-left", description="mask")
-    q_w = widgets.IntSlider(value=4, min=1, max=10, description="queries", continuous_update=False)
-    kv_w = widgets.IntSlider(value=6, min=1, max=10, description="keys", continuous_update=False)
-    pad_w = widgets.IntSlider(value=0, min=0, max=6, description="padded keys", continuous_update=False)
+    kind_w = widgets.Dropdown(options=list(MASK_KINDS), value="causal top-left", description="mask", style=_LABEL_STYLE)
+    q_w = widgets.IntSlider(value=4, min=1, max=10, description="queries", continuous_update=False, style=_LABEL_STYLE)
+    kv_w = widgets.IntSlider(value=6, min=1, max=10, description="keys", continuous_update=False, style=_LABEL_STYLE)
+    pad_w = widgets.IntSlider(value=0, min=0, max=6, description="padded keys", continuous_update=False, style=_LABEL_STYLE)
     out = widgets.Output()
 
     def show(_change=None):

@@ -124,3 +124,24 @@ def check_prediction(question_id: str, answer) -> CheckResult:
     side = "low" if answer < q.answer else "high"
     hint = q.hints.get(side, f"too {side}.")
     return CheckResult(name, False, f"❌ {name}: not yet. {hint}")
+
+
+def answers_markdown() -> str:
+    """Every question with its answer and reasoning, as Markdown (the teacher's guide includes this).
+
+    ``python -m attn_lib.exercises.concepts`` prints it.
+    """
+    _load_all()
+    lines = []
+    for qid in sorted(QUESTIONS):
+        q = QUESTIONS[qid]
+        answer = f"**{q.answer}** ({q.choices[q.answer]})" if q.choices else f"**{q.answer:g}**"
+        lines.append(f"- `{qid}` — {q.prompt}\n  Answer: {answer}. {q.explanation}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    # run as a script this file is a second module: use the one the package imported (where questions register)
+    from attn_lib.exercises import concepts as _imported
+
+    print(_imported.answers_markdown())
