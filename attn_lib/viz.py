@@ -308,9 +308,66 @@ def model_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_
     return _deliver(offline_page(page), html_action, figure)
 
 
+def _mosaic_figure(weights: torch.Tensor, panel_labels: Sequence[Sequence[str]], row_labels: Sequence[str],
+                   tokens: Sequence[str], title: str, *, label_tokens: bool = True):
+    """One image of a (R, C, L, S) grid of heatmaps, one blank pixel between them (NaN panels stay blank).
+
+    One Axes for the whole grid (a grid of 72 Axes takes seconds to draw); panel and row labels are
+    text; with ``label_tokens`` the tokens label the first panel's rows and the bottom-left panel's columns.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    R, C, L, S = weights.shape
+    grid = np.full((R * (L + 1) - 1, C * (S + 1) - 1), np.nan)
+    for r in range(R):
+        for c in range(C):
+            grid[r * (L + 1): r * (L + 1) + L, c * (S + 1): c * (S + 1) + S] = weights[r, c].numpy()
+    cell = 0.13 if label_tokens else 0.07
+    fig, ax = plt.subplots(figsize=(1.8 + cell * grid.shape[1], 1.4 + cell * grid.shape[0]))
+    cmap = plt.get_cmap(SEQUENTIAL_CMAP).with_extremes(bad="white")
+    im = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=float(np.nanmax(grid)), interpolation="nearest")
+    if label_tokens:
+        ax.set_yticks(range(L), list(tokens), fontsize=6)
+        ax.set_xticks([j for j in range(S)], list(tokens), rotation=90, fontsize=6)
+        ax.xaxis.set_ticks_position("bottom")
+        ax.set_xlim(-0.5, grid.shape[1] - 0.5)
+    else:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    for r, row in enumerate(panel_labels):
+        for c, label in enumerate(row):
+            ax.text(c * (S + 1) + (S - 1) / 2, r * (L + 1) - 0.8, label, ha="center", va="bottom", fontsize=7)
+    for r, label in enumerate(row_labels):
+        ax.text(-1.0, r * (L + 1) + (L - 1) / 2, label, ha="right", va="center", fontsize=7)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    fig.colorbar(im, ax=ax, fraction=0.025, pad=0.02, label="attention weight")
+    ax.set_title(title, fontsize=9, pad=12)
+    return fig
+
+
+def head_view_panels(attentions, tokens: Sequence[str], *, layer: int | None = None, heads=None,
+                     batch_index: int = 0, max_columns: int = 6) -> tuple[torch.Tensor, list[list[str]]]:
+    """The grid :func:`head_view_figure` draws: (rows, columns, L, L) weights, heads in reading order
+    (empty panels are NaN), and each panel's label ("head h", "" for an empty one)."""
+    stack = attention_stack(attentions, batch_index=batch_index)
+    _check_token_counts(stack, tokens)
+    layer = 0 if layer is None else layer
+    heads = list(range(stack.shape[1])) if heads is None else list(heads)
+    panels = torch.stack([select_head(stack, layer, h) for h in heads])  # (n, L, L)
+    n, L = panels.shape[0], panels.shape[-1]
+    cols = min(n, max_columns)
+    rows = -(-n // cols)
+    grid = torch.full((rows * cols, L, L), float("nan"))
+    grid[:n] = panels
+    labels = [f"head {h}" for h in heads] + [""] * (rows * cols - n)
+    return grid.reshape(rows, cols, L, L), [labels[r * cols:(r + 1) * cols] for r in range(rows)]
+
+
 def head_view_figure(attentions, tokens: Sequence[str], *, layer: int | None = None, heads=None,
                      batch_index: int = 0, max_columns: int = 6):
-    """The static counterpart of :func:`head_view`: one heatmap per head of one layer.
+    """The static counterpart of :func:`head_view`: one heatmap per head of one layer, in one image.
 
     Args:
         attentions, tokens, batch_index: as :func:`head_view`.
@@ -319,47 +376,27 @@ def head_view_figure(attentions, tokens: Sequence[str], *, layer: int | None = N
         max_columns: heads per row.
 
     Returns:
-        the matplotlib Figure (rows are queries, columns keys, as :func:`plot_attention`).
+        the matplotlib Figure: the panels of :func:`head_view_panels`; in each, rows are queries and
+        columns keys (as :func:`plot_attention`).
     """
-    import matplotlib.pyplot as plt
-
-    stack = attention_stack(attentions, batch_index=batch_index)
-    _check_token_counts(stack, tokens)
-    layer = 0 if layer is None else layer
-    heads = list(range(stack.shape[1])) if heads is None else list(heads)
-    weights = torch.stack([select_head(stack, layer, h) for h in heads])  # (len(heads), L, L)
-    n = len(heads)
-    cols = min(n, max_columns)
-    rows = -(-n // cols)
-    L = len(tokens)
-    cell = max(1.6, 0.16 * L)
-    fig, axes = plt.subplots(rows, cols, figsize=(cell * cols + 1.0, cell * rows + 0.8), squeeze=False)
-    vmax = float(weights.max())
-    for k, a in enumerate(axes.flat):
-        if k >= n:
-            a.axis("off")
-            continue
-        im = a.imshow(weights[k].numpy(), cmap=SEQUENTIAL_CMAP, vmin=0.0, vmax=vmax)
-        a.set_title(f"head {heads[k]}", fontsize=8)
-        a.set_xticks(range(L), list(tokens) if k // cols == rows - 1 or k + cols >= n else [""] * L,
-                     rotation=90, fontsize=6)
-        a.set_yticks(range(L), list(tokens) if k % cols == 0 else [""] * L, fontsize=6)
-    fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.02, pad=0.02, label="attention weight")
-    fig.suptitle(f"layer {layer}: each head's weights (rows: query, columns: key)", fontsize=10)
-    return fig
+    grid, labels = head_view_panels(attentions, tokens, layer=layer, heads=heads, batch_index=batch_index,
+                                    max_columns=max_columns)
+    return _mosaic_figure(grid, labels, [], tokens,
+                          f"layer {0 if layer is None else layer}: each head's weights (rows: query, columns: key)")
 
 
 def model_view_figure(attentions, tokens: Sequence[str], *, include_layers=None, include_heads=None,
                       batch_index: int = 0):
-    """The static counterpart of :func:`model_view`: a grid of heatmaps, one row per layer, one column per head."""
+    """The static counterpart of :func:`model_view`: a grid of heatmaps in one image, one row per layer,
+    one column per head (in each panel rows are queries, columns keys)."""
     stack = attention_stack(attentions, batch_index=batch_index)
     _check_token_counts(stack, tokens)
     layers = list(range(stack.shape[0])) if include_layers is None else list(include_layers)
     heads = list(range(stack.shape[1])) if include_heads is None else list(include_heads)
-    fig = plot_attention(stack[layers][:, heads], tokens, title="every layer (rows) and head (columns)")
-    for row, a_row in zip(layers, fig.axes[:: len(heads)]):
-        a_row.set_ylabel(f"layer {row}", fontsize=8)
-    return fig
+    labels = [[f"head {h}" for h in heads]] + [[""] * len(heads)] * (len(layers) - 1)
+    return _mosaic_figure(stack[layers][:, heads], labels, [f"layer {i}" for i in layers], tokens,
+                          "every layer (rows) and head (columns); in each, rows: query, columns: key",
+                          label_tokens=False)
 
 
 # bertviz loads require.js, d3 5.7.0 and jQuery 2.0.0 from cdnjs; the course ships d3 5.7.0 and jQuery

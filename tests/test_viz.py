@@ -220,19 +220,29 @@ def _displayed(monkeypatch):
     return shown
 
 
+def _panel(fig, r, c, L):
+    """Panel (r, c) of a mosaic figure: its one image, cut at the blank pixel between panels."""
+    [image] = fig.axes[0].images
+    grid = torch.as_tensor(image.get_array().filled(float("nan")))
+    return grid[r * (L + 1): r * (L + 1) + L, c * (L + 1): c * (L + 1) + L]
+
+
 def test_head_view_is_followed_by_a_static_figure_of_the_same_layer(monkeypatch):
     from IPython.display import HTML
 
     shown = _displayed(monkeypatch)
     att = _fake_attentions(layers=3, B=2, H=4, L=5)
     tokens = list("abcde")
-    viz.head_view(att, tokens, batch_index=1, layer=2, heads=[1, 3])
+    viz.head_view(att, tokens, batch_index=1, layer=2, heads=[1, 3, 0])
     assert [type(o) for o in shown] == [HTML, matplotlib.figure.Figure]
     fig = shown[1]
-    heatmaps = [a for a in fig.axes if a.images and a.get_title().startswith("head")]
-    assert [a.get_title() for a in heatmaps] == ["head 1", "head 3"]
-    for a, h in zip(heatmaps, [1, 3]):
-        assert torch.allclose(torch.as_tensor(a.images[0].get_array().data), att[2][1, h])
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts == ["head 1", "head 3", "head 0"] and "layer 2" in fig.axes[0].get_title()
+    for c, h in enumerate([1, 3, 0]):  # the panels are the selected layer's heads, of sentence 1
+        assert torch.allclose(_panel(fig, 0, c, 5).float(), att[2][1, h])
+    grid, labels = viz.head_view_panels(att, tokens, layer=0, batch_index=1, max_columns=3)
+    assert grid.shape == (2, 3, 5, 5) and labels == [["head 0", "head 1", "head 2"], ["head 3", "", ""]]
+    assert torch.equal(grid[1, 0], att[0][1, 3]) and grid[1, 1:].isnan().all()  # 4 heads, 3 per row
     shown.clear()
     viz.head_view(att, tokens, static=False)
     assert [type(o) for o in shown] == [HTML]
@@ -243,9 +253,9 @@ def test_model_view_is_followed_by_a_grid_of_every_layer_and_head(monkeypatch):
     att = _fake_attentions(layers=3, B=1, H=2, L=4)
     viz.model_view(att, list("abcd"), include_layers=[0, 2])
     fig = shown[1]
-    heatmaps = [a for a in fig.axes if a.images]
-    assert len(heatmaps) == 2 * 2
-    assert torch.allclose(torch.as_tensor(heatmaps[3].images[0].get_array().data), att[2][0, 1])
+    assert [t.get_text() for t in fig.axes[0].texts if t.get_text()] == ["head 0", "head 1", "layer 0", "layer 2"]
+    assert torch.allclose(_panel(fig, 1, 1, 4).float(), att[2][0, 1])  # row 1 = layer 2, column 1 = head 1
+    assert torch.allclose(_panel(fig, 0, 0, 4).float(), att[0][0, 0])
 
 
 @pytest.mark.slow
