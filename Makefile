@@ -65,8 +65,9 @@ train-dates: install
 	$(BIN)/python -m attn_lib.train
 
 # The course as a learner sees it: JupyterLab in headless Chromium, driven by Playwright (tests_browser/).
-# Needs the system Chromium (Debian/Ubuntu: apt-get install chromium) and npm (bertviz's scripts are
-# installed from npm into build/browser-libs/ at test time). Screenshots: test-results/browser/.
+# Needs the system Chromium (Debian/Ubuntu: apt-get install chromium). The network is cut: only the local
+# JupyterLab and the website's local server answer. It also checks the website in build/book/ (run
+# `make book` first; skipped without it). Screenshots: test-results/browser/ (site: test-results/browser/site/).
 # One notebook: make test-browser BROWSER_NB="notebooks/03_*.ipynb"
 BROWSER_NB ?=
 .PHONY: test-browser
@@ -76,3 +77,14 @@ $(VENV)/.browser-installed: requirements-browser.txt | $(STAMP)
 
 test-browser: install $(VENV)/.browser-installed
 	$(BIN)/python -m pytest tests_browser -v --durations=0 --timeout=900 $(if $(BROWSER_NB),--notebooks $(BROWSER_NB))
+
+# The course as a website: build/book/ (Sphinx + myst-nb, sphinx-book-theme) from the executed notebooks'
+# saved outputs, offline; its packages (requirements-book.txt) go into .venv on first use.
+# Open build/book/index.html, or serve it: .venv/bin/python -m http.server -d build/book -b 127.0.0.1
+.PHONY: book
+$(VENV)/.book-installed: requirements-book.txt | $(STAMP)
+	$(BIN)/python -m pip install -r requirements-book.txt
+	touch $@
+
+book: install $(VENV)/.book-installed
+	$(BIN)/python scripts/build_book.py

@@ -25,7 +25,8 @@ def setup(seed: int = 0) -> None:
     Seeds Python's ``random``, NumPy and PyTorch with ``seed``; sets the HuggingFace
     libraries to offline mode and turns off their progress bars and info logging; sets
     matplotlib defaults (colour-blind-safe ``viridis`` colormap and Okabe-Ito line colours,
-    small figures); makes PyTorch print 4 decimals.
+    small figures); makes PyTorch print 4 decimals; makes ``bertviz.head_view`` and
+    ``bertviz.model_view`` draw with no network (``attn_lib.viz.use_offline_bertviz``).
 
     Args:
         seed: non-negative int used for every random number generator.
@@ -73,3 +74,8 @@ def setup(seed: int = 0) -> None:
             "axes.grid": False,
         }
     )
+
+    # bertviz's views load their scripts from a CDN; this makes them self-contained (no import of bertviz here).
+    from attn_lib.viz import use_offline_bertviz
+
+    use_offline_bertviz()

@@ -5,6 +5,10 @@ All colormaps are colour-blind safe (viridis by default).
 
 from __future__ import annotations
 
+import functools
+import json
+import re
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -246,13 +250,15 @@ def _check_html_action(html_action) -> None:
         raise ValueError(f"html_action must be 'view' (show in the notebook) or 'return' (an HTML object), got {html_action!r}")
 
 
-def head_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_action: str = "view", **kwargs):
-    """bertviz's head view (Vig 2019) of one sentence, after checking the input.
+def head_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_action: str = "view",
+              static: bool = True, **kwargs):
+    """bertviz's head view (Vig 2019) of one sentence, after checking the input; draws with no network.
 
     Lines from each token to the tokens it attends to, one colour per head, one layer at a time.
-    The view loads require.js and d3 from a CDN, so it needs internet in the browser;
-    :func:`attention_explorer` works offline. Unlike calling bertviz directly, the view also draws
-    on a first "Run All" in JupyterLab (see :func:`_wait_for_require`).
+    The page carries its own d3 and jQuery (shipped with attn_lib, see :func:`offline_page`), so it
+    draws offline in JupyterLab, in ``jupyter nbconvert --to html`` and on the course website, and
+    also on a first "Run All". With ``html_action="view"`` it is followed by a static matplotlib
+    figure of the same layer (:func:`head_view_figure`), for readers whose viewer runs no JavaScript.
 
     Args:
         attentions: ``outputs.attentions`` (tuple of num_layers (B, H, L, L)) or (layers, H, L, L).
@@ -261,6 +267,7 @@ def head_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_a
         html_action: ``"view"`` displays it; ``"return"`` returns an ``IPython.display.HTML`` whose
             ``.data`` is the whole page (save it to a file, or test it). The weights in the page are
             rounded to 4 decimals.
+        static: with ``html_action="view"``, also show the static figure.
         **kwargs: passed to ``bertviz.head_view`` (``layer``, ``heads``, ``include_layers``,
             ``sentence_b_start``, ``prettify_tokens``).
 
@@ -269,59 +276,296 @@ def head_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_a
             attention); a token count that does not match the attention size (names both);
             an unknown html_action.
     """
-    from bertviz import head_view as _head_view
-
     _check_html_action(html_action)
-    page = _head_view(_bertviz_input(attentions, tokens, batch_index=batch_index), list(tokens),
-                      html_action="return", **kwargs)
-    return _deliver(_wait_for_require(page), html_action)
+    page = _bertviz_original("head_view")(_bertviz_input(attentions, tokens, batch_index=batch_index),
+                                          list(tokens), html_action="return", **kwargs)
+    figure = None
+    if static and html_action == "view":
+        figure = lambda: head_view_figure(attentions, tokens, batch_index=batch_index,  # noqa: E731
+                                          layer=kwargs.get("layer"), heads=kwargs.get("heads"))
+    return _deliver(offline_page(page), html_action, figure)
 
 
 def model_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_action: str = "view",
-               display_mode: str = "light", **kwargs):
+               display_mode: str = "light", static: bool = True, **kwargs):
     """bertviz's model view of one sentence (a grid: one small view per layer and head), after checking the input.
 
-    Needs internet in the browser for its scripts, like :func:`head_view`. Arguments, return value
-    and errors as :func:`head_view`; ``display_mode`` is ``"light"`` or ``"dark"``; other keyword
+    Draws with no network, like :func:`head_view`; with ``html_action="view"`` it is followed by a
+    static grid of heatmaps (one per layer and head, :func:`model_view_figure`). Arguments, return
+    value and errors as :func:`head_view`; ``display_mode`` is ``"light"`` or ``"dark"``; other keyword
     arguments (``include_layers``, ``include_heads``, ``sentence_b_start``) go to ``bertviz.model_view``.
     """
-    from bertviz import model_view as _model_view
-
     _check_html_action(html_action)
     if display_mode not in ("light", "dark"):
         raise ValueError(f"display_mode must be 'light' or 'dark', got {display_mode!r}")
-    page = _model_view(_bertviz_input(attentions, tokens, batch_index=batch_index), list(tokens),
-                       html_action="return", display_mode=display_mode, **kwargs)
-    return _deliver(_wait_for_require(page), html_action)
+    page = _bertviz_original("model_view")(_bertviz_input(attentions, tokens, batch_index=batch_index),
+                                           list(tokens), html_action="return", display_mode=display_mode, **kwargs)
+    figure = None
+    if static and html_action == "view":
+        figure = lambda: model_view_figure(attentions, tokens, batch_index=batch_index,  # noqa: E731
+                                           include_layers=kwargs.get("include_layers"),
+                                           include_heads=kwargs.get("include_heads"))
+    return _deliver(offline_page(page), html_action, figure)
 
 
-def _wait_for_require(page):
-    """Make bertviz's inline script wait until require.js has loaded.
+def _mosaic_figure(weights: torch.Tensor, panel_labels: Sequence[Sequence[str]], row_labels: Sequence[str],
+                   tokens: Sequence[str], title: str, *, label_tokens: bool = True):
+    """One image of a (R, C, L, S) grid of heatmaps, one blank pixel between them (NaN panels stay blank).
 
-    bertviz puts a ``<script src=...require.js>`` tag and then its own inline script, which calls
-    ``require`` at once. In JupyterLab the inline script runs before the CDN answers, and the view
-    stays blank with "require is not defined" (bertviz issue #53). Wrapping the inline script in a
-    function that retries every 50 ms until ``require`` exists fixes it. Returns a new
-    ``IPython.display.HTML``.
+    One Axes for the whole grid (a grid of 72 Axes takes seconds to draw); panel and row labels are
+    text; with ``label_tokens`` the tokens label the first panel's rows and the bottom-left panel's columns.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    R, C, L, S = weights.shape
+    grid = np.full((R * (L + 1) - 1, C * (S + 1) - 1), np.nan)
+    for r in range(R):
+        for c in range(C):
+            grid[r * (L + 1): r * (L + 1) + L, c * (S + 1): c * (S + 1) + S] = weights[r, c].numpy()
+    cell = 0.13 if label_tokens else 0.07
+    fig, ax = plt.subplots(figsize=(1.8 + cell * grid.shape[1], 1.4 + cell * grid.shape[0]))
+    cmap = plt.get_cmap(SEQUENTIAL_CMAP).with_extremes(bad="white")
+    im = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=float(np.nanmax(grid)), interpolation="nearest")
+    if label_tokens:
+        ax.set_yticks(range(L), list(tokens), fontsize=6)
+        ax.set_xticks([j for j in range(S)], list(tokens), rotation=90, fontsize=6)
+        ax.xaxis.set_ticks_position("bottom")
+        ax.set_xlim(-0.5, grid.shape[1] - 0.5)
+    else:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    for r, row in enumerate(panel_labels):
+        for c, label in enumerate(row):
+            ax.text(c * (S + 1) + (S - 1) / 2, r * (L + 1) - 0.8, label, ha="center", va="bottom", fontsize=7)
+    for r, label in enumerate(row_labels):
+        ax.text(-1.0, r * (L + 1) + (L - 1) / 2, label, ha="right", va="center", fontsize=7)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    fig.colorbar(im, ax=ax, fraction=0.025, pad=0.02, label="attention weight")
+    ax.set_title(title, fontsize=9, pad=12)
+    return fig
+
+
+def head_view_panels(attentions, tokens: Sequence[str], *, layer: int | None = None, heads=None,
+                     batch_index: int = 0, max_columns: int = 6) -> tuple[torch.Tensor, list[list[str]]]:
+    """The grid :func:`head_view_figure` draws: (rows, columns, L, L) weights, heads in reading order
+    (empty panels are NaN), and each panel's label ("head h", "" for an empty one)."""
+    stack = attention_stack(attentions, batch_index=batch_index)
+    _check_token_counts(stack, tokens)
+    layer = 0 if layer is None else layer
+    heads = list(range(stack.shape[1])) if heads is None else list(heads)
+    panels = torch.stack([select_head(stack, layer, h) for h in heads])  # (n, L, L)
+    n, L = panels.shape[0], panels.shape[-1]
+    cols = min(n, max_columns)
+    rows = -(-n // cols)
+    grid = torch.full((rows * cols, L, L), float("nan"))
+    grid[:n] = panels
+    labels = [f"head {h}" for h in heads] + [""] * (rows * cols - n)
+    return grid.reshape(rows, cols, L, L), [labels[r * cols:(r + 1) * cols] for r in range(rows)]
+
+
+def head_view_figure(attentions, tokens: Sequence[str], *, layer: int | None = None, heads=None,
+                     batch_index: int = 0, max_columns: int = 6):
+    """The static counterpart of :func:`head_view`: one heatmap per head of one layer, in one image.
+
+    Args:
+        attentions, tokens, batch_index: as :func:`head_view`.
+        layer: the layer the head view opens on (bertviz's ``layer``; None: layer 0).
+        heads: the heads it shows (bertviz's ``heads``; None: all).
+        max_columns: heads per row.
+
+    Returns:
+        the matplotlib Figure: the panels of :func:`head_view_panels`; in each, rows are queries and
+        columns keys (as :func:`plot_attention`).
+    """
+    grid, labels = head_view_panels(attentions, tokens, layer=layer, heads=heads, batch_index=batch_index,
+                                    max_columns=max_columns)
+    return _mosaic_figure(grid, labels, [], tokens,
+                          f"layer {0 if layer is None else layer}: each head's weights (rows: query, columns: key)")
+
+
+def model_view_figure(attentions, tokens: Sequence[str], *, include_layers=None, include_heads=None,
+                      batch_index: int = 0):
+    """The static counterpart of :func:`model_view`: a grid of heatmaps in one image, one row per layer,
+    one column per head (in each panel rows are queries, columns keys)."""
+    stack = attention_stack(attentions, batch_index=batch_index)
+    _check_token_counts(stack, tokens)
+    layers = list(range(stack.shape[0])) if include_layers is None else list(include_layers)
+    heads = list(range(stack.shape[1])) if include_heads is None else list(include_heads)
+    labels = [[f"head {h}" for h in heads]] + [[""] * len(heads)] * (len(layers) - 1)
+    return _mosaic_figure(stack[layers][:, heads], labels, [f"layer {i}" for i in layers], tokens,
+                          "every layer (rows) and head (columns); in each, rows: query, columns: key",
+                          label_tokens=False)
+
+
+# bertviz loads require.js, d3 5.7.0 and jQuery 2.0.0 from cdnjs; the course ships d3 5.7.0 and jQuery
+# 2.2.4 (the last 2.x on npm, same API) in attn_lib/static/ with their licences, and inlines them.
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+_LIBRARIES = (("d3", "d3-5.7.0.min.js", "LICENSE-d3.txt"), ("jquery", "jquery-2.2.4.min.js", "LICENSE-jquery.txt"))
+_CDN_SCRIPT_TAG = re.compile(r'<script src="https?://[^"]*require[^"]*"></script>')
+_REQUIRE_CONFIG = re.compile(r"require\.config\(\{.*?\}\);", re.DOTALL)
+_LEADING_COMMENT = re.compile(r"^\s*/\*.*?\*/", re.DOTALL)
+_VIS_ID = re.compile(r'<div id="(bertviz-[0-9a-f]+)"')
+_SCRIPT_START = '<script type="text/javascript">'
+
+
+@functools.lru_cache(maxsize=None)
+def _inline_libraries() -> str:
+    """JavaScript that defines ``attnLibModules = {d3, jquery}`` without touching the page's globals.
+
+    Each library is run inside a function whose ``define``, ``module`` and ``exports`` are undefined, so
+    its UMD header takes the plain-browser branch: d3 attaches itself to ``this`` (our object), jQuery
+    to ``window``, from which ``noConflict(true)`` takes it back (the page's own ``$`` is restored).
+    """
+    parts = ["var attnLibModules = {};"]
+    for name, script, licence in _LIBRARIES:
+        source = (STATIC_DIR / script).read_text(encoding="utf-8")
+        notice = (STATIC_DIR / licence).read_text(encoding="utf-8").replace("*/", "* /")
+        parts.append(f"/* {script}, shipped with attn_lib (attn_lib/static/{licence}):\n{notice}*/")
+        parts.append(f"(function (define, module, exports) {{\n{source}\n}}).call(attnLibModules);")
+    parts.append("attnLibModules.jquery = window.jQuery.noConflict(true);")
+    return "\n".join(parts)
+
+
+def offline_page(page):
+    """bertviz's page (its ``html_action="return"`` HTML), rewritten to draw with no network.
+
+    bertviz's page is a ``<script src=...cdnjs.../require.min.js>`` tag, the view's ``<div>``, and an
+    inline script that sets ``require.config`` paths to cdnjs (d3 5.7.0, jQuery 2.0.0) and draws
+    inside ``requirejs(['jquery', 'd3'], ...)``. Offline the view stays blank; in JupyterLab it is blank
+    even online on a first Run All ("require is not defined", bertviz issue #53). Here the CDN tag
+    and the ``require.config`` block are removed, d3 and jQuery are inlined (:func:`_inline_libraries`),
+    and a local ``requirejs`` hands them to bertviz's unchanged drawing code, which runs once the
+    view's ``<div>`` is in the document. The page is ~330 kB larger (the two libraries).
+
+    Args:
+        page: an ``IPython.display.HTML`` (or its ``.data`` string) from bertviz with ``html_action="return"``.
+
+    Returns:
+        a new ``IPython.display.HTML``.
+
+    Raises:
+        ValueError: the page is not bertviz's (bertviz changed: the rewrite would not be sure to work).
     """
     from IPython.display import HTML
 
-    start = '<script type="text/javascript">'
-    data = page.data
-    i = data.index(start) + len(start)
+    data = page if isinstance(page, str) else page.data
+    data, n_tags = _CDN_SCRIPT_TAG.subn("", data)
+    vis_id = _VIS_ID.search(data)
+    if n_tags != 1 or vis_id is None or data.count(_SCRIPT_START) != 1:
+        raise ValueError("page is not a bertviz 1.4 page (one require.js <script src> tag, one view <div>, "
+                         "one inline script expected)")
+    i = data.index(_SCRIPT_START) + len(_SCRIPT_START)
     j = data.rindex("</script>")
-    wrapped = (data[:i] + "\n(function draw() { if (typeof require === 'undefined') { setTimeout(draw, 50); return; }\n"
-               + data[i:j] + "\n})();\n" + data[j:])
-    return HTML(wrapped)
+    script = _LEADING_COMMENT.sub("", data[i:j], count=1)
+    script, n_config = _REQUIRE_CONFIG.subn("", script, count=1)
+    if n_config != 1 or "requirejs([" not in script:
+        raise ValueError("page's script has no require.config block or requirejs call (not bertviz 1.4)")
+    wrapped = (
+        "\n(function () {\n" + _inline_libraries()
+        + "\nfunction requirejs(names, draw) { draw.apply(null, names.map(function (n) { return attnLibModules[n]; })); }\n"
+        # JupyterLab may run an output's script before its HTML is attached to the page: wait for the div.
+        + f"(function start(tries) {{ if (!document.getElementById({json.dumps(vis_id.group(1))})) {{\n"
+        + "  if (tries < 400) { setTimeout(function () { start(tries + 1); }, 25); } return; }\n"
+        + script + "\n})(0);\n})();\n"
+    )
+    return HTML(data[:i] + wrapped + data[j:])
 
 
-def _deliver(page, html_action: str):
-    """Show the page (html_action "view") or return it ("return")."""
+def _bertviz_original(name: str):
+    """bertviz's own ``head_view`` / ``model_view`` (from its submodule: :func:`use_offline_bertviz`
+    replaces only the package's attributes)."""
+    import importlib
+
+    return getattr(importlib.import_module(f"bertviz.{name}"), name)
+
+
+def _offline_bertviz_function(name: str):
+    """``bertviz.<name>`` with its signature, drawing offline and followed by the static figure."""
+    import functools as ft
+
+    original = _bertviz_original(name)
+    figure_of = {"head_view": head_view_figure, "model_view": model_view_figure}[name]
+    options = {"head_view": ("layer", "heads"), "model_view": ("include_layers", "include_heads")}[name]
+
+    @ft.wraps(original)
+    def view(*args, html_action: str = "view", **kwargs):
+        _check_html_action(html_action)
+        page = original(*args, html_action="return", **kwargs)
+        figure = None
+        attention = kwargs.get("attention", args[0] if args else None)
+        tokens = kwargs.get("tokens", args[1] if len(args) > 1 else None)
+        if html_action == "view" and attention is not None and tokens is not None:
+            chosen = {k: kwargs.get(k) for k in options}
+            figure = lambda: figure_of(attention, tokens, **chosen)  # noqa: E731
+        return _deliver(offline_page(page), html_action, figure)
+
+    view.__doc__ = (f"bertviz.{name}, made to draw with no network by attn_lib (attn_lib.viz.use_offline_bertviz)"
+                    " and followed by a static figure.\n\n" + (original.__doc__ or ""))
+    view._attn_lib_offline = True
+    return view
+
+
+def use_offline_bertviz() -> None:
+    """Make ``bertviz.head_view`` and ``bertviz.model_view`` draw with no network (``attn_lib.setup()`` calls it).
+
+    Their output is then what :func:`head_view` / :func:`model_view` give (scripts inlined, no CDN,
+    a static figure after the view), with bertviz's own arguments. If bertviz is not imported yet,
+    this only registers an import hook (bertviz takes ~5 s to import, so it is not imported here);
+    the functions are replaced when the learner imports bertviz. Idempotent.
+    """
+    import sys
+
+    module = sys.modules.get("bertviz")
+    if module is not None:
+        _patch_bertviz(module)
+    elif not any(isinstance(f, _BertvizImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _BertvizImportHook())
+
+
+def _patch_bertviz(module) -> None:
+    for name in ("head_view", "model_view"):
+        if not getattr(getattr(module, name, None), "_attn_lib_offline", False):
+            setattr(module, name, _offline_bertviz_function(name))
+
+
+class _BertvizImportHook:
+    """A ``sys.meta_path`` finder that patches bertviz right after it is first imported, then retires."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "bertviz":
+            return None
+        import importlib.util
+        import sys
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("bertviz")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            _patch_bertviz(module)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+def _deliver(page, html_action: str, figure=None):
+    """Show the page (html_action "view"), then the static figure if one is given; or return the page."""
     if html_action == "return":
         return page
     from IPython.display import display
 
     display(page)
+    if figure is not None:
+        import matplotlib.pyplot as plt
+
+        fig = figure()
+        display(fig)
+        plt.close(fig)
     return None
 
 

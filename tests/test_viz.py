@@ -157,23 +157,131 @@ def test_wrappers_on_the_real_model(pretrained):
     assert stack.shape == (6, 12, len(tokens), len(tokens))
 
 
-def test_bertviz_views_wait_for_require_js():
-    """bertviz's own HTML calls require() before the CDN's require.js has loaded in JupyterLab (blank view);
-    ours retries until it exists, and keeps bertviz's script whole inside the wrapper."""
-    import re
+# ---------------------------------------------------------------- bertviz with no network
+# URLs that may appear in an offline page: XML namespace names d3 uses (never fetched) and the
+# libraries' homepages in their copyright notices. Anything else would be something to fetch.
+_NOT_FETCHED = {
+    "http://www.w3.org/1999/xhtml", "http://www.w3.org/1999/xlink", "http://www.w3.org/2000/svg",
+    "http://www.w3.org/2000/xmlns/", "http://www.w3.org/XML/1998/namespace",
+    "https://d3js.org", "https://jquery.org/", "https://github.com/jquery/jquery",
+}
 
-    import torch
-    from bertviz import head_view as bertviz_head_view
 
-    from attn_lib.viz import head_view, model_view
+def _urls(html: str) -> set[str]:
+    return set(re.findall(r"(?:https?|ftp)://[^\s\"'<>)`]+", html))
 
-    att = tuple(torch.softmax(torch.randn(1, 2, 3, 3), -1) for _ in range(2))
-    ours = head_view(att, ["a", "b", "c"], html_action="return").data
-    theirs = bertviz_head_view([a.round(decimals=4) for a in att], ["a", "b", "c"], html_action="return").data
-    assert "typeof require === 'undefined'" in ours and "typeof require" not in theirs
-    # bertviz's whole inline script (its D3 code and its config) sits inside the retry wrapper
-    inner = ours.split("return; }\n", 1)[1].rsplit("\n})();", 1)[0]
-    assert "Transformer Visualization D3 javascript code" in inner
-    assert re.search(r"const params = \{", inner) or "params" in inner
-    assert len(ours) - len(theirs) < 200  # only the wrapper was added
-    assert "typeof require === 'undefined'" in model_view(att, ["a", "b", "c"], html_action="return").data
+
+@pytest.mark.parametrize("view", [viz.head_view, viz.model_view])
+def test_bertviz_page_ships_its_scripts_and_asks_no_network(view):
+    from bertviz.head_view import head_view as bertviz_head_view
+
+    att = _fake_attentions(layers=2, B=1, H=2, L=3)
+    html = view(att, ["a", "b", "c"], html_action="return").data
+    # bertviz's own page asks cdnjs for require.js, d3 and jQuery: the thing this rewrite removes
+    theirs = bertviz_head_view([a.double().round(decimals=4) for a in att], ["a", "b", "c"], html_action="return").data
+    assert "cdnjs.cloudflare.com" in theirs and "require.config" in theirs
+    assert "cdnjs" not in html and "require.config" not in html
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html)  # no external script or link
+    assert _urls(html) <= _NOT_FETCHED, _urls(html) - _NOT_FETCHED
+    # the shipped libraries are inlined whole, with their licence texts
+    for script, licence in [("d3-5.7.0.min.js", "LICENSE-d3.txt"), ("jquery-2.2.4.min.js", "LICENSE-jquery.txt")]:
+        assert (viz.STATIC_DIR / script).read_text() in html
+        first_line = (viz.STATIC_DIR / licence).read_text().splitlines()[0]
+        assert first_line in html
+    # bertviz's drawing code and the weights are still there, inside one inline script
+    assert html.count('<script type="text/javascript">') == 1 and "<script src" not in html
+    assert ("headAttention" in html) == (view is viz.head_view)
+    assert "const params = {" in html
+
+
+def test_offline_page_refuses_a_page_it_does_not_know():
+    with pytest.raises(ValueError, match="not a bertviz 1.4 page"):
+        viz.offline_page("<div>hello</div>")
+
+
+def test_static_package_data_is_declared():
+    """The inlined libraries must ship with attn_lib (pip install of the package, not only the repo)."""
+    import tomllib
+
+    from attn_lib import REPO_ROOT
+
+    data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["attn_lib"]
+    shipped = {p.name for p in viz.STATIC_DIR.iterdir()}
+    import fnmatch
+
+    assert shipped and all(any(fnmatch.fnmatch(f"static/{name}", pat) for pat in data) for name in shipped)
+
+
+def _displayed(monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    return shown
+
+
+def _panel(fig, r, c, L):
+    """Panel (r, c) of a mosaic figure: its one image, cut at the blank pixel between panels."""
+    [image] = fig.axes[0].images
+    grid = torch.as_tensor(image.get_array().filled(float("nan")))
+    return grid[r * (L + 1): r * (L + 1) + L, c * (L + 1): c * (L + 1) + L]
+
+
+def test_head_view_is_followed_by_a_static_figure_of_the_same_layer(monkeypatch):
+    from IPython.display import HTML
+
+    shown = _displayed(monkeypatch)
+    att = _fake_attentions(layers=3, B=2, H=4, L=5)
+    tokens = list("abcde")
+    viz.head_view(att, tokens, batch_index=1, layer=2, heads=[1, 3, 0])
+    assert [type(o) for o in shown] == [HTML, matplotlib.figure.Figure]
+    fig = shown[1]
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts == ["head 1", "head 3", "head 0"] and "layer 2" in fig.axes[0].get_title()
+    for c, h in enumerate([1, 3, 0]):  # the panels are the selected layer's heads, of sentence 1
+        assert torch.allclose(_panel(fig, 0, c, 5).float(), att[2][1, h])
+    grid, labels = viz.head_view_panels(att, tokens, layer=0, batch_index=1, max_columns=3)
+    assert grid.shape == (2, 3, 5, 5) and labels == [["head 0", "head 1", "head 2"], ["head 3", "", ""]]
+    assert torch.equal(grid[1, 0], att[0][1, 3]) and grid[1, 1:].isnan().all()  # 4 heads, 3 per row
+    shown.clear()
+    viz.head_view(att, tokens, static=False)
+    assert [type(o) for o in shown] == [HTML]
+
+
+def test_model_view_is_followed_by_a_grid_of_every_layer_and_head(monkeypatch):
+    shown = _displayed(monkeypatch)
+    att = _fake_attentions(layers=3, B=1, H=2, L=4)
+    viz.model_view(att, list("abcd"), include_layers=[0, 2])
+    fig = shown[1]
+    assert [t.get_text() for t in fig.axes[0].texts if t.get_text()] == ["head 0", "head 1", "layer 0", "layer 2"]
+    assert torch.allclose(_panel(fig, 1, 1, 4).float(), att[2][0, 1])  # row 1 = layer 2, column 1 = head 1
+    assert torch.allclose(_panel(fig, 0, 0, 4).float(), att[0][0, 0])
+
+
+@pytest.mark.slow
+def test_bertviz_called_directly_is_offline_after_setup():
+    """A learner's own ``from bertviz import head_view`` after ``attn_lib.setup()`` (fresh interpreter:
+    bertviz not imported yet, so the import hook patches it)."""
+    import subprocess
+    import sys
+
+    from attn_lib import REPO_ROOT
+
+    code = (
+        "import sys, torch, attn_lib\n"
+        "attn_lib.setup()\n"
+        "assert 'bertviz' not in sys.modules\n"
+        "from bertviz import head_view, model_view\n"
+        "att = [torch.rand(1, 2, 3, 3).softmax(-1)]\n"
+        "for view in (head_view, model_view):\n"
+        "    html = view(att, ['a', 'b', 'c'], html_action='return').data\n"
+        "    assert 'cdnjs' not in html and 'attnLibModules' in html, view\n"
+        "import bertviz\n"
+        "assert bertviz.head_view is head_view\n"
+        "attn_lib.setup()\n"  # a second setup() leaves the patched function alone
+        "assert bertviz.head_view is head_view\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=REPO_ROOT, env={**__import__("os").environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

@@ -1,6 +1,6 @@
 """The browser test's fixtures: one JupyterLab server (`make lab`'s command) and one headless
-Chromium (the system's, Debian package ``chromium``) for the whole session; bertviz's CDN
-libraries from npm. Run with ``make test-browser`` (or ``.venv/bin/python -m pytest tests_browser``).
+Chromium (the system's, Debian package ``chromium``) for the whole session, with the network cut
+(tests_browser/network.py: only loopback answers). Run with ``make test-browser`` (or ``.venv/bin/python -m pytest tests_browser``).
 
 Options:
     --notebooks PATTERN...   which notebooks to run (globs relative to the course root;
@@ -17,17 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from tests_browser.cdn import OfflineRouter, install_libraries
+from tests_browser.network import CUT_NETWORK_ARGS, OfflineRouter
 from tests_browser.lab_server import LabServer
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "test-results" / "browser"  # screenshots; ignored by git
-LIBS = ROOT / "build" / "browser-libs"  # npm copies of require.js, d3, jQuery; ignored by git
 DEFAULT_NOTEBOOKS = ["notebooks/*.ipynb", "notebooks/solutions/*.ipynb"]
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--no-first-run", "--disable-default-apps", "--disable-extensions",
+    *CUT_NETWORK_ARGS,
 ]
 VIEWPORT = {"width": 1280, "height": 900}
 
@@ -89,11 +89,6 @@ def timings_file(results_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
-def cdn_files() -> dict[str, Path]:
-    return install_libraries(LIBS)
-
-
-@pytest.fixture(scope="session")
 def lab():
     server = LabServer()
     server.start()
@@ -117,8 +112,8 @@ def browser():
 
 
 @pytest.fixture(scope="session")
-def router(cdn_files) -> OfflineRouter:
-    return OfflineRouter(cdn_files)
+def router() -> OfflineRouter:
+    return OfflineRouter()
 
 
 @pytest.fixture(scope="session")
@@ -135,7 +130,6 @@ def context(browser, router):
 @pytest.fixture
 def page(context, lab, router):
     """A fresh tab; afterwards the tab is closed and the kernels it started are shut down."""
-    router.served.clear()
     router.refused.clear()
     p = context.new_page()
     try:

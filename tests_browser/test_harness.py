@@ -5,10 +5,11 @@ redraw a figure, a tqdm bar, an exercise check, a bertviz head view) is executed
 nbclient (what `make execute` uses), so its saved outputs are real. Then:
 
 - as is, it passes;
-- with its figure, widget wiring and check output broken, bertviz shown with its own
-  (racy) display, and an error cell added (the saved outputs still promise the good results), each problem is reported;
-- with JupyterLab's widget extension not loading (its script blocked) and bertviz's CDN
-  unreachable, the dead widgets and the undrawn head view are reported.
+- with its figure, widget wiring and check output broken, bertviz's own unpatched head view (which asks
+  cdnjs for require.js: an outside URL), a cell showing an image from another host, and an error cell
+  added (the saved outputs still promise the good results), each problem is reported, and the outside
+  requests are refused and recorded;
+- with JupyterLab's widget extension not loading (its script blocked), the dead widgets are reported.
 
 The notebooks are written to test-results/browser/selftest/ (ignored by git).
 """
@@ -22,7 +23,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests_browser.cdn import OfflineRouter
+from tests_browser.network import OfflineRouter
 from tests_browser.conftest import RESULTS, ROOT, VIEWPORT
 from tests_browser.driver import run_notebook
 from tests_browser.expectations import read_notebook
@@ -57,21 +58,18 @@ for _ in tqdm(range(3)):
 STUB = """def softmax(x):
     raise NotImplementedError  # your code here"""
 CHECK = "attn_lib.exercises.check_softmax(softmax)"
-# bertviz's own display (html_action="view") runs its script right after adding the <script> tag
-# that loads require.js, so in JupyterLab it fails unless require.js arrives at once. This cell
-# shows the head view in one HTML output whose script waits for require.js.
-BERTVIZ = r"""import torch
-from bertviz import head_view
-from IPython.display import HTML, display
-page = head_view(attention=[torch.rand(1, 3, 4, 4).softmax(-1)], tokens=["the", "cat", "sat", "."],
-                 html_action="return").data
-start = '<script type="text/javascript">'
-page = page.replace(start, start + "(function draw() { if (typeof require === 'undefined') { setTimeout(draw, 50); return; }", 1)
-page = page[: page.rindex("</script>")] + "})();</script>"
-display(HTML(page))"""
-PLAIN_BERTVIZ = """import torch
+# bertviz called directly, as a learner would: after attn_lib.setup() (the SETUP cell) it draws with
+# no network (attn_lib.viz.use_offline_bertviz) and shows a static figure after the view.
+BERTVIZ = """import torch
 from bertviz import head_view
 head_view(attention=[torch.rand(1, 3, 4, 4).softmax(-1)], tokens=["the", "cat", "sat", "."])"""
+# bertviz's own function, not made offline: its page asks cdnjs for require.js, d3 and jQuery.
+CDN_BERTVIZ = """import torch
+from bertviz.head_view import head_view as bertviz_own_head_view
+bertviz_own_head_view(attention=[torch.rand(1, 3, 4, 4).softmax(-1)], tokens=["the", "cat", "sat", "."])"""
+OUTSIDE_IMAGE_URL = "https://example.com/a-figure-from-another-host.png"
+OUTSIDE_IMAGE = f"""from IPython.display import HTML
+HTML('<img src="{OUTSIDE_IMAGE_URL}" alt="from another host">')"""
 
 CELLS = [("markdown", "# Browser test self-check"), ("code", SETUP), ("code", FIGURE), ("code", WIDGETS),
          ("code", PROGRESS), ("code", STUB), ("code", CHECK), ("code", BERTVIZ)]
@@ -113,7 +111,8 @@ def broken_notebook(good_notebook, selftest_dir):
     broken.cells[index[FIGURE]].source = 'import matplotlib.pyplot as plt\nprint("the figure is gone")'
     broken.cells[index[WIDGETS]].source = src[index[WIDGETS]].replace('n.observe(draw, "value")\n', "")
     broken.cells[index[CHECK]].source = CHECK + ";"  # the message is no longer displayed
-    broken.cells[index[BERTVIZ]].source = PLAIN_BERTVIZ  # bertviz's script runs before require.js is there
+    broken.cells[index[BERTVIZ]].source = CDN_BERTVIZ  # asks cdnjs: refused, and the view stays blank
+    broken.cells.insert(index[BERTVIZ] + 1, nbformat.v4.new_code_cell(OUTSIDE_IMAGE))
     broken.cells.append(nbformat.v4.new_code_cell('raise ValueError("boom: a broken cell")'))
     broken.cells.append(nbformat.v4.new_code_cell('print("after the error")'))
     path = selftest_dir / "broken.ipynb"
@@ -144,8 +143,7 @@ def test_good_notebook_passes(good_notebook, page, lab, router, results_dir):
     page.wait_for_selector(".jp-Dialog", timeout=30_000)  # JupyterLab reports the failed save
     assert len(lab.refused_saves()) == refused + 1
     assert good_notebook.read_bytes() == saved
-    assert router.refused == []
-    assert {u.split("/")[5] for u in router.served} >= {"require.js", "d3", "jquery"}, router.served
+    assert router.refused == []  # the bertviz view drew with no network (the driver checked its SVG)
     from PIL import Image
 
     with Image.open(result.screenshot) as img:
@@ -157,7 +155,7 @@ def _expect(problems: list[str], *fragments: str) -> None:
         assert any(fragment in p for p in problems), f"no problem mentions {fragment!r}:\n" + "\n".join(problems)
 
 
-def test_broken_cells_are_reported(broken_notebook, page, lab, results_dir):
+def test_broken_cells_are_reported(broken_notebook, page, lab, router, results_dir):
     nb = read_notebook(broken_notebook, ROOT)
     # widget_timeout_s: how long the unwired slider gets to change something (the wired dropdown takes < 1 s)
     result = run_notebook(page, lab, nb, results_dir / "selftest" / "broken.png", widget_timeout_s=8)
@@ -170,17 +168,21 @@ def test_broken_cells_are_reported(broken_notebook, page, lab, results_dir):
         "the check message '❌ check_softmax: your function is not written yet",  # the silenced check
         "ValueError: boom: a broken cell",  # the error cell
         "'print(\"after the error\")'): did not run",  # Run All stops at the error
-        "require is not defined",  # bertviz's script ran before require.js had loaded
+        "require is not defined",  # bertviz's own script: require.js never came from the CDN
         "bertviz did not draw",
     )
+    # Every request that would leave the machine was refused and is named, as test_notebooks reports it.
+    outside = router.problems("broken.ipynb")
+    _expect(outside, "asked for an outside URL", "https://cdnjs.cloudflare.com/ajax/libs/require.js/",
+            OUTSIDE_IMAGE_URL)
     # The dropdown still redraws the figure: it is not reported.
     assert not any("dropdown" in p for p in problems), problems
 
 
-def test_missing_widget_extension_and_cdn_are_reported(good_notebook, browser, lab, cdn_files, results_dir):
+def test_missing_widget_extension_is_reported(good_notebook, browser, lab, results_dir):
     nb = read_notebook(good_notebook, ROOT)
     ctx = browser.new_context(viewport=VIEWPORT)
-    router = OfflineRouter(cdn_files, serve_cdn=False)
+    router = OfflineRouter()
     router.attach(ctx)
     # As if jupyterlab_widgets were not installed: its JupyterLab extension never loads.
     ctx.route("**/lab/extensions/@jupyter-widgets/jupyterlab-manager/**", lambda route: route.abort())
@@ -190,6 +192,5 @@ def test_missing_widget_extension_and_cdn_are_reported(good_notebook, browser, l
     finally:
         ctx.close()
         lab.shutdown_kernels()
-    _expect(problems, "rendered as live widgets", "is the jupyterlab_widgets extension missing?",
-            "bertviz did not draw")
-    assert any("cdnjs.cloudflare.com" in u for u in router.refused), router.refused
+    _expect(problems, "rendered as live widgets", "is the jupyterlab_widgets extension missing?")
+    assert router.refused == []

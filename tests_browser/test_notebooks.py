@@ -6,7 +6,8 @@ JupyterLab, Run > Run All Cells, wait for the kernel, then check against the com
 its image; every widget cell shows live widgets, and moving each slider (or changing each
 dropdown) changes the figure or text next to it; every exercise check cell shows its ✅/❌ message
 (solutions: ✅); every bertviz head view draws one line per token pair and head, one colour per
-head; nothing is fetched from the internet; nothing is saved. A full screenshot of each notebook
+head; nothing is fetched from outside the machine (the network is cut: tests_browser/network.py);
+nothing is saved. A full screenshot of each notebook
 goes to test-results/browser/.
 """
 
@@ -26,8 +27,7 @@ def test_notebook_in_jupyterlab(notebook, page, lab, router, results_dir, timing
     saves_before = len(lab.refused_saves())
     result = run_notebook(page, lab, nb, results_dir / screenshot_name(nb.rel))
     problems = list(result.problems)
-    problems += [f"{nb.rel}: fetched from the internet (refused; the course runs offline): {url}"
-                 for url in router.refused]
+    problems += router.problems(nb.rel)
     problems += [f"{nb.rel}: the page tried to save a file: {line}" for line in lab.refused_saves()[saves_before:]]
     timings = ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())
     print(f"{nb.rel}: {timings}; screenshot {result.screenshot}")
