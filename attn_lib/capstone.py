@@ -38,6 +38,13 @@ from attn_lib.gqa import grouped_query_attention, repeat_kv
 from attn_lib.masks import causal_mask
 from attn_lib.positional import apply_rope
 
+try:  # the module's name after the course's rename (attn_lib.tiled_attention -> attn_lib.tiled)
+    from attn_lib.tiled import tiled_attention
+except ImportError:
+    from attn_lib.tiled_attention import tiled_attention
+# (not ``attn_lib.tiled_attention(...)``: while the submodule of that name exists, importing it replaces the
+# package attribute by the module)
+
 __all__ = ["ATTENTIONS", "CausalSelfAttention", "Block", "TinyDecoder", "corpus_token_stream",
            "random_windows", "train", "generate", "unigram_cross_entropy"]
 
@@ -99,7 +106,7 @@ class CausalSelfAttention(nn.Module):
             out, _ = grouped_query_attention(q, k, v, attn_mask=mask)  # (B, H, L, E)
         else:
             n_rep = H // Hkv
-            out = attn_lib.tiled_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=mask,
+            out = tiled_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=mask,
                                            block_q=self.block, block_k=self.block)  # (B, H, L, E)
         out = out.transpose(1, 2).reshape(B, L, H * E)  # concatenate the heads: (B, L, d_model)
         return self.o_proj(out)
