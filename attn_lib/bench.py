@@ -1,6 +1,6 @@
 """Benchmarks of tiled attention: ``python -m attn_lib.bench cpu`` or ``python -m attn_lib.bench gpu``.
 
-``cpu``: naive attention (full score matrix) vs :func:`attn_lib.tiled_attention.tiled_attention`
+``cpu``: naive attention (full score matrix) vs :func:`attn_lib.tiled.tiled_attention`
 vs ``torch.nn.functional.scaled_dot_product_attention`` (which runs a flash-style fused kernel on
 the CPU), for N = 1k, 2k, 4k, 8k tokens, 8 heads, head_dim 64, float32, one torch thread: median
 CPU time and wall time, and peak extra memory (every allocation through PyTorch's CPU allocator
@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from attn_lib._setup import REPO_ROOT
-from attn_lib.tiled_attention import measure_peak_memory, naive_attention, tiled_attention
+from attn_lib.tiled import measure_peak_memory, naive_attention, tiled_attention
 
 DOCS = REPO_ROOT / "docs"
 CPU_JSON = DOCS / "benchmarks_cpu.json"
@@ -230,8 +230,8 @@ GPU_CHECK_CASES = [(1, 1, 64, False), (17, 17, 64, True), (100, 130, 128, False)
 
 
 def _gpu_correctness(device) -> list[dict]:
-    import attn_lib.tiled_attention as tiled_mod
-    from attn_lib.flash_attention import flash_attention
+    import attn_lib.tiled as tiled_mod
+    from attn_lib.flash import flash_attention
 
     rows = []
     tiled_mod._POISON_OUTPUTS = True  # outputs start as NaN: an element the kernel misses shows up
@@ -270,7 +270,7 @@ def run_gpu(sizes=(1024, 2048, 4096, 8192, 16384), head_dims=(64, 128), batch: i
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
-    from attn_lib.flash_attention import _autotuned_kernel, flash_attention
+    from attn_lib.flash import _autotuned_kernel, flash_attention
 
     device = torch.device("cuda")
     t_start = time.perf_counter()

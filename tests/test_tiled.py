@@ -1,4 +1,4 @@
-"""attn_lib.tiled_attention against torch's scaled_dot_product_attention (float64 reference).
+"""attn_lib.tiled against torch's scaled_dot_product_attention (float64 reference).
 
 Outputs are allocated filled with NaN (``_POISON_OUTPUTS``), so an element the tile loop never
 writes fails the comparison. Gradients are compared with autograd through torch's function.
@@ -13,8 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import attn_lib.tiled_attention as tiled_mod
-from attn_lib.tiled_attention import (
+import attn_lib.tiled as tiled_mod
+from attn_lib.tiled import (
     causal_tiles,
     measure_peak_memory,
     naive_attention,

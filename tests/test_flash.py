@@ -1,4 +1,4 @@
-"""attn_lib.flash_attention: the Triton kernel run through Triton's interpreter on the CPU.
+"""attn_lib.flash: the Triton kernel run through Triton's interpreter on the CPU.
 
 The interpreter executes the kernel's Python source with NumPy, one program at a time, so these
 tests keep the inputs small (together well under a minute). Outputs start as NaN
@@ -18,10 +18,10 @@ import textwrap
 import pytest
 import torch
 
-import attn_lib.flash_attention as flash_mod
-import attn_lib.tiled_attention as tiled_mod
-from attn_lib.flash_attention import flash_attention, kernel_source
-from attn_lib.tiled_attention import tiled_attention
+import attn_lib.flash as flash_mod
+import attn_lib.tiled as tiled_mod
+from attn_lib.flash import flash_attention, kernel_source
+from attn_lib.tiled import tiled_attention
 
 pytest.importorskip("triton")  # Linux only; on macOS the module imports but has no kernel
 
@@ -144,7 +144,7 @@ def test_works_when_triton_was_imported_in_interpret_mode():
     # a fresh process where the user did set TRITON_INTERPRET=1 before importing triton
     code = textwrap.dedent("""
         import torch, triton
-        from attn_lib.flash_attention import flash_attention, _kernel_is_interpreted
+        from attn_lib.flash import flash_attention, _kernel_is_interpreted
         assert _kernel_is_interpreted()
         q, k, v = (torch.randn(1, 2, n, 48, generator=torch.Generator().manual_seed(n)) for n in (30, 45, 45))
         out = flash_attention(q, k, v, is_causal=True, backend="triton", block_m=16, block_n=16)

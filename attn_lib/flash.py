@@ -4,7 +4,7 @@
 when the inputs are CUDA tensors, and the same kernel source under Triton's interpreter (NumPy
 on the CPU) when ``backend="triton"`` is asked for with CPU tensors, so the kernel can be read
 and stepped through on a laptop. With ``backend="auto"`` CPU tensors go to the PyTorch version
-:func:`attn_lib.tiled_attention.tiled_attention` instead (the interpreter is slow).
+:func:`attn_lib.tiled.tiled_attention` instead (the interpreter is slow).
 
 The kernel: one program per (block of BLOCK_M query rows, batch * head). It loads its query tile
 once, then streams the keys and values through in blocks of BLOCK_N, keeping the online-softmax
@@ -26,8 +26,8 @@ import types
 
 import torch
 
-import attn_lib.tiled_attention as _tiled
-from attn_lib.tiled_attention import (
+import attn_lib.tiled as _tiled
+from attn_lib.tiled import (
     _check_block,
     _check_flag,
     _check_qkv,
@@ -420,7 +420,7 @@ def _flash_forward(q, k, v, scale, is_causal, block_m, block_n, interpret):
 
 
 class _FlashAttentionFunction(torch.autograd.Function):
-    """Triton forward; backward = the PyTorch FlashAttention-2 backward of attn_lib.tiled_attention."""
+    """Triton forward; backward = the PyTorch FlashAttention-2 backward of attn_lib.tiled."""
 
     @staticmethod
     def forward(ctx, q, k, v, scale, is_causal, block_m, block_n, interpret):
@@ -461,7 +461,7 @@ def flash_attention(
         is_causal: mask keys after each query, top-left aligned like torch's is_causal.
         scale: multiplies the logits; default 1/sqrt(D).
         backend: ``"auto"``: CUDA tensors run the compiled Triton kernel, CPU tensors run
-            :func:`attn_lib.tiled_attention.tiled_attention`. ``"triton"``: always the Triton kernel;
+            :func:`attn_lib.tiled.tiled_attention`. ``"triton"``: always the Triton kernel;
             on CPU tensors it runs under Triton's interpreter (slow: small inputs only), without any
             environment variable. ``"tiled"``: always the PyTorch version.
         return_lse: also return each row's log-sum-exp (natural log, float32, shape (..., L)).

@@ -46,7 +46,7 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------------------------
-# argument checks (shared with attn_lib.flash_attention)
+# argument checks (shared with attn_lib.flash)
 # ----------------------------------------------------------------------------------------------
 def _check_qkv(query, key, value, *, same_head_dim_v: bool = False) -> None:
     """Raise TypeError/ValueError with a clear message for bad query/key/value."""
