@@ -1,5 +1,8 @@
 """Tiled attention with an online softmax: FlashAttention-2's algorithm in plain PyTorch.
 
+Shape legend (as :mod:`attn_lib.attention`): B batch, H query heads, Hkv key/value heads, L queries,
+S keys, E head_dim of query and key, Ev head_dim of value.
+
 Naive attention builds the whole (L, S) score matrix, takes its softmax and multiplies by V.
 The tiled version walks over blocks of ``block_q`` query rows (outer loop) and, for each,
 over blocks of ``block_k`` keys (inner loop). Per query row it keeps three running values in
@@ -14,10 +17,15 @@ far was computed relative to ``m_old``; multiplying ``l`` and ``acc`` by ``exp(m
 moves it to the new reference, so after the last block ``acc / l`` is *exactly* the softmax-
 weighted average of the values: no score matrix larger than one (block_q, block_k) tile exists.
 
+Grouped-query attention (``enable_gqa``) never repeats K and V: the G = H / Hkv query heads that
+share a key/value head are stacked as extra rows of one tile, so one matrix product serves the group.
+
 Sources: Dao et al., "FlashAttention" (2022), Algorithm 1 and section 3.1 (tiling, online
 softmax); Dao, "FlashAttention-2" (2023), Algorithm 1 (query blocks in the outer loop, a single
 rescale at the end) and Algorithm 2 (the backward pass recomputing the probabilities from the
-saved log-sum-exp); Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018).
+saved log-sum-exp); Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018);
+Rabe & Staats, "Self-attention does not need O(n^2) memory" (2021); Press et al., "Train Short,
+Test Long" (ALiBi, 2022).
 
 The functions below the main one (:func:`online_softmax_update`, :func:`online_softmax_trace`,
 :func:`causal_tiles`, :func:`plot_online_softmax_step`, :func:`measure_peak_memory`) are the small
@@ -33,6 +41,17 @@ from dataclasses import dataclass
 
 import torch
 
+from attn_lib._checks import (
+    check_attn_mask,
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    check_qkv,
+    check_tensor,
+    shape_of,
+)
+
 __all__ = [
     "tiled_attention",
     "naive_attention",
@@ -42,64 +61,94 @@ __all__ = [
     "causal_tiles",
     "plot_online_softmax_step",
     "measure_peak_memory",
+    "CAUSAL_ALIGNS",
 ]
 
+CAUSAL_ALIGNS = ("top_left", "bottom_right")  # the values of masks.causal_mask's ``align``
+
+# Default tiles on the CPU. The loop body is a handful of whole-tile tensor operations, so bigger tiles
+# mean fewer Python-level steps; 256 x 512 float32 scores for 8 heads is 4 MiB, small next to the output
+# at long lengths. Measured with `python -m attn_lib.bench cpu` (docs/benchmarks.md).
+BLOCK_Q = 256
+BLOCK_K = 512
+
 
 # ----------------------------------------------------------------------------------------------
-# argument checks (shared with attn_lib.flash)
+# argument checks shared with attn_lib.flash
 # ----------------------------------------------------------------------------------------------
-def _check_qkv(query, key, value, *, same_head_dim_v: bool = False) -> None:
-    """Raise TypeError/ValueError with a clear message for bad query/key/value."""
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
-        if t.dim() < 2:
-            raise ValueError(f"{name} must have shape (..., seq_len, head_dim), got shape {tuple(t.shape)}")
-    if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(f"query, key and value must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
-    if not (query.device == key.device == value.device):
-        raise ValueError(f"query, key and value must be on one device, got {query.device}, {key.device}, {value.device}")
-    if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
-        raise ValueError(
-            "query, key and value must have the same leading (batch, head) dims, got "
-            f"{tuple(query.shape[:-2])}, {tuple(key.shape[:-2])}, {tuple(value.shape[:-2])}"
-        )
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(f"query and key must have the same head_dim, got {query.shape[-1]} and {key.shape[-1]}")
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(f"key and value must have the same seq_len S, got {key.shape[-2]} and {value.shape[-2]}")
-    if query.shape[-1] == 0:
-        raise ValueError("head_dim must be at least 1, got 0")
-    if same_head_dim_v and value.shape[-1] != query.shape[-1]:
-        raise ValueError(
-            f"value's head_dim must equal query's here, got {value.shape[-1]} and {query.shape[-1]}"
-        )
+def _check_block(name: str, value) -> int:
+    return check_int(name, value, minimum=1)
 
 
 def _check_scale(scale, head_dim: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__} {scale!r}")
-    if not math.isfinite(scale) or scale <= 0:
+    scale = check_number("scale", scale, allow_none=True)
+    if scale <= 0:
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
-    return float(scale)
+    return scale
 
 
-def _check_flag(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
-    return value
+@dataclass(frozen=True)
+class _Problem:
+    """The checked arguments, with q/k/v viewed as q (N, G, L, E), k (N, S, E), v (N, S, Ev).
+
+    N = (batch elements) x Hkv, G = H / Hkv query heads per key/value head (G = 1 without GQA);
+    ``lead`` is query's shape without (L, E). ``mask`` is attn_mask broadcast (a view) to (*lead, L, S).
+    ``slopes`` (N, G) float32/64 or None. ``offset`` = S - L for bottom-right causal, else 0.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    lead: tuple
+    mask: torch.Tensor | None
+    slopes: torch.Tensor | None
+    scale: float
+    is_causal: bool
+    offset: int
 
 
-def _check_block(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value}")
-    return value
+def _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enable_gqa, alibi_slopes,
+             *, allow_float_mask: bool = True) -> _Problem:
+    """Every check of tiled_attention / flash_attention, then the (N, G, L, E) views the loops use."""
+    check_bool("is_causal", is_causal)
+    check_choice("causal_align", causal_align, CAUSAL_ALIGNS)
+    check_bool("enable_gqa", enable_gqa)
+    check_qkv(query, key, value, enable_gqa=enable_gqa)
+    if enable_gqa:
+        if query.shape[:-3] != key.shape[:-3]:
+            raise ValueError(f"query and key must have the same batch dims before the heads dim: query shape "
+                             f"{shape_of(query)}, key shape {shape_of(key)}")
+    elif query.shape[:-2] != key.shape[:-2]:
+        raise ValueError(f"query and key must have the same batch/head dims (..., H) (pass enable_gqa=True for "
+                         f"fewer key/value heads): query shape {shape_of(query)}, key shape {shape_of(key)}")
+    scale = _check_scale(scale, query.shape[-1])
+    lead, (L, E), (S, Ev) = tuple(query.shape[:-2]), query.shape[-2:], value.shape[-2:]
+    H = lead[-1] if lead else 1
+    hkv = key.shape[-3] if enable_gqa else H
+    G = H // hkv
+    n = math.prod(lead) // G
+    q = query.reshape(n, G, L, E)  # (..., Hkv, G, L, E): query head h = hkv_index * G + g, as torch's enable_gqa
+    k, v = key.reshape(n, S, E), value.reshape(n, S, Ev)
+    mask = check_attn_mask(attn_mask, (*lead, L, S), allow_float=allow_float_mask)
+    if mask is not None:
+        mask = mask.to(query.device).expand(*lead, L, S)  # a view: no (L, S) copy per head
+        if mask.is_floating_point():
+            mask = mask.to(_acc_dtype(query.dtype))
+    slopes = None
+    if alibi_slopes is not None:
+        check_tensor("alibi_slopes", alibi_slopes, floating=True, ndim=1)
+        if alibi_slopes.shape[0] != H or query.dim() < 3:
+            raise ValueError(f"alibi_slopes must have shape (H,) = ({H},), one slope per query head of query "
+                             f"(..., H, L, E), got shape {shape_of(alibi_slopes)}")
+        from attn_lib._checks import check_finite
+
+        check_finite("alibi_slopes", alibi_slopes)
+        # (H,) -> (N, G): the slope of every (row group n, query head g) pair; a few numbers, not an (L, S) bias
+        slopes = alibi_slopes.to(query.device, _acc_dtype(query.dtype)).reshape(hkv, G).repeat(n // hkv, 1)
+    offset = S - L if (is_causal and causal_align == "bottom_right") else 0
+    return _Problem(q, k, v, lead, mask, slopes, scale, is_causal, offset)
 
 
 # Tests set this to True: outputs are then allocated filled with NaN instead of left uninitialised,
@@ -119,102 +168,125 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 # ----------------------------------------------------------------------------------------------
+# one tile of scores: causal mask, attn_mask and ALiBi bias applied in place
+# ----------------------------------------------------------------------------------------------
+def _tile_scores(p: _Problem, q_i, k_j, i0: int, i1: int, j0: int, j1: int):
+    """S_ij = scale q_i k_j^T (+ ALiBi, + float mask), masked to -inf; q_i (N, G*Bq, E) -> (N, G, Bq, Bk).
+
+    ``q_i`` already carries the scale. Masks are sliced to this tile before any reshape, so at most one
+    tile of a broadcast mask is ever copied.
+    """
+    n, G = p.q.shape[:2]
+    # one product for the whole group; K_j^T copied to a contiguous (E, Bk) block first: on the CPU the
+    # product is about 25 % faster that way, more than the copy costs (measured, torch 2.13)
+    s = torch.bmm(q_i, k_j.transpose(1, 2).contiguous()).view(n, G, i1 - i0, j1 - j0)
+    if p.is_causal and j1 - 1 > i0 + p.offset:  # the tile crosses the diagonal (key c visible iff c <= r + offset)
+        rows = torch.arange(i0, i1, device=s.device)[:, None]
+        cols = torch.arange(j0, j1, device=s.device)[None, :]
+        s.masked_fill_(cols > rows + p.offset, -math.inf)
+    if p.slopes is not None:  # ALiBi: -m_h |(r + S - L) - c|, query r at position r + S - L (bottom-right)
+        S, L = p.k.shape[1], p.q.shape[2]
+        dist = (torch.arange(i0, i1, device=s.device)[:, None] + (S - L)
+                - torch.arange(j0, j1, device=s.device)[None, :]).abs().to(s.dtype)
+        s.sub_(p.slopes[:, :, None, None] * dist)
+    if p.mask is not None:
+        tile = p.mask[..., i0:i1, j0:j1].reshape(n, G, i1 - i0, j1 - j0)
+        if tile.dtype == torch.bool:
+            s.masked_fill_(~tile, -math.inf)
+        else:
+            s.add_(tile)
+    return s
+
+
+# ----------------------------------------------------------------------------------------------
 # the forward pass: FlashAttention-2, Algorithm 1
 # ----------------------------------------------------------------------------------------------
-def _tiled_forward(q, k, v, mask, scale: float, is_causal: bool, block_q: int, block_k: int):
-    """q (N, L, E), k (N, S, E), v (N, S, Ev), mask None or bool (..., L, S) -> out (N, L, Ev), lse (N, L).
-
-    ``out`` has q's dtype; ``lse`` (natural log) has the accumulation dtype (float32, or float64).
-    """
-    N, L, E = q.shape
+def _tiled_forward(p: _Problem, block_q: int, block_k: int):
+    """-> out (N, G, L, Ev) in q's dtype, lse (N, G, L) in the accumulation dtype (natural log)."""
+    q, k, v = p.q, p.k, p.v
+    n, G, L, E = q.shape
     S, Ev = k.shape[1], v.shape[2]
     acc_t = _acc_dtype(q.dtype)
-    out = _new_output(N, L, Ev, dtype=q.dtype, device=q.device)
-    lse = _new_output(N, L, dtype=acc_t, device=q.device)
-    for i0 in range(0, L, block_q):  # outer loop: one block of query rows
+    out = _new_output(n, G, L, Ev, dtype=q.dtype, device=q.device)
+    lse = _new_output(n, G, L, dtype=acc_t, device=q.device)
+    for i0 in range(0, L, block_q):  # outer loop over query blocks (Algorithm 1, line 3)
         i1 = min(i0 + block_q, L)  # ragged tail: the last block may be shorter
-        q_i = q[:, i0:i1].to(acc_t) * scale  # (N, Bq, E), scale folded into q once
-        m_i = torch.full((N, i1 - i0), -math.inf, dtype=acc_t, device=q.device)  # running max
-        l_i = torch.zeros(N, i1 - i0, dtype=acc_t, device=q.device)  # running sum
-        acc = torch.zeros(N, i1 - i0, Ev, dtype=acc_t, device=q.device)  # running output (unnormalised)
-        # Causal (top-left aligned, like torch): row r sees keys c <= r. Key blocks starting at or
-        # after i1 lie entirely above the diagonal: they are skipped, never computed.
-        kv_end = min(S, i1) if is_causal else S
-        for j0 in range(0, kv_end, block_k):  # inner loop: one block of keys and values
+        R = G * (i1 - i0)  # rows of this tile: Bq rows of each of the G heads sharing the keys
+        q_i = (q[:, :, i0:i1].to(acc_t) * p.scale).reshape(n, R, E)  # scale folded into q once (line 4)
+        m_i = torch.full((n, R), -math.inf, dtype=acc_t, device=q.device)  # running max (line 5)
+        l_i = torch.zeros(n, R, dtype=acc_t, device=q.device)  # running sum
+        acc = torch.zeros(n, R, Ev, dtype=acc_t, device=q.device)  # running output, unnormalised
+        # causal: key c is visible from row r iff c <= r + offset; later key blocks are never computed
+        kv_end = max(0, min(S, i1 + p.offset)) if p.is_causal else S
+        for j0 in range(0, kv_end, block_k):  # inner loop over key blocks (line 6)
             j1 = min(j0 + block_k, S)
-            s = q_i @ k[:, j0:j1].to(acc_t).transpose(1, 2)  # (N, Bq, Bk) scores of this tile
-            if is_causal and j1 - 1 > i0:  # the tile crosses the diagonal: mask keys after the query
-                rows = torch.arange(i0, i1, device=q.device)[:, None]
-                cols = torch.arange(j0, j1, device=q.device)[None, :]
-                s = s.masked_fill(cols > rows, -math.inf)
-            if mask is not None:
-                s = s.masked_fill(~_mask_tile(mask, i0, i1, j0, j1), -math.inf)
-            m_new = torch.maximum(m_i, s.amax(dim=-1))  # m_new = max(m_old, rowmax(S_ij))
+            s = _tile_scores(p, q_i, k[:, j0:j1].to(acc_t), i0, i1, j0, j1).view(n, R, j1 - j0)  # S_ij (line 8)
+            m_new = torch.maximum(m_i, s.amax(dim=-1))  # m_new = max(m_old, rowmax(S_ij))    (line 9)
             # A row that has seen only masked keys keeps m = -inf; use 0 as its reference so that
             # exp(-inf - 0) = 0 instead of exp(-inf - (-inf)) = NaN.
             m_ref = torch.where(m_new == -math.inf, 0.0, m_new)
-            alpha = torch.exp(m_i - m_ref)  # exp(m_old - m_new): moves old sums to the new max
-            p = s.sub_(m_ref[..., None]).exp_()  # P_ij = exp(S_ij - m_new), (N, Bq, Bk), in place over s
-            l_i = alpha * l_i + p.sum(dim=-1)  # l_new = exp(m_old - m_new) l_old + rowsum(P_ij)
-            acc = torch.baddbmm(acc * alpha[..., None], p, v[:, j0:j1].to(acc_t))  # acc_new = alpha acc_old + P_ij V_j
+            alpha = torch.exp(m_i - m_ref)  # exp(m_old - m_new): moves the old sums to the new max
+            pt = s.sub_(m_ref[..., None]).exp_()  # P_ij = exp(S_ij - m_new), in place over s         (line 9)
+            l_i = alpha * l_i + pt.sum(dim=-1)  # l_new = exp(m_old - m_new) l_old + rowsum(P_ij)
+            acc = torch.baddbmm(acc * alpha[..., None], pt, v[:, j0:j1].to(acc_t))  # O = alpha O + P_ij V_j (line 10)
             m_i = m_new
-        # Final rescale, once per query block (FlashAttention-2): O_i = acc / l. A row with no
-        # visible key (l = 0) gets output 0 and log-sum-exp -inf, never NaN.
+            del s, pt  # free this tile before the next one is allocated: one tile alive at a time
+        # Final rescale, once per query block (line 12): O_i = acc / l. A row with no visible key
+        # (l = 0) gets output 0 and log-sum-exp -inf, never NaN.
         empty = l_i == 0
         l_safe = torch.where(empty, 1.0, l_i)
-        out[:, i0:i1] = (acc / l_safe[..., None]).to(q.dtype)
-        lse[:, i0:i1] = torch.where(empty, -math.inf, m_i + torch.log(l_safe))  # logsumexp_j S_ij
+        out[:, :, i0:i1] = (acc / l_safe[..., None]).view(n, G, i1 - i0, Ev).to(q.dtype)
+        lse_i = torch.where(empty, -math.inf, m_i + torch.log(l_safe))  # L_i = m + log l        (line 13)
+        lse[:, :, i0:i1] = lse_i.view(n, G, i1 - i0)
     return out, lse
 
 
 # ----------------------------------------------------------------------------------------------
 # the backward pass: FlashAttention-2, Algorithm 2 (recompute P from the log-sum-exp)
 # ----------------------------------------------------------------------------------------------
-def _tiled_backward(q, k, v, mask, out, lse, d_out, d_lse, scale: float, is_causal: bool, block_q: int, block_k: int):
+def _tiled_backward(p: _Problem, out, lse, d_out, d_lse, block_q: int, block_k: int):
     """Gradients of tiled attention, recomputing each probability tile from the saved log-sum-exp.
 
-    All tensors are 3-D (N, L or S, dim); ``d_lse`` may be None. Returns (dq, dk, dv) in the
-    inputs' dtypes. Memory stays O(N (L + S) dim): no (L, S) matrix is ever stored.
+    ``out``, ``d_out`` (N, G, L, Ev); ``lse``, ``d_lse`` (N, G, L), ``d_lse`` may be None. Returns
+    (dq, dk, dv) shaped like p.q, p.k, p.v in their dtypes. No (L, S) matrix is ever stored.
 
     With P = softmax(S) and O = P V: dV = P^T dO, dP = dO V^T, dS = P * (dP - D) with
-    D = rowsum(dO * O) (FlashAttention-2, eq. in section 2.3.2), dQ = scale dS K, dK = scale dS^T Q.
-    A gradient flowing into the log-sum-exp adds d_lse * P to dS, since d lse / d S = P.
+    D = rowsum(dO * O) (FlashAttention-2, section 2.3.2 and Algorithm 2, line 4), dQ = scale dS K,
+    dK = scale dS^T Q. A gradient flowing into the log-sum-exp adds d_lse * P to dS (d lse / d S = P).
+    With GQA, the G heads sharing a key/value head are rows of the same tile, so dK and dV are summed
+    over the group by the products themselves.
     """
-    N, L, E = q.shape
-    S = k.shape[1]
+    q, k, v = p.q, p.k, p.v
+    n, G, L, E = q.shape
+    S, Ev = k.shape[1], v.shape[2]
     acc_t = _acc_dtype(q.dtype)
     d_out = d_out.to(acc_t)
-    delta = (d_out * out.to(acc_t)).sum(dim=-1)  # D_i = rowsum(dO_i * O_i), (N, L)
+    delta = (d_out * out.to(acc_t)).sum(dim=-1)  # D_i = rowsum(dO_i * O_i), (N, G, L)   (line 4)
     if d_lse is not None:
         delta = delta - d_lse.to(acc_t)
-    lse_ref = torch.where(lse == -math.inf, 0.0, lse.to(acc_t))  # fully masked rows: P = exp(-inf) = 0
-    dq = torch.zeros(N, L, E, dtype=acc_t, device=q.device)
-    dk = _new_output(N, S, E, dtype=acc_t, device=q.device)
-    dv = _new_output(N, S, v.shape[2], dtype=acc_t, device=q.device)
-    for j0 in range(0, S, block_k):  # outer loop over key blocks: dK_j and dV_j stay on chip
+    lse_ref = torch.where(lse == -math.inf, 0.0, lse.to(acc_t))  # rows that see no key: P = exp(-inf) = 0
+    dq = torch.zeros(n, G, L, E, dtype=acc_t, device=q.device)
+    dk = _new_output(n, S, E, dtype=acc_t, device=q.device)
+    dv = _new_output(n, S, Ev, dtype=acc_t, device=q.device)
+    for j0 in range(0, S, block_k):  # outer loop over key blocks: dK_j, dV_j accumulate on chip (line 5)
         j1 = min(j0 + block_k, S)
         k_j, v_j = k[:, j0:j1].to(acc_t), v[:, j0:j1].to(acc_t)
-        dk_j = torch.zeros(N, j1 - j0, E, dtype=acc_t, device=q.device)
-        dv_j = torch.zeros(N, j1 - j0, v.shape[2], dtype=acc_t, device=q.device)
-        # causal: query rows before j0 see none of these keys; their blocks are skipped
-        i_start = (j0 // block_q) * block_q if is_causal else 0
-        for i0 in range(i_start, L, block_q):
+        dk_j = torch.zeros(n, j1 - j0, E, dtype=acc_t, device=q.device)
+        dv_j = torch.zeros(n, j1 - j0, Ev, dtype=acc_t, device=q.device)
+        # causal: rows r with r + offset < j0 see none of these keys; their blocks are skipped
+        i_start = max(0, (j0 - p.offset) // block_q * block_q) if p.is_causal else 0
+        for i0 in range(i_start, L, block_q):  # inner loop over query blocks (line 8)
             i1 = min(i0 + block_q, L)
-            q_i = q[:, i0:i1].to(acc_t)
-            s = (q_i @ k_j.transpose(1, 2)) * scale  # recompute S_ij
-            if is_causal and j1 - 1 > i0:
-                rows = torch.arange(i0, i1, device=q.device)[:, None]
-                cols = torch.arange(j0, j1, device=q.device)[None, :]
-                s = s.masked_fill(cols > rows, -math.inf)
-            if mask is not None:
-                s = s.masked_fill(~_mask_tile(mask, i0, i1, j0, j1), -math.inf)
-            p = torch.exp(s - lse_ref[:, i0:i1, None])  # P_ij = exp(S_ij - lse_i), exact probabilities
-            do_i = d_out[:, i0:i1]
-            dv_j += p.transpose(1, 2) @ do_i  # dV_j += P_ij^T dO_i
-            dp = do_i @ v_j.transpose(1, 2)  # dP_ij = dO_i V_j^T
-            ds = p * (dp - delta[:, i0:i1, None])  # dS_ij = P_ij * (dP_ij - D_i)
-            dq[:, i0:i1] += scale * (ds @ k_j)  # dQ_i += scale dS_ij K_j
-            dk_j += scale * (ds.transpose(1, 2) @ q_i)  # dK_j += scale dS_ij^T Q_i
+            R = G * (i1 - i0)
+            q_i = q[:, :, i0:i1].to(acc_t).reshape(n, R, E)
+            s = _tile_scores(p, q_i * p.scale, k_j, i0, i1, j0, j1).view(n, R, j1 - j0)  # recompute S_ij (line 10)
+            pt = torch.exp(s - lse_ref[:, :, i0:i1].reshape(n, R, 1))  # P_ij = exp(S_ij - L_i), exact (line 11)
+            do_i = d_out[:, :, i0:i1].reshape(n, R, Ev)
+            dv_j += pt.transpose(1, 2) @ do_i  # dV_j += P_ij^T dO_i                         (line 12)
+            dp = do_i @ v_j.transpose(1, 2)  # dP_ij = dO_i V_j^T                                (line 13)
+            ds = pt * (dp - delta[:, :, i0:i1].reshape(n, R, 1))  # dS_ij = P_ij * (dP_ij - D_i)  (line 14)
+            dq[:, :, i0:i1] += (p.scale * (ds @ k_j)).view(n, G, i1 - i0, E)  # dQ_i += scale dS_ij K_j (line 15)
+            dk_j += p.scale * (ds.transpose(1, 2) @ q_i)  # dK_j += scale dS_ij^T Q_i               (line 16)
         dk[:, j0:j1] = dk_j
         dv[:, j0:j1] = dv_j
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
@@ -224,42 +296,19 @@ class _TiledAttentionFunction(torch.autograd.Function):
     """Autograd wrapper: forward saves only (q, k, v, out, lse); backward recomputes."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, scale, is_causal, block_q, block_k):
-        out, lse = _tiled_forward(q, k, v, mask, scale, is_causal, block_q, block_k)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.mask = mask
-        ctx.args = (scale, is_causal, block_q, block_k)
+    def forward(ctx, q, k, v, problem, block_q, block_k):
+        out, lse = _tiled_forward(problem, block_q, block_k)
+        ctx.save_for_backward(out, lse)
+        ctx.problem, ctx.blocks = problem, (block_q, block_k)
         return out, lse
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
-        q, k, v, out, lse = ctx.saved_tensors
+        out, lse = ctx.saved_tensors
         if d_out is None:
             d_out = torch.zeros_like(out)
-        dq, dk, dv = _tiled_backward(q, k, v, ctx.mask, out, lse, d_out, d_lse, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None
-
-
-def _mask_tile(mask, i0: int, i1: int, j0: int, j1: int):
-    """The (N, i1 - i0, j1 - j0) tile of a broadcast (..., L, S) mask (copies one tile at most)."""
-    return mask[..., i0:i1, j0:j1].reshape(-1, i1 - i0, j1 - j0)
-
-
-def _expand_mask(attn_mask, lead: tuple, L: int, S: int, device):
-    """Check a bool mask and broadcast it to (..., L, S) (a view: no (L, S) copy per head is made)."""
-    if attn_mask is None:
-        return None
-    if not isinstance(attn_mask, torch.Tensor):
-        raise TypeError(f"attn_mask must be a bool torch.Tensor or None, got {type(attn_mask).__name__}")
-    if attn_mask.dtype != torch.bool:
-        raise TypeError(f"attn_mask must be a bool tensor (True = may attend), got dtype {attn_mask.dtype}")
-    try:
-        mask = attn_mask.to(device).expand(*lead, L, S)
-    except RuntimeError:
-        raise ValueError(
-            f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to (..., L, S) = {(*lead, L, S)}"
-        ) from None
-    return mask
+        dq, dk, dv = _tiled_backward(ctx.problem, out, lse, d_out, d_lse, *ctx.blocks)
+        return dq, dk, dv, None, None, None
 
 
 def tiled_attention(
@@ -267,65 +316,103 @@ def tiled_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     *,
-    is_causal: bool = False,
-    scale: float | None = None,
-    block_q: int = 128,
-    block_k: int = 128,
-    return_lse: bool = False,
     attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    causal_align: str = "top_left",
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    alibi_slopes: torch.Tensor | None = None,
+    return_lse: bool = False,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
 ):
     """Scaled dot-product attention computed tile by tile with an online softmax (FlashAttention-2).
 
-    Same result as ``torch.nn.functional.scaled_dot_product_attention(query, key, value,
-    is_causal=is_causal, scale=scale)``, but no (L, S) matrix is materialised: only one
-    (block_q, block_k) tile of scores exists at a time, and the extra memory is O(L * head_dim).
+    The same function as ``torch.nn.functional.scaled_dot_product_attention`` (and its ``enable_gqa``),
+    but no (L, S) matrix is materialised: one (block_q, block_k) tile of scores exists at a time, and
+    the extra memory is O(L * E). Legend: B batch, H query heads, Hkv key/value heads, L queries, S keys,
+    E head_dim of query and key, Ev head_dim of value.
 
     Args:
-        query: (..., L, E), e.g. (B, H, L, E). Any floating dtype; the running max, running sum and
-            accumulator are float32 (float64 when the inputs are float64).
-        key: (..., S, E), same leading dims (B, H) as ``query``.
-        value: (..., S, Ev).
-        is_causal: mask key positions after the query position, aligned top-left like torch
-            (row r sees keys 0..r, also when L != S). Key blocks fully above the diagonal are skipped.
+        query: (..., H, L, E), e.g. (B, H, L, E); float16, bfloat16, float32 or float64. The running
+            max, sum and accumulator are float32 (float64 for float64 inputs).
+        key: (..., Hkv, S, E); Hkv = H unless ``enable_gqa``.
+        value: (..., Hkv, S, Ev); Ev may differ from E.
+        attn_mask: None, a bool mask broadcastable to (..., H, L, S) with True = may attend (attn_lib's
+            convention, e.g. key padding (B, 1, 1, S)), or a float mask of that shape added to the scores
+            (finite values or -inf). It is broadcast as a view; at most one tile of it is copied at a time.
+        is_causal: mask the keys after each query. Combined with ``attn_mask`` by AND.
+        causal_align: ``"top_left"`` (torch's is_causal: query r sees keys 0..r) or ``"bottom_right"``
+            (the L queries are the last L of S positions: query r sees keys 0..r + S - L; FlashAttention-2's
+            convention and what decoding with a KV cache needs). The values of ``masks.causal_mask``'s align.
         scale: multiplies the logits; default 1/sqrt(E).
-        block_q: query rows per tile (the outer loop). The last tile may be shorter.
-        block_k: keys per tile (the inner loop). The last tile may be shorter.
+        enable_gqa: grouped-query attention as in torch: query head h reads key/value head h // (H / Hkv).
+            K and V are never repeated in memory.
+        alibi_slopes: None or (H,) floats m_h: adds the ALiBi bias -m_h |(r + S - L) - c| to the logit of
+            query r and key c (query r sits at position r + S - L), equal to ``attn_lib.positional.alibi_bias``
+            and flash-attn's ``alibi_slopes``. Computed per tile: no (L, S) bias tensor is built.
         return_lse: also return the log-sum-exp of each row's logits (natural log).
-        attn_mask: optional bool mask broadcastable to (..., L, S), True = may attend (attn_lib's
-            convention). A row whose keys are all masked gets output 0 and log-sum-exp -inf (no NaN).
+        block_q: query rows per tile (the outer loop); block_k: keys per tile (the inner loop). The last
+            tiles may be shorter. The defaults were chosen for CPU speed (docs/benchmarks.md).
 
     Returns:
-        ``output`` (..., L, Ev) in the inputs' dtype, or ``(output, lse)`` when ``return_lse``; lse
-        is (..., L), float32 (float64 for float64 inputs), ``lse[r] = log(sum_c exp(scale q_r . k_c))``.
+        ``output`` (..., H, L, Ev) in query's dtype, or ``(output, lse)`` when ``return_lse``; lse is
+        (..., H, L), float32 (float64 for float64 inputs), ``lse[r] = log(sum_c exp(logit[r, c]))``.
+        A row that may attend to no key (all masked; or L > S with bottom-right causal) gets output 0
+        and lse -inf, never NaN (torch's function gives NaN there).
 
-    Gradients: differentiable in query, key and value (also through ``lse``). The backward pass
-    saves only the inputs, the output and the log-sum-exp and recomputes each probability tile
-    as exp(S_ij - lse_i) (FlashAttention-2, Algorithm 2).
+    Gradients: differentiable in query, key and value (also through ``lse``). The backward pass saves
+    only the output and the log-sum-exp and recomputes each probability tile as exp(S_ij - lse_i)
+    (FlashAttention-2, Algorithm 2); with GQA, dK and dV are summed over each group of query heads.
+
+    Equivalent to (for a bool ``attn_mask`` and rows that see at least one key)::
+
+        >>> import math, torch
+        >>> from attn_lib.masks import causal_mask
+        >>> from attn_lib.positional import alibi_bias
+        >>> def reference(query, key, value, attn_mask=None, is_causal=False, causal_align="top_left",
+        ...               scale=None, enable_gqa=False, alibi_slopes=None):
+        ...     L, S = query.shape[-2], key.shape[-2]
+        ...     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+        ...     if enable_gqa:  # repeat each key/value head for its H / Hkv query heads
+        ...         g = query.shape[-3] // key.shape[-3]
+        ...         key, value = key.repeat_interleave(g, -3), value.repeat_interleave(g, -3)
+        ...     logits = scale * query @ key.transpose(-2, -1)                       # (..., H, L, S)
+        ...     if alibi_slopes is not None:
+        ...         pos = torch.arange(L)[:, None] + S - L - torch.arange(S)[None, :]
+        ...         logits = logits - alibi_slopes[:, None, None] * pos.abs()
+        ...     allowed = torch.ones(L, S, dtype=torch.bool)
+        ...     if is_causal:
+        ...         allowed = allowed & causal_mask(L, S, align=causal_align)
+        ...     if attn_mask is not None:
+        ...         allowed = allowed & attn_mask
+        ...     return torch.softmax(logits.masked_fill(~allowed, -math.inf), dim=-1) @ value
+        >>> q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 3)
+        >>> pad = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])[:, None, None, :]  # (B, 1, 1, S)
+        >>> kw = dict(attn_mask=pad, is_causal=True, causal_align="bottom_right", enable_gqa=True,
+        ...           alibi_slopes=torch.tensor([0.5, 0.25, 0.125, 0.0625]))
+        >>> torch.allclose(tiled_attention(q, k, v, **kw), reference(q, k, v, **kw), atol=1e-5)
+        True
 
     Raises:
-        TypeError: non-tensor or non-floating inputs, mixed dtypes, non-bool mask, bad flag types.
-        ValueError: mismatched shapes or devices, non-positive block sizes or scale.
+        TypeError: non-tensor or non-floating inputs, mixed dtypes, a mask neither bool nor floating,
+            a flag that is not a bool, a block size that is not an int.
+        ValueError: mismatched shapes or devices, S = 0 or E = 0 (as torch's function), NaN or infinity
+            in query/key/value, a mask that does not broadcast, H not a multiple of Hkv, alibi_slopes
+            not (H,), an unknown causal_align, block sizes < 1, a scale that is not positive.
 
-    Source: Dao (2023), "FlashAttention-2", Algorithms 1 and 2.
+    Source: Dao (2023), "FlashAttention-2", Algorithms 1 and 2; the ALiBi bias of Press et al. (2022).
     """
-    _check_qkv(query, key, value)
-    _check_flag("is_causal", is_causal)
-    _check_flag("return_lse", return_lse)
+    p = _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enable_gqa, alibi_slopes)
+    check_bool("return_lse", return_lse)
     _check_block("block_q", block_q)
     _check_block("block_k", block_k)
-    scale = _check_scale(scale, query.shape[-1])
-    lead, L, E = tuple(query.shape[:-2]), query.shape[-2], query.shape[-1]
-    S, Ev = key.shape[-2], value.shape[-1]
-    mask = _expand_mask(attn_mask, lead, L, S, query.device)
-    # (..., L, E) -> (N, L, E) with N = prod(leading dims); reshape copies only when it must
-    n = math.prod(lead)
-    q, k, v = query.reshape(n, L, E), key.reshape(n, S, E), value.reshape(n, S, Ev)
-    args = (mask, scale, is_causal, block_q, block_k)
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-        out, lse = _TiledAttentionFunction.apply(q, k, v, *args)
+        out, lse = _TiledAttentionFunction.apply(p.q, p.k, p.v, p, block_q, block_k)
     else:
-        out, lse = _tiled_forward(q, k, v, *args)
-    out, lse = out.reshape(*lead, L, Ev), lse.reshape(*lead, L)
+        out, lse = _tiled_forward(p, block_q, block_k)
+    L, Ev = query.shape[-2], value.shape[-1]
+    out, lse = out.reshape(*p.lead, L, Ev), lse.reshape(*p.lead, L)
     return (out, lse) if return_lse else out
 
 
@@ -334,8 +421,12 @@ def naive_attention(query, key, value, *, is_causal: bool = False, scale: float 
 
     query (..., L, E), key (..., S, E), value (..., S, Ev) -> output (..., L, Ev). Causal is
     top-left aligned (like torch). Used as the memory/time baseline in notebook 09 and the benchmark.
+
+    Raises:
+        TypeError / ValueError: as :func:`tiled_attention`.
     """
-    _check_qkv(query, key, value)
+    check_qkv(query, key, value)
+    check_bool("is_causal", is_causal)
     scale = _check_scale(scale, query.shape[-1])
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S): the matrix tiling avoids
     if is_causal:
@@ -364,8 +455,21 @@ def online_softmax_update(m_old, l_old, acc_old, scores, values):
         acc_new = exp(m_old - m_new) acc_old + exp(scores - m_new) @ values.
         ``acc_new / l_new`` is the softmax-weighted average of every value seen so far.
 
+    Raises:
+        TypeError: an argument is not a floating tensor.
+        ValueError: shapes that do not fit together (named in the message).
+
     Source: Milakov & Gimelshein (2018), Algorithm 3; FlashAttention-2, Algorithm 1, lines 8-10.
     """
+    for name, t, nd in (("m_old", m_old, 1), ("l_old", l_old, 1), ("acc_old", acc_old, 2), ("scores", scores, 2),
+                        ("values", values, 2)):
+        check_tensor(name, t, floating=True, ndim=nd)
+    R, Ev = acc_old.shape
+    if m_old.shape != (R,) or l_old.shape != (R,) or scores.shape[0] != R or values.shape != (scores.shape[1], Ev):
+        raise ValueError(
+            "online_softmax_update needs m_old (R,), l_old (R,), acc_old (R, Ev), scores (R, Bk), values (Bk, Ev); "
+            f"got m_old {shape_of(m_old)}, l_old {shape_of(l_old)}, acc_old {shape_of(acc_old)}, "
+            f"scores {shape_of(scores)}, values {shape_of(values)}")
     m_new = torch.maximum(m_old, scores.amax(dim=-1))
     m_ref = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)  # all -inf so far: avoid NaN
     alpha = torch.exp(m_old - m_ref)
