@@ -684,8 +684,8 @@ def compile_kernel(
 
 
 def _check_tile(name: str, b) -> int:
-    check_int(name, b, minimum=16)
-    if b & (b - 1):
+    check_int(name, b)
+    if b < 16 or b & (b - 1):
         raise ValueError(f"{name} must be a power of two >= 16 (tl.arange and tl.dot need it), got {b}")
     return b
 
