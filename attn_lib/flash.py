@@ -673,8 +673,10 @@ def compile_kernel(
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
+        # what a launch would see: pointers 16-byte aligned, row strides multiples of 16 when head_dims are
+        # (the attn_mask's strides are whatever the caller's mask has: left unspecialised)
         if (signature[name].startswith("*") and name != "MASK") or (
-                name.startswith("stride") and not name.startswith("stride_m") and name[-1] != "b"
+                name.startswith("stride") and not name.startswith("stride_m")
                 and head_dim % 16 == 0 and head_dim_v % 16 == 0):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in consts.items()},
