@@ -39,8 +39,8 @@ _LAZY = {
     "padding_mask": "attn_lib.masks",
     "MultiHeadAttention": "attn_lib.mha",
     "KVCache": "attn_lib.mha",
-    "tiled_attention": "attn_lib.tiled_attention",
-    "flash_attention": "attn_lib.flash_attention",
+    "tiled_attention": "attn_lib.tiled",
+    "flash_attention": "attn_lib.flash",
     "plot_attention": "attn_lib.viz",
     "BPETokenizer": "attn_lib.tokenization",
     "sinusoidal_positional_encoding": "attn_lib.positional",
@@ -52,8 +52,8 @@ _LAZY = {
 
 # Submodules reachable as attributes without an explicit import (attn_lib.exercises.check_...).
 _SUBMODULES = {
-    "attention", "bench", "data", "env", "exercises", "flash_attention", "gqa", "masks", "mha", "models",
-    "positional", "pretrained", "tiled_attention", "tokenization", "viz",
+    "attention", "bench", "data", "env", "exercises", "flash", "gqa", "masks", "mha", "models",
+    "positional", "pretrained", "tiled", "tokenization", "viz",
 }
 
 __all__ = ["setup", "load_pretrained", "DATA_DIR", "REPO_ROOT", *_LAZY]

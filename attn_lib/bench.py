@@ -1,6 +1,6 @@
 """Benchmarks of tiled attention: ``python -m attn_lib.bench cpu`` or ``python -m attn_lib.bench gpu``.
 
-``cpu``: naive attention (full score matrix) vs :func:`attn_lib.tiled_attention.tiled_attention`
+``cpu``: naive attention (full score matrix) vs :func:`attn_lib.tiled.tiled_attention`
 vs ``torch.nn.functional.scaled_dot_product_attention`` (which runs a flash-style fused kernel on
 the CPU), for N = 1k, 2k, 4k, 8k tokens, 8 heads, head_dim 64, float32, one torch thread: median
 CPU time and wall time, and peak extra memory (every allocation through PyTorch's CPU allocator
@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from attn_lib._setup import REPO_ROOT
-from attn_lib.tiled_attention import measure_peak_memory, naive_attention, tiled_attention
+from attn_lib.tiled import BLOCK_K, BLOCK_Q, measure_peak_memory, naive_attention, tiled_attention
 
 DOCS = REPO_ROOT / "docs"
 CPU_JSON = DOCS / "benchmarks_cpu.json"
@@ -138,7 +138,7 @@ def _run_cpu(sizes, heads, head_dim, repeats, out, seed) -> dict:
         "load_average_1min_at_start": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "command": " ".join(["python -m attn_lib.bench", *sys.argv[1:]]) if sys.argv[1:2] == ["cpu"] else None,
         "config": {"batch": 1, "heads": heads, "head_dim": head_dim, "dtype": "float32", "is_causal": False,
-                   "repeats": repeats, "tiled_blocks": [128, 128]},
+                   "repeats": repeats, "tiled_blocks": [BLOCK_Q, BLOCK_K]},
         "time_method": "median over repeats of process CPU time (time.process_time) and of wall time "
                        "(time.perf_counter) per call; with one torch thread, CPU time is the compute time "
                        "even when other processes compete for the cores, wall time is not",
@@ -187,8 +187,8 @@ def _run_cpu(sizes, heads, head_dim, repeats, out, seed) -> dict:
         "at_n": result["rows"][-1]["n"],
         "tiled_memory_within_1.5x_of_torch": last["tiled_memory_over_torch"] <= 1.5,
         "tiled_memory_at_most_quarter_of_naive": last["tiled_memory_over_naive"] <= 0.25,
-        "tiled_cpu_time_within_3x_of_torch": last["tiled_cpu_time_over_torch"] <= 3.0,
-        "tiled_wall_time_within_3x_of_torch": last["tiled_wall_time_over_torch"] <= 3.0,
+        "tiled_cpu_time_within_1.3x_of_torch": last["tiled_cpu_time_over_torch"] <= 1.3,
+        "tiled_wall_time_within_1.3x_of_torch": last["tiled_wall_time_over_torch"] <= 1.3,
     }
     headers = ["N", "naive cpu s", "tiled cpu s", "torch cpu s", "naive MiB", "tiled MiB", "torch MiB",
                "tiled/torch cpu", "tiled/torch wall", "tiled/torch mem", "tiled/naive mem"]
@@ -230,8 +230,14 @@ GPU_CHECK_CASES = [(1, 1, 64, False), (17, 17, 64, True), (100, 130, 128, False)
 
 
 def _gpu_correctness(device) -> list[dict]:
-    import attn_lib.tiled_attention as tiled_mod
-    from attn_lib.flash_attention import flash_attention
+    """Forward and backward of the Triton kernels in fp16 and bf16 against float64 autograd of torch.
+
+    Ragged lengths, L != S; bottom-right causal, GQA (4 query heads on 2 key/value heads) and per-batch key
+    padding on every case, so the one short run covers the features the CPU tests check in the interpreter.
+    """
+    import attn_lib.tiled as tiled_mod
+    from attn_lib.flash import flash_attention
+    from attn_lib.masks import causal_mask
 
     rows = []
     tiled_mod._POISON_OUTPUTS = True  # outputs start as NaN: an element the kernel misses shows up
@@ -239,28 +245,43 @@ def _gpu_correctness(device) -> list[dict]:
         for dtype, tol in ((torch.float16, 1e-2), (torch.bfloat16, 3e-2)):
             for L, S, D, causal in GPU_CHECK_CASES:
                 g = torch.Generator(device=device).manual_seed(L * 7919 + S * 31 + D)
-                q = torch.randn(2, 3, L, D, device=device, generator=g)
-                k = torch.randn(2, 3, S, D, device=device, generator=g)
-                v = torch.randn(2, 3, S, D, device=device, generator=g)
+                q = torch.randn(2, 4, L, D, device=device, generator=g).to(dtype).requires_grad_()
+                k = torch.randn(2, 2, S, D, device=device, generator=g).to(dtype).requires_grad_()
+                v = torch.randn(2, 2, S, D, device=device, generator=g).to(dtype).requires_grad_()
+                pad = (torch.arange(S, device=device) < torch.tensor([S, max(1, S // 2)], device=device)[:, None])
+                pad = pad[:, None, None, :]  # (B, 1, 1, S)
+                kw = dict(attn_mask=pad, is_causal=causal, causal_align="bottom_right", enable_gqa=True)
+                out = flash_attention(q, k, v, backend="cuda", block_m=64, block_n=64, **kw)
+                d_out = torch.randn(out.shape, device=device, generator=g).to(dtype)
+                grads = torch.autograd.grad(out, (q, k, v), d_out)
+                q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+                allowed = pad & causal_mask(L, S, align="bottom_right", device=device) if causal else pad
+                seen = allowed.expand(2, 4, L, S).any(-1, keepdim=True)
                 ref = torch.nn.functional.scaled_dot_product_attention(
-                    q.to(dtype).double(), k.to(dtype).double(), v.to(dtype).double(), is_causal=causal)
-                out = flash_attention(q.to(dtype), k.to(dtype), v.to(dtype), is_causal=causal, backend="triton",
-                                      block_m=64, block_n=64)
-                rel = float((out.double() - ref).norm() / ref.norm())
-                finite = bool(torch.isfinite(out).all())
+                    q64, k64, v64, attn_mask=allowed | ~seen, enable_gqa=True).masked_fill(~seen, 0.0)
+                ref_grads = torch.autograd.grad(ref, (q64, k64, v64), d_out.double())
+                rel = {"out": float((out.double() - ref).norm() / ref.norm())}
+                for name, got, want in zip(("dq", "dk", "dv"), grads, ref_grads):
+                    rel[name] = float((got.double() - want).norm() / want.norm().clamp_min(1e-30))
+                finite = bool(torch.isfinite(out).all()) and all(bool(torch.isfinite(t).all()) for t in grads)
                 rows.append({"dtype": str(dtype).replace("torch.", ""), "L": L, "S": S, "head_dim": D,
                              "is_causal": causal, "rel_error": rel, "all_finite": finite,
-                             "ok": finite and rel < tol})
+                             "ok": finite and max(rel.values()) < tol})
     finally:
         tiled_mod._POISON_OUTPUTS = False
     return rows
 
 
+def _tflops(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12
+
+
 def run_gpu(sizes=(1024, 2048, 4096, 8192, 16384), head_dims=(64, 128), batch: int = 4, heads: int = 32,
             out: Path | None = GPU_JSON) -> dict | None:
-    """Correctness, then TFLOP/s of the Triton kernel vs torch's flash and cuDNN backends (bfloat16).
+    """Correctness, then TFLOP/s of the Triton kernels vs torch's flash and cuDNN backends (bfloat16).
 
-    Returns the result dict (also saved as JSON), or None when there is no CUDA GPU.
+    Forward alone and forward + backward (backward = 2.5 x the forward's FLOPs, as FlashAttention-2 counts)
+    for every shape, all in one run. Returns the result dict (also saved as JSON), or None without a GPU.
     """
     if not torch.cuda.is_available():
         print("No CUDA GPU is available on this machine: the GPU benchmark needs one (an NVIDIA GPU "
@@ -270,7 +291,7 @@ def run_gpu(sizes=(1024, 2048, 4096, 8192, 16384), head_dims=(64, 128), batch: i
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
-    from attn_lib.flash_attention import _autotuned_kernel, flash_attention
+    from attn_lib.flash import flash_attention
 
     device = torch.device("cuda")
     t_start = time.perf_counter()
@@ -279,16 +300,18 @@ def run_gpu(sizes=(1024, 2048, 4096, 8192, 16384), head_dims=(64, 128), batch: i
         "mode": "gpu", **_versions(),
         "gpu": props.name, "compute_capability": f"{props.major}.{props.minor}",
         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-        "config": {"batch": batch, "heads": heads, "dtype": "bfloat16", "timing": "triton.testing.do_bench median"},
+        "command": " ".join(["python -m attn_lib.bench", *sys.argv[1:]]) if sys.argv[1:2] == ["gpu"] else None,
+        "config": {"batch": batch, "heads": heads, "dtype": "bfloat16", "timing": "triton.testing.do_bench median",
+                   "flops": "forward 4 B H N^2 D (halved when causal); forward + backward 3.5 x that"},
     }
     print(f"GPU: {props.name} (sm_{props.major}{props.minor}), torch {torch.__version__}, triton {triton.__version__}")
 
-    print("1) correctness at ragged lengths (outputs poisoned with NaN first)")
+    print("1) correctness of forward and backward at ragged lengths (GQA, key padding, bottom-right causal)")
     checks = _gpu_correctness(device)
     result["correctness"] = checks
-    print(format_table(["dtype", "L", "S", "D", "causal", "rel err", "ok"],
-                       [[c["dtype"], c["L"], c["S"], c["head_dim"], c["is_causal"], f"{c['rel_error']:.2e}", c["ok"]]
-                        for c in checks]))
+    print(format_table(["dtype", "L", "S", "D", "causal", "out", "dq", "dk", "dv", "ok"],
+                       [[c["dtype"], c["L"], c["S"], c["head_dim"], c["is_causal"],
+                         *(f"{c['rel_error'][x]:.1e}" for x in ("out", "dq", "dk", "dv")), c["ok"]] for c in checks]))
     if not all(c["ok"] for c in checks):
         print("correctness FAILED: not timing a wrong kernel")
         result["error"] = "correctness failed"
@@ -299,57 +322,82 @@ def run_gpu(sizes=(1024, 2048, 4096, 8192, 16384), head_dims=(64, 128), batch: i
     print(f"\n2) ceiling: bfloat16 matrix product {n} x {n} x {n}")
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    ms = do_bench(lambda: a @ b, warmup=25, rep=100, return_mode="median")
-    result["matmul_bf16_tflops"] = 2 * n**3 / (ms * 1e-3) / 1e12
+    result["matmul_bf16_tflops"] = _tflops(2 * n**3, do_bench(lambda: a @ b, warmup=25, rep=100, return_mode="median"))
     print(f"   {result['matmul_bf16_tflops']:.0f} TFLOP/s")
     del a, b
 
-    print("\n3) attention TFLOP/s (bfloat16, do_bench median)")
+    print("\n3) attention TFLOP/s, forward (fwd) and forward + backward (f+b), bfloat16, do_bench median")
     rows, table = [], []
-    backends = {"torch_flash": SDPBackend.FLASH_ATTENTION, "torch_cudnn": SDPBackend.CUDNN_ATTENTION}
     sdpa = torch.nn.functional.scaled_dot_product_attention
+    impls = {
+        "triton": lambda q, k, v, c: flash_attention(q, k, v, is_causal=c, backend="cuda"),
+        "torch_flash": lambda q, k, v, c: _with_backend(sdpa_kernel, SDPBackend.FLASH_ATTENTION, sdpa, q, k, v, c),
+        "torch_cudnn": lambda q, k, v, c: _with_backend(sdpa_kernel, SDPBackend.CUDNN_ATTENTION, sdpa, q, k, v, c),
+    }
     for d in head_dims:
         for causal in (False, True):
             for n in sizes:
-                q, k, v = (torch.randn(batch, heads, n, d, device=device, dtype=torch.bfloat16) for _ in range(3))
+                q, k, v = (torch.randn(batch, heads, n, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+                           for _ in range(3))
+                d_out = torch.randn_like(q)
                 flops = attention_flops(batch, heads, n, d, causal)
                 row = {"head_dim": d, "is_causal": causal, "n": n}
-                out_triton = flash_attention(q, k, v, is_causal=causal, backend="triton")  # autotunes here
-                row["triton_config"] = str(_autotuned_kernel().best_config)
-                ms = do_bench(lambda: flash_attention(q, k, v, is_causal=causal, backend="triton"),
-                              warmup=25, rep=100, return_mode="median")
-                row["triton_ms"], row["triton_tflops"] = ms, flops / (ms * 1e-3) / 1e12
-                for name, backend in backends.items():
+                ref_out = None
+                for name, fn in impls.items():
                     try:
-                        with sdpa_kernel(backend):
-                            out_ref = sdpa(q, k, v, is_causal=causal)
-                            ms = do_bench(lambda: sdpa(q, k, v, is_causal=causal), warmup=25, rep=100,
-                                          return_mode="median")
-                        row[f"{name}_ms"], row[f"{name}_tflops"] = ms, flops / (ms * 1e-3) / 1e12
-                        row[f"{name}_rel_diff"] = float((out_triton.float() - out_ref.float()).norm() / out_ref.float().norm())
+                        with torch.no_grad():
+                            o = fn(q, k, v, causal)  # the triton one autotunes here
+                        ref_out = o if ref_out is None else ref_out
+                        row[f"{name}_rel_diff_vs_triton"] = float((o.float() - ref_out.float()).norm()
+                                                                  / ref_out.float().norm())
+                        with torch.no_grad():
+                            ms = do_bench(lambda: fn(q, k, v, causal), warmup=25, rep=100, return_mode="median")
+                        row[f"{name}_fwd_ms"], row[f"{name}_fwd_tflops"] = ms, _tflops(flops, ms)
+
+                        def fwd_bwd():
+                            torch.autograd.grad(fn(q, k, v, causal), (q, k, v), d_out)
+
+                        fwd_bwd()  # the backward kernels autotune here
+                        ms = do_bench(fwd_bwd, warmup=25, rep=100, return_mode="median")
+                        row[f"{name}_fwdbwd_ms"], row[f"{name}_fwdbwd_tflops"] = ms, _tflops(3.5 * flops, ms)
                     except RuntimeError as e:  # backend not available for this GPU/shape/build
-                        row[f"{name}_ms"] = row[f"{name}_tflops"] = None
                         row[f"{name}_error"] = str(e).splitlines()[0][:200]
-                if row.get("torch_flash_tflops"):
-                    row["triton_over_torch_flash"] = row["triton_tflops"] / row["torch_flash_tflops"]
+                for phase in ("fwd", "fwdbwd"):
+                    if row.get(f"torch_flash_{phase}_tflops") and row.get(f"triton_{phase}_tflops"):
+                        row[f"triton_over_torch_flash_{phase}"] = (row[f"triton_{phase}_tflops"]
+                                                                   / row[f"torch_flash_{phase}_tflops"])
                 rows.append(row)
                 fmt = lambda x: "n/a" if x is None else f"{x:.0f}"  # noqa: E731
-                table.append([d, causal, n, fmt(row["triton_tflops"]), fmt(row.get("torch_flash_tflops")),
-                              fmt(row.get("torch_cudnn_tflops")),
-                              f"{row['triton_over_torch_flash']:.2f}" if "triton_over_torch_flash" in row else "n/a"])
-                del q, k, v, out_triton
+                rat = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
+                table.append([d, causal, n, *(fmt(row.get(f"{m}_{ph}_tflops")) for ph in ("fwd", "fwdbwd") for m in impls),
+                              rat(row.get("triton_over_torch_flash_fwd")), rat(row.get("triton_over_torch_flash_fwdbwd"))])
+                print(f"   D={d} causal={causal} N={n} done ({time.perf_counter() - t_start:.0f} s)", flush=True)
+                del q, k, v, d_out
                 torch.cuda.empty_cache()
     result["rows"] = rows
-    print(format_table(["D", "causal", "N", "triton", "torch flash", "torch cudnn", "triton/flash"], table))
-    target = [r["triton_over_torch_flash"] for r in rows
-              if r["head_dim"] == 128 and r["n"] >= 4096 and "triton_over_torch_flash" in r]
-    result["target_triton_at_least_0.8x_flash_d128_n4k_plus"] = bool(target) and min(target) >= 0.8
+    print(format_table(["D", "causal", "N", "triton fwd", "flash fwd", "cudnn fwd", "triton f+b", "flash f+b",
+                        "cudnn f+b", "triton/flash fwd", "triton/flash f+b"], table))
+    result["targets"] = _gpu_targets(rows)
     result["wall_s"] = time.perf_counter() - t_start
-    print(f"\nceiling (bf16 matmul): {result['matmul_bf16_tflops']:.0f} TFLOP/s; "
-          f"target >= 0.8x flash at D=128, N>=4k: {result['target_triton_at_least_0.8x_flash_d128_n4k_plus']}; "
-          f"took {result['wall_s']:.0f} s")
+    print(f"\nceiling (bf16 matmul): {result['matmul_bf16_tflops']:.0f} TFLOP/s; targets at D=128, N>=4k: "
+          f"{result['targets']}; took {result['wall_s']:.0f} s")
     _save(result, out)
     return result
+
+
+def _with_backend(sdpa_kernel, backend, sdpa, q, k, v, causal):
+    with sdpa_kernel(backend):
+        return sdpa(q, k, v, is_causal=causal)
+
+
+def _gpu_targets(rows: list[dict]) -> dict:
+    """The issue's targets at head_dim 128, N >= 4096: forward >= 0.8x torch flash, fwd + bwd >= 0.6x."""
+    sel = [r for r in rows if r["head_dim"] == 128 and r["n"] >= 4096]
+    fwd = [r["triton_over_torch_flash_fwd"] for r in sel if "triton_over_torch_flash_fwd" in r]
+    fb = [r["triton_over_torch_flash_fwdbwd"] for r in sel if "triton_over_torch_flash_fwdbwd" in r]
+    return {"min_fwd_ratio": min(fwd) if fwd else None, "min_fwdbwd_ratio": min(fb) if fb else None,
+            "fwd_at_least_0.8x_flash": bool(fwd) and min(fwd) >= 0.8,
+            "fwdbwd_at_least_0.6x_flash": bool(fb) and min(fb) >= 0.6}
 
 
 def main(argv=None) -> int:
@@ -371,7 +419,8 @@ def main(argv=None) -> int:
         run_cpu(**({"sizes": tuple(args.sizes)} if args.sizes else {}), repeats=args.repeats, out=out,
                 threads=args.threads or None)
     else:
-        out = None if args.no_save else (args.out or GPU_JSON)
+        default = Path(os.environ["OUT"]) / "benchmarks_gpu.json" if os.environ.get("OUT") else GPU_JSON
+        out = None if args.no_save else (args.out or default)
         run_gpu(**({"sizes": tuple(args.sizes)} if args.sizes else {}), out=out)
     return 0
 

@@ -9,7 +9,7 @@ import torch
 
 from attn_lib.exercises import check_causal_tiles, check_merge_states, check_online_softmax_update
 from attn_lib.exercises import tiled as ex
-from attn_lib.tiled_attention import causal_tiles, online_softmax_update
+from attn_lib.tiled import causal_tiles, online_softmax_update
 
 
 from exercise_asserts import not_written as _stub

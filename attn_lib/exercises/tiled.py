@@ -15,7 +15,7 @@ import math
 import torch
 
 from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
-from attn_lib.tiled_attention import causal_tiles, online_softmax_update
+from attn_lib.tiled import causal_tiles, online_softmax_update
 
 __all__ = ["check_online_softmax_update", "check_merge_states", "check_causal_tiles"]
 

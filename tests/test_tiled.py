@@ -1,4 +1,4 @@
-"""attn_lib.tiled_attention against torch's scaled_dot_product_attention (float64 reference).
+"""attn_lib.tiled against torch's scaled_dot_product_attention (float64 reference).
 
 Outputs are allocated filled with NaN (``_POISON_OUTPUTS``), so an element the tile loop never
 writes fails the comparison. Gradients are compared with autograd through torch's function.
@@ -13,8 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import attn_lib.tiled_attention as tiled_mod
-from attn_lib.tiled_attention import (
+import attn_lib.tiled as tiled_mod
+from attn_lib.tiled import (
     causal_tiles,
     measure_peak_memory,
     naive_attention,
@@ -91,16 +91,24 @@ def test_any_shape_and_block_float64(L, S, E, Ev, bq, bk, is_causal, lead):
     torch.testing.assert_close(lse, _ref_lse(q, k, is_causal), atol=1e-12, rtol=1e-10)
 
 
-def test_causal_never_reads_blocks_above_the_diagonal():
-    # L < S, top-left causal: rows 0..31 see keys 0..31 only. Key blocks 32.. are above the
-    # diagonal for every row. NaN there would leak into the output (0 * NaN = NaN) if they were read.
+def test_causal_never_computes_blocks_above_the_diagonal(monkeypatch):
+    # L < S, top-left causal: rows 0..31 see keys 0..31 only, so key blocks 32.. must never be computed.
+    # A spy on the tile function records every (query block, key block) the loops visit.
+    seen = []
+    real = tiled_mod._tile_scores
+
+    def spy(p, q_i, k_j, i0, i1, j0, j1):
+        seen.append((i0, j0))
+        return real(p, q_i, k_j, i0, i1, j0, j1)
+
+    monkeypatch.setattr(tiled_mod, "_tile_scores", spy)
     q, k, v = _qkv((1, 2, 32, 16), 64, seed=3)
-    v_poisoned = v.clone()
-    v_poisoned[..., 32:, :] = math.nan
-    out = tiled_attention(q, k, v_poisoned, is_causal=True, block_q=16, block_k=16)
+    out = tiled_attention(q, k, v, is_causal=True, block_q=16, block_k=16)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    # the same NaN values are read when not causal: the test would catch a missing skip
-    assert torch.isnan(tiled_attention(q, k, v_poisoned, block_q=16, block_k=16)).all()
+    assert sorted(seen) == [(0, 0), (16, 0), (16, 16)]
+    seen.clear()
+    tiled_attention(q, k, v, block_q=16, block_k=16)  # not causal: all 2 x 4 tiles (the spy can fail)
+    assert len(seen) == 8
 
 
 @settings(max_examples=30)
@@ -179,8 +187,8 @@ def test_padding_mask_is_never_copied_per_head():
     B, H, N = 2, 8, 512
     q, k, v = _qkv((B, H, N, 16), N, dtype=torch.float32)
     pad = (torch.arange(N) < torch.tensor([[400], [512]]))[:, None, None, :]  # (B, 1, 1, S)
-    peak, out = measure_peak_memory(tiled_attention, q, k, v, attn_mask=pad)
-    peak_no_mask, _ = measure_peak_memory(tiled_attention, q, k, v)
+    peak, out = measure_peak_memory(tiled_attention, q, k, v, attn_mask=pad, block_q=128, block_k=128)
+    peak_no_mask, _ = measure_peak_memory(tiled_attention, q, k, v, block_q=128, block_k=128)
     assert peak - peak_no_mask < B * H * N * N / 2
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=pad)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
@@ -205,7 +213,7 @@ def test_peak_memory_of_naive_vs_tiled():
     H, N, D = 4, 512, 32
     q, k, v = _qkv((1, H, N, D), N, dtype=torch.float32)
     naive_peak, _ = measure_peak_memory(naive_attention, q, k, v)
-    tiled_peak, _ = measure_peak_memory(tiled_attention, q, k, v)
+    tiled_peak, _ = measure_peak_memory(tiled_attention, q, k, v, block_q=128, block_k=128)
     assert naive_peak >= 2 * H * N * N * 4
     assert tiled_peak < naive_peak / 4
     exact, _ = measure_peak_memory(lambda: torch.empty(1000, 1000, dtype=torch.float32))
@@ -216,19 +224,27 @@ def test_peak_memory_of_naive_vs_tiled():
     "kwargs,exc,words",
     [
         (dict(query=[[1.0]]), TypeError, "query must be a torch.Tensor"),
-        (dict(query=torch.ones(2, 4, dtype=torch.int64)), TypeError, "floating-point"),
+        (dict(query=torch.ones(2, 4, dtype=torch.int64)), TypeError, "floating dtype"),
         (dict(key=torch.ones(3, 4, dtype=torch.float32)), TypeError, "share one dtype"),
-        (dict(key=torch.ones(3, 5, dtype=torch.float64)), ValueError, "same head_dim"),
-        (dict(value=torch.ones(4, 4, dtype=torch.float64)), ValueError, "same seq_len"),
-        (dict(query=torch.ones(2, 2, 4, dtype=torch.float64)), ValueError, "leading"),
-        (dict(query=torch.ones(4, dtype=torch.float64)), ValueError, "(..., seq_len, head_dim)"),
+        (dict(key=torch.ones(3, 5, dtype=torch.float64)), ValueError, "same last dim E"),
+        (dict(value=torch.ones(4, 4, dtype=torch.float64)), ValueError, "same number of positions S"),
+        (dict(query=torch.ones(2, 2, 4, dtype=torch.float64)), ValueError, "same batch/head dims"),
+        (dict(query=torch.ones(4, dtype=torch.float64)), ValueError, "at least 2 dims"),
+        (dict(key=torch.ones(0, 4, dtype=torch.float64), value=torch.ones(0, 2, dtype=torch.float64)),
+         ValueError, "S >= 1"),
+        (dict(query=torch.tensor([[1.0, 2, 3, math.nan]] * 2, dtype=torch.float64)), ValueError, "query contains NaN"),
+        (dict(value=torch.tensor([[1.0, math.inf]] * 3, dtype=torch.float64)), ValueError, "value contains"),
         (dict(block_q=0), ValueError, "block_q"),
         (dict(block_k=2.0), TypeError, "block_k"),
         (dict(scale=-1.0), ValueError, "scale"),
         (dict(scale="x"), TypeError, "scale"),
         (dict(is_causal=1), TypeError, "is_causal"),
-        (dict(attn_mask=torch.ones(2, 3)), TypeError, "bool"),
+        (dict(causal_align="bottom-right"), ValueError, "causal_align"),
+        (dict(enable_gqa="yes"), TypeError, "enable_gqa"),
+        (dict(attn_mask=torch.ones(2, 3, dtype=torch.int64)), TypeError, "bool"),
         (dict(attn_mask=torch.ones(5, 3, dtype=torch.bool)), ValueError, "broadcast"),
+        (dict(attn_mask=torch.full((2, 3), math.nan, dtype=torch.float64)), ValueError, "NaN"),
+        (dict(alibi_slopes=torch.ones(2)), ValueError, "alibi_slopes"),
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, exc, words):
@@ -238,6 +254,151 @@ def test_bad_arguments_raise_clear_errors(kwargs, exc, words):
     q, k, v = args.pop("query"), args.pop("key"), args.pop("value")
     with pytest.raises(exc, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         tiled_attention(q, k, v, **args)
+
+
+def test_zero_keys_refused_like_attn_lib_sdpa():
+    # a softmax over no keys is undefined; torch returns zeros silently, attn_lib's three functions refuse it
+    import attn_lib
+
+    q, k = torch.ones(1, 2, 3, 4), torch.ones(1, 2, 0, 4)
+    with pytest.raises(ValueError, match="S >= 1"):
+        attn_lib.scaled_dot_product_attention(q, k, k)
+    with pytest.raises(ValueError, match="S >= 1"):
+        tiled_attention(q, k, k)
+    with pytest.raises(ValueError, match="S >= 1"):
+        naive_attention(q, k, k)
+
+
+def test_gqa_shapes_refused_clearly():
+    q, k = torch.ones(1, 6, 3, 4), torch.ones(1, 4, 5, 4)
+    with pytest.raises(ValueError, match="multiple of the number"):
+        tiled_attention(q, k, k, enable_gqa=True)
+    with pytest.raises(ValueError, match="enable_gqa=True"):  # fewer KV heads without the flag: say which flag
+        tiled_attention(q, torch.ones(1, 2, 5, 4), torch.ones(1, 2, 5, 4))
+
+
+# ----------------------------------------------------------------------------------------------
+# the FlashAttention-2 API: GQA, masks, both causal alignments, ALiBi (float64 against torch)
+# ----------------------------------------------------------------------------------------------
+def _reference(q, k, v, *, attn_mask=None, is_causal=False, causal_align="top_left", enable_gqa=False,
+               alibi_slopes=None):
+    """torch's SDPA with every option turned into one float mask (built with attn_lib.masks / positional)."""
+    from attn_lib.masks import causal_mask
+    from attn_lib.positional import alibi_bias
+
+    L, S = q.shape[-2], k.shape[-2]
+    bias = torch.zeros(L, S, dtype=torch.float64)
+    if alibi_slopes is not None:
+        bias = (alibi_bias(q.shape[-3], L, S, dtype=torch.float64) / alibi_slopes_default(q.shape[-3])[:, None, None]
+                * alibi_slopes.double()[:, None, None])
+    allowed = torch.ones(L, S, dtype=torch.bool)
+    if is_causal:
+        allowed = allowed & causal_mask(L, S, align=causal_align)
+    if attn_mask is not None:
+        allowed = allowed & attn_mask
+    full = torch.where(allowed, bias, -math.inf)
+    empty = ~allowed.expand(full.shape).any(-1, keepdim=True)  # rows that see no key: torch gives NaN, we 0
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=full.masked_fill(empty, 0.0), enable_gqa=enable_gqa)
+    return out.masked_fill(empty, 0.0)
+
+
+def alibi_slopes_default(h):
+    from attn_lib.positional import alibi_slopes
+
+    return alibi_slopes(h, dtype=torch.float64)
+
+
+def _gqa_qkv(B, H, Hkv, L, S, E, Ev, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, H, L, E, generator=g, dtype=torch.float64),
+            torch.randn(B, Hkv, S, E, generator=g, dtype=torch.float64),
+            torch.randn(B, Hkv, S, Ev, generator=g, dtype=torch.float64))
+
+
+PAD_LENGTHS = torch.tensor([9, 3])  # key padding, different per batch element
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("L,S", [(5, 12), (12, 12), (12, 5), (1, 7)])
+@pytest.mark.parametrize("H,Hkv", [(8, 2), (4, 1), (3, 3)])
+def test_gqa_padding_alignment_against_torch(L, S, H, Hkv, align):
+    q, k, v = _gqa_qkv(2, H, Hkv, L, S, 6, 5, seed=L * 31 + S + H)  # E = 6 and Ev = 5: not powers of two
+    pad = (torch.arange(S) < PAD_LENGTHS.clamp(max=S)[:, None])[:, None, None, :]  # (B, 1, 1, S)
+    kw = dict(attn_mask=pad, is_causal=True, causal_align=align, enable_gqa=Hkv != H)
+    out, lse = tiled_attention(q, k, v, block_q=4, block_k=3, return_lse=True, **kw)
+    torch.testing.assert_close(out, _reference(q, k, v, **kw), atol=1e-12, rtol=1e-10)
+    assert not torch.isnan(lse).any()
+    if align == "bottom_right" and L > S:  # the first L - S rows see no key: 0, not NaN
+        assert (out[:, :, : L - S] == 0).all() and (lse[:, :, : L - S] == -math.inf).all()
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_alibi_equals_the_bias_of_attn_lib_positional(is_causal):
+    from attn_lib.positional import alibi_bias, alibi_slopes
+
+    q, k, v = _gqa_qkv(2, 4, 2, 9, 13, 8, 8, seed=5)
+    slopes = alibi_slopes(4, dtype=torch.float64)
+    out = tiled_attention(q, k, v, alibi_slopes=slopes, is_causal=is_causal, causal_align="bottom_right",
+                          enable_gqa=True, block_q=4, block_k=5)
+    bias = alibi_bias(4, 9, 13, dtype=torch.float64)  # (H, L, S), a tensor the tiled loop never builds
+    if is_causal:
+        from attn_lib.masks import causal_mask
+
+        bias = bias.masked_fill(~causal_mask(9, 13, align="bottom_right"), -math.inf)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+
+
+def test_float_mask_is_added_to_the_logits():
+    q, k, v = _gqa_qkv(1, 2, 2, 7, 10, 4, 4, seed=8)
+    add = torch.randn(2, 7, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    add[0, :, 8:] = -math.inf
+    out = tiled_attention(q, k, v, attn_mask=add, block_q=3, block_k=4)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=add), atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("L,S", [(6, 11), (11, 6)])
+def test_gradients_with_gqa_padding_alibi_both_alignments(L, S, align):
+    q, k, v = (t.requires_grad_() for t in _gqa_qkv(2, 4, 2, L, S, 5, 3, seed=L + S))
+    pad = (torch.arange(S) < torch.tensor([S, S - 2])[:, None])[:, None, None, :]
+    slopes = torch.tensor([0.3, 0.1, 0.05, 0.0], dtype=torch.float64)
+    kw = dict(attn_mask=pad, is_causal=True, causal_align=align, enable_gqa=True, alibi_slopes=slopes)
+    d_out = torch.randn(2, 4, L, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    grads = torch.autograd.grad(tiled_attention(q, k, v, block_q=4, block_k=4, **kw), (q, k, v), d_out)
+    ref = torch.autograd.grad(_reference(q, k, v, **kw), (q, k, v), d_out)
+    for got, want in zip(grads, ref):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-8)
+
+
+def test_equivalent_to_snippet_in_the_docstring_runs():
+    import doctest
+
+    finder = doctest.DocTestFinder()
+    (test,) = [t for t in finder.find(tiled_mod) if t.name.endswith(".tiled_attention")]
+    assert len(test.examples) >= 5  # the snippet is there, and not an empty doctest
+    runner = doctest.DocTestRunner()
+    runner.run(test)
+    assert runner.failures == 0 and runner.tries == len(test.examples)
+
+
+def test_function_and_module_names_do_not_collide():
+    # attn_lib.tiled_attention used to be both a module and the re-exported function
+    import attn_lib
+    import attn_lib.flash  # noqa: F401
+    import attn_lib.tiled  # noqa: F401
+
+    q = torch.randn(1, 1, 3, 4)
+    torch.testing.assert_close(attn_lib.tiled_attention(q, q, q), F.scaled_dot_product_attention(q, q, q))
+    torch.testing.assert_close(attn_lib.flash_attention(q, q, q), F.scaled_dot_product_attention(q, q, q))
+
+
+def test_online_softmax_update_names_a_shape_mismatch():
+    m, l, acc = torch.zeros(3), torch.zeros(3), torch.zeros(3, 2)
+    with pytest.raises(ValueError, match=r"values \(Bk, Ev\).*values \(5, 3\)"):
+        online_softmax_update(m, l, acc, torch.zeros(3, 5), torch.zeros(5, 3))
+    with pytest.raises(TypeError, match="scores"):
+        online_softmax_update(m, l, acc, [[1.0]], torch.zeros(1, 2))
 
 
 # ----------------------------------------------------------------------------------------------
