@@ -102,6 +102,13 @@ def _undo_patches() -> list[str]:
                     setattr(obj, key, original)
                 except (AttributeError, TypeError):  # pragma: no cover - read-only slot
                     pass
+        if where == "torch.Tensor":  # a new attribute there shadows torch._C.TensorBase's (e.g. __eq__)
+            for key in [k for k in _list(current) if k not in names and _guardable(where, k, current[k])]:
+                patched.append(f"{where}.{key}")
+                try:
+                    delattr(obj, key)
+                except (AttributeError, TypeError):  # pragma: no cover
+                    pass
     return patched
 
 
