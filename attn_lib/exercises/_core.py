@@ -20,8 +20,8 @@ Every call of the learner's function goes through :func:`call`, which guards the
   (unless the exercise asks for it).
 - **Patching:** the comparisons use functions this module captured when it was imported. If the
   learner's code replaces a function of ``torch``, ``torch.Tensor``, ``torch.nn.functional``,
-  ``torch.special``, ``torch.linalg`` or ``builtins`` (``torch.allclose = lambda *a, **k: True``), the
-  check undoes it and fails with a message naming it.
+  ``torch.special``, ``torch.linalg`` or a builtin the checks use (``len``, ``isinstance``, ...), e.g.
+  ``torch.allclose = lambda *a, **k: True``, the check undoes it and fails with a message naming it.
 - **Results:** ``None`` ("did you forget return?"), NumPy arrays and lists (accepted, as tensors),
   tensor subclasses (turned into plain tensors, so that ``__torch_function__`` cannot fake a result).
 
@@ -75,8 +75,16 @@ _GUARDED_MODULES = {
 }
 
 
+# builtins: only those a check relies on (Jupyter rebinds others, such as input, on every cell)
+_GUARDED_BUILTINS = frozenset(
+    "abs all any bool callable dict enumerate float getattr hasattr int isinstance issubclass len list map max min "
+    "range repr round sorted str sum tuple type zip".split())
+
+
 def _guardable(where: str, key: str, value) -> bool:
-    if where in ("torch", "builtins") and key.startswith("_"):
+    if where == "builtins":
+        return key in _GUARDED_BUILTINS
+    if where == "torch" and key.startswith("_"):
         return False
     return callable(value) or where == "torch.Tensor"
 
