@@ -556,6 +556,7 @@ def fresh_check(name: str):
     _fresh_counter[0] += 1
     prefix = f"_attn_lib_fresh_checks_{_fresh_counter[0]}"
     core = _load_private(os.path.join(_HERE, "_core.py"), f"{prefix}._core", {})
+    core._PRISTINE = _PRISTINE  # torch as it was when attn_lib was first imported, not as it is now
     module = _load_private(os.path.join(_HERE, f"{mod}.py"), f"{prefix}.{mod}", {"attn_lib.exercises._core": core})
     return getattr(module, name)
 

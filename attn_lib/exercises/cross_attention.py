@@ -17,7 +17,7 @@ import torch
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.exercises._core import as_tensor as _tensor
 from attn_lib.exercises._core import CheckResult, Mismatch, as_pair, call, expect_close, fresh_generator, run_check
-from attn_lib.masks import padding_mask
+from attn_lib.masks import causal_mask, padding_mask
 
 __all__ = ["check_shift_right", "check_cross_attention", "check_most_read_source"]
 
@@ -97,7 +97,7 @@ def check_cross_attention(cross_attention) -> CheckResult:
                 (torch.softmax(s.masked_fill(~mask[:, None, :], float("-inf")), dim=-2),
                  "softmax over the wrong axis: each decoder position's weights over the SOURCE (last dim) must sum to 1."),
             ]
-            causal = torch.ones(T, S, dtype=torch.bool).tril()
+            causal = causal_mask(T, S)
             if T <= S:
                 wrong_w.append((scaled_dot_product_attention(q, k, v, mask[:, None, :] & causal)[1],
                                 "cross-attention is not causal: every target position may read the whole source; "

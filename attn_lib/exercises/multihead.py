@@ -18,6 +18,7 @@ import torch
 
 from attn_lib.exercises._core import as_tensor as _as_tensor
 from attn_lib.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
+from attn_lib.masks import causal_mask
 from attn_lib.mha import MultiHeadAttention, split_heads
 
 __all__ = ["check_split_heads", "check_multi_head_attention", "check_head_entropy"]
@@ -186,7 +187,7 @@ def check_head_entropy(head_entropy) -> CheckResult:
             g = fresh_generator("check_head_entropy", trial)
             scores = torch.randn(H, L, S, generator=g) * 2
             if trial != 1:  # a causal mask: exact zeros above the diagonal
-                scores = scores.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float("-inf"))
+                scores = scores.masked_fill(~causal_mask(L, S), float("-inf"))
             w = torch.softmax(scores, dim=-1)
             want = reference_head_entropy(w)
             got = _as_tensor(call(head_entropy, {"weights": w}), "head_entropy")
