@@ -54,10 +54,10 @@ def test_check_mean_pool_kv_heads():
 
 
 # ------------------------------------------------------------------ fake quantization
-def _fq(x, bits, *, qmax=None, dim=-1, absval=True, rnd=torch.round, dequant=True):
+def _fq(x, bits, *, qmax=None, dim=-1, absval=True, rnd=torch.round, dequant=True, guard=True):
     qmax = 2 ** (bits - 1) - 1 if qmax is None else qmax
     amax = (x.abs() if absval else x).amax(dim=dim, keepdim=True)
-    scale = amax / qmax
+    scale = torch.where(amax == 0, torch.ones_like(amax), amax / qmax) if guard else amax / qmax
     codes = rnd(x / scale).clamp(-qmax, qmax)
     return codes * scale if dequant else codes
 
@@ -71,6 +71,7 @@ def test_check_fake_quantize():
     _fails_with(check_fake_quantize(lambda x, b: _fq(x, b, rnd=torch.floor)), "nearest")
     _fails_with(check_fake_quantize(lambda x, b: _fq(x, b, dequant=False)), "dequantized")
     _fails_with(check_fake_quantize(lambda x, b: x), "differs from the reference")
+    _fails_with(check_fake_quantize(lambda x, b: _fq(x, b, guard=False)), "all 0 gave NaN")
     _fails_with(check_fake_quantize(_not_written), "not written yet")
 
 

@@ -22,10 +22,12 @@ def _update_variant(kind):
     def fn(m_old, l_old, acc_old, scores, values):
         tile_max = scores.amax(-1)
         m_new = tile_max if kind == "tile_max" else torch.maximum(m_old, tile_max)
-        alpha = torch.exp(m_old - m_new)
+        # a fully masked row has m_new = -inf: subtract 0 there ("naive", the old notebook solution, does not)
+        m_safe = m_new if kind == "naive" else torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        alpha = torch.exp(m_old - m_safe)
         if kind == "inverted":
-            alpha = torch.exp(m_new - m_old)
-        ref = m_old if kind == "p_old_max" and not torch.isinf(m_old).any() else m_new
+            alpha = torch.exp(m_safe - m_old)
+        ref = m_old if kind == "p_old_max" and not torch.isinf(m_old).any() else m_safe
         p = torch.exp(scores - ref[:, None])
         a_l = 1.0 if kind in ("no_rescale", "acc_only_l_missing") else alpha  # acc_only_l_missing: forgets l
         a_acc = 1.0 if kind in ("no_rescale", "l_only") else alpha[:, None]  # l_only: forgets acc
@@ -53,6 +55,7 @@ def test_update_wrong_answers_get_their_hint():
         "l_only": ex.HINT_ACC_ONLY_L,
         "acc_only_l_missing": ex.HINT_L_ONLY_ACC,
         "p_old_max": ex.HINT_P_OLD_MAX,
+        "naive": ex.HINT_MASKED_ROW,  # NaN for a fully masked row of the first block
     }
     for kind, hint in cases.items():
         result = check_online_softmax_update(_update_variant(kind))

@@ -3,9 +3,14 @@
 Each check calls your function on fresh random inputs, compares it with attn_lib's
 reference and returns a :class:`CheckResult`: it shows "✅ ... passed" or "❌ ... not yet"
 with a hint naming the likely mistake. ``bool(result)`` tells whether it passed.
+
+Each call of your function has a time limit (:func:`set_time_limit`, default 5 s, Linux and macOS);
+a check fails if your function changes its inputs in place or replaces torch's functions. For
+graders: :func:`fresh_check` gives a private copy of a check, built from the source files, and
+:func:`integrity_report` lists what a notebook changed in the checks (empty: nothing).
 """
 
-from attn_lib.exercises._core import CheckResult
+from attn_lib.exercises._core import CheckResult, fresh_check, integrity_report, set_time_limit  # noqa: F401
 from attn_lib.exercises.welcome import *  # noqa: F401,F403  notebook 00
 from attn_lib.exercises.tokens import *  # noqa: F401,F403  notebook 01
 from attn_lib.exercises.positional import *  # noqa: F401,F403  notebook 02

@@ -13,7 +13,7 @@ import torch
 
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.exercises._core import as_tensor as _as_tensor
-from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
+from attn_lib.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 
 __all__ = ["check_attention_weights", "check_attention", "check_self_attention"]
 
@@ -25,6 +25,10 @@ HINT_WRONG_AXIS = (
     "i.e. softmax(..., dim=-1) on scores of shape (..., L, S)."
 )
 HINT_NO_SOFTMAX = "these are the scaled scores, not the weights: apply softmax over the keys (dim=-1)."
+SHAPE_MISTAKES = (
+    "Known shape mistakes: key.T (or key.t()) on a batched key (..., S, d_k) reverses or refuses ALL the dimensions; "
+    "key.transpose(-2, -1) swaps only the last two, giving (..., d_k, S). The scores query @ keyᵀ are (..., L, S)."
+)
 
 
 def _scores(q, k, scale):
@@ -59,11 +63,12 @@ def check_attention_weights(attention_weights) -> CheckResult:
             g = fresh_generator("check_attention_weights", trial)
             q, k = torch.randn(*qs, generator=g), torch.randn(*ks, generator=g)
             _, want = scaled_dot_product_attention(q, k, torch.zeros(*ks[:-1], 1))
-            got = _as_tensor(attention_weights(q.clone(), k.clone()), "attention_weights")
-            expect_close(got, want, what="the attention weights", wrong_answers=_weights_wrong_answers(q, k))
+            got = _as_tensor(call(attention_weights, {"query": q, "key": k}), "attention_weights")
+            expect_close(got, want, what="the attention weights", wrong_answers=_weights_wrong_answers(q, k),
+                         dtype=q.dtype)
         return len(shapes)
 
-    return run_check("check_attention_weights", trials)
+    return run_check("check_attention_weights", trials, shape_mistakes=SHAPE_MISTAKES)
 
 
 def check_attention(attention) -> CheckResult:
@@ -78,15 +83,16 @@ def check_attention(attention) -> CheckResult:
             g = fresh_generator("check_attention", trial)
             q, k, v = torch.randn(*qs, generator=g), torch.randn(*ks, generator=g), torch.randn(*vs, generator=g)
             want, w = scaled_dot_product_attention(q, k, v)
-            got = _as_tensor(attention(q.clone(), k.clone(), v.clone()), "attention")
+            got = _as_tensor(call(attention, {"query": q, "key": k, "value": v}), "attention")
             if got.shape == w.shape and got.shape != want.shape:
                 raise Mismatch("you returned the weights (..., L, S); multiply them by value to get the output (..., L, d_v).")
             wrong = [(ww @ v, hint) for ww, hint in _weights_wrong_answers(q, k)]
             wrong.append((w @ k, "you multiplied the weights by key; the weighted sum is over the VALUES."))
-            expect_close(got, want, what="the attention output", wrong_answers=wrong)
+            expect_close(got, want, what="the attention output", wrong_answers=wrong, dtype=q.dtype)
         return len(shapes)
 
-    return run_check("check_attention", trials)
+    return run_check("check_attention", trials, shape_mistakes=SHAPE_MISTAKES + " The output weights @ value is "
+                     "(..., L, d_v).")
 
 
 def check_self_attention(self_attention) -> CheckResult:
@@ -104,7 +110,7 @@ def check_self_attention(self_attention) -> CheckResult:
             wq, wk, wv = (torch.randn(d_model, d_k, generator=g) / math.sqrt(d_model) for _ in range(3))
             q, k, v = x @ wq, x @ wk, x @ wv
             want, _ = scaled_dot_product_attention(q, k, v)
-            got = _as_tensor(self_attention(x.clone(), wq.clone(), wk.clone(), wv.clone()), "self_attention")
+            got = _as_tensor(call(self_attention, {"x": x, "w_q": wq, "w_k": wk, "w_v": wv}), "self_attention")
 
             def attn(q_, k_, v_, scale):
                 return torch.softmax(q_ @ k_.T * scale, dim=-1) @ v_
@@ -123,7 +129,9 @@ def check_self_attention(self_attention) -> CheckResult:
                               "the projections are missing: first compute Q = x @ w_q, K = x @ w_k, V = x @ w_v."))
                 wrong.append((attn(x @ wq.T, x @ wk.T, x @ wv.T, s),
                               "the matrices are transposed: the course's convention is Q = x @ w_q with w_q (d_model, d_k)."))
-            expect_close(got, want, what="the self-attention output", wrong_answers=wrong)
+            expect_close(got, want, what="the self-attention output", wrong_answers=wrong, dtype=x.dtype)
         return len(dims)
 
-    return run_check("check_self_attention", trials)
+    return run_check("check_self_attention", trials,
+                     shape_mistakes="The course's convention: Q = x @ w_q with x (T, d_model) and w_q (d_model, d_k), "
+                                    "so Q is (T, d_k); w_q.T or w_q @ x do not fit.")

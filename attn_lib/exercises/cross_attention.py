@@ -16,8 +16,8 @@ import torch
 
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.exercises._core import as_tensor as _tensor
-from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
-from attn_lib.masks import padding_mask
+from attn_lib.exercises._core import CheckResult, Mismatch, as_pair, call, expect_close, fresh_generator, run_check
+from attn_lib.masks import causal_mask, padding_mask
 
 __all__ = ["check_shift_right", "check_cross_attention", "check_most_read_source"]
 
@@ -38,7 +38,7 @@ def check_shift_right(shift_right) -> CheckResult:
             g = fresh_generator("check_shift_right", trial)
             tgt_out = torch.randint(3, 14, (B, T), generator=g)
             want = torch.cat([torch.full((B, 1), bos), tgt_out[:, :-1]], dim=1)
-            got = _tensor(shift_right(tgt_out.clone(), bos), "shift_right")
+            got = _tensor(call(shift_right, {"tgt_out": tgt_out, "bos_id": bos}), "shift_right")
             wrong = [
                 (tgt_out, "the input is not shifted: the decoder would see, at position t, the very token it must predict."),
                 (torch.cat([tgt_out[:, 1:], torch.full((B, 1), bos)], dim=1),
@@ -49,6 +49,10 @@ def check_shift_right(shift_right) -> CheckResult:
             if got.shape == want.shape and torch.equal(got[:, 1:], want[:, 1:]) and not torch.equal(got[:, 0], want[:, 0]):
                 raise Mismatch(f"position 0 must hold the start token bos_id={bos} in every row.")
             expect_close(got, want, what="tgt_in", wrong_answers=wrong)
+            if got.dtype != torch.long:
+                raise Mismatch(f"tgt_in has dtype {got.dtype}; token ids must be long (torch.int64), as tgt_out is: "
+                               "build the <s> column with torch.full_like(tgt_out[:, :1], bos_id) or dtype=torch.long. "
+                               "An embedding table cannot look up float ids.")
         return len(cases)
 
     return run_check("check_shift_right", trials)
@@ -75,9 +79,9 @@ def check_cross_attention(cross_attention) -> CheckResult:
             mask = padding_mask(lengths, S)  # (B, S) True = real
             q, k, v = x @ w_q, memory @ w_k, memory @ w_v
             want, want_w = scaled_dot_product_attention(q, k, v, mask[:, None, :])
-            got = cross_attention(x.clone(), memory.clone(), w_q.clone(), w_k.clone(), w_v.clone(), mask.clone())
-            if not isinstance(got, tuple) or len(got) != 2:
-                raise Mismatch("return a pair (output, weights).")
+            got = call(cross_attention, {"x": x, "memory": memory, "w_q": w_q, "w_k": w_k, "w_v": w_v,
+                                         "src_padding_mask": mask})
+            got = as_pair(got, "cross_attention", ("output", "weights"))
             out, weights = _tensor(got[0], "output"), _tensor(got[1], "weights")
             if weights.shape == (B, S, T):
                 raise Mismatch("weights have shape (B, S, T): queries and keys are swapped. In cross-attention the "
@@ -93,7 +97,7 @@ def check_cross_attention(cross_attention) -> CheckResult:
                 (torch.softmax(s.masked_fill(~mask[:, None, :], float("-inf")), dim=-2),
                  "softmax over the wrong axis: each decoder position's weights over the SOURCE (last dim) must sum to 1."),
             ]
-            causal = torch.ones(T, S, dtype=torch.bool).tril()
+            causal = causal_mask(T, S)
             if T <= S:
                 wrong_w.append((scaled_dot_product_attention(q, k, v, mask[:, None, :] & causal)[1],
                                 "cross-attention is not causal: every target position may read the whole source; "
@@ -105,12 +109,15 @@ def check_cross_attention(cross_attention) -> CheckResult:
                 expect_close(weights, want_w, what="the weights", wrong_answers=wrong_w)
                 raise Mismatch("the weights contain NaN: a softmax over scores that are all -inf. Mask only the "
                                "padded source positions (src_padding_mask False).")
-            expect_close(weights, want_w, what="the weights", wrong_answers=wrong_w)
+            expect_close(weights, want_w, what="the weights", wrong_answers=wrong_w, dtype=x.dtype)
             expect_close(out, want, what="the output",
-                         wrong_answers=[(want_w @ (memory @ w_k), "the output mixes the KEYS; multiply the weights by the values.")])
+                         wrong_answers=[(want_w @ (memory @ w_k), "the output mixes the KEYS; multiply the weights by the values.")],
+                         dtype=x.dtype)
         return len(cases)
 
-    return run_check("check_cross_attention", trials)
+    return run_check("check_cross_attention", trials,
+                     shape_mistakes="q is (B, T, D) and k (B, S, D): the scores q @ k.transpose(-2, -1) are (B, T, S); "
+                                    "the (B, S) padding mask broadcasts over the T queries as src_padding_mask[:, None, :].")
 
 
 def check_most_read_source(most_read_source) -> CheckResult:
@@ -125,12 +132,22 @@ def check_most_read_source(most_read_source) -> CheckResult:
         for trial, (T, S) in enumerate(cases):
             g = fresh_generator("check_most_read_source", trial)
             weights = torch.softmax(3 * torch.randn(T, S, generator=g), dim=-1)
-            tokens = [chr(ord("a") + i) for i in range(S)]
+            tokens = [chr(ord("a") + i) + ("" if trial == 0 else "▁" * (i % 3)) for i in range(S)]  # some longer than 1
             want = [tokens[i] for i in weights.argmax(-1).tolist()]
-            got = most_read_source(weights.clone(), list(tokens))
+            got = call(most_read_source, {"weights": weights, "source_tokens": list(tokens)})
             if isinstance(got, torch.Tensor):
                 raise Mismatch("return a list of source tokens (str), not a tensor of positions.")
+            if type(got) is str:
+                raise Mismatch(f"return a list with one source token per output position, not one str ({got!r}); "
+                               "tokens can be longer than one character (e.g. ['▁the', 'cat']).")
+            if type(got) not in (list, tuple):
+                raise Mismatch(f"return a list of source tokens (str), got {type(got).__name__}.")
             got = list(got)
+            if got and all(type(t) is int for t in got) and got == weights.argmax(-1).tolist():
+                raise Mismatch("those are positions; return the source tokens at those positions.")
+            if not all(type(t) is str for t in got):
+                raise Mismatch("return a list of source tokens (str), one per output position; yours holds "
+                               f"{', '.join(sorted({type(t).__name__ for t in got if type(t) is not str}))}.")
             if got == [tokens[i] for i in weights.argmin(-1).tolist()]:
                 raise Mismatch("that is the SMALLEST weight of each row (argmin); take the largest (argmax).")
             if got == [tokens[i] for i in weights.argmax(0).tolist() if i < S]:

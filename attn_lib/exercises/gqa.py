@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from attn_lib.exercises._core import as_tensor as _tensor
-from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
+from attn_lib.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.gqa import kv_cache_bytes, mean_pool_kv_heads, repeat_kv
 
 __all__ = ["check_kv_cache_bytes", "check_repeat_kv", "check_mean_pool_kv_heads", "check_fake_quantize"]
@@ -50,6 +50,10 @@ HINT_PER_TENSOR = (
 HINT_PER_CHANNEL = "you took the absmax over the tokens (dim -2): that is per channel. This exercise asks per token (dim -1)."
 HINT_FLOOR = "round to the nearest integer (torch.round), not down (floor) or toward zero (trunc)."
 HINT_NOT_DEQUANT = "return the dequantized values (code × scale), not the integer codes."
+HINT_ZERO_TOKEN = (
+    "a token whose values are all 0 gave NaN: its absmax is 0, so scale = 0 and x / scale = 0/0. Guard it: "
+    "scale = torch.where(absmax > 0, absmax / qmax, torch.ones_like(absmax)) (any scale returns the zeros)."
+)
 
 
 
@@ -72,7 +76,12 @@ def check_kv_cache_bytes(kv_cache_bytes_fn) -> CheckResult:
     def trials():
         for L, hkv, d, s, b, e, hq in cases:
             want = kv_cache_bytes(L, hkv, d, s, b, names[e])
-            got = kv_cache_bytes_fn(L, hkv, d, s, b, e)
+            got = call(kv_cache_bytes_fn, {"num_layers": L, "num_kv_heads": hkv, "head_dim": d, "seq_len": s,
+                                           "batch_size": b, "bytes_per_element": e})
+            if isinstance(got, bool) or not isinstance(got, (int, float, torch.Tensor)) or \
+                    (isinstance(got, torch.Tensor) and got.numel() != 1):
+                raise Mismatch(f"kv_cache_bytes({L}, {hkv}, {d}, {s}, {b}, {e}): return one number of bytes, "
+                               f"got {type(got).__name__}.")
             wrong = [(want / 2, HINT_NO_TWO), (want * 8, HINT_BITS), (want * hq / hkv, HINT_NUM_HEADS),
                      (want / e, HINT_ELEMENTS)]
             expect_close(torch.tensor(float(got)) if isinstance(got, (int, float)) else got, torch.tensor(float(want)),
@@ -94,9 +103,10 @@ def check_repeat_kv(repeat_kv_fn) -> CheckResult:
         for trial, (B, H, S, D, n) in enumerate(dims):
             x = torch.randn(B, H, S, D, generator=fresh_generator("check_repeat_kv", trial))
             want = repeat_kv(x, n)
-            got = _tensor(repeat_kv_fn(x.clone(), n), "repeat_kv")
+            got = _tensor(call(repeat_kv_fn, {"x": x, "n_rep": n}), "repeat_kv")
             wrong = [(x.repeat(1, n, 1, 1), HINT_TILE), (x.repeat_interleave(n, dim=2), HINT_SEQ_AXIS)]
-            expect_close(got, want, what=f"repeat_kv(x of shape {(B, H, S, D)}, n_rep={n})", wrong_answers=wrong)
+            expect_close(got, want, what=f"repeat_kv(x of shape {(B, H, S, D)}, n_rep={n})", wrong_answers=wrong,
+                         dtype=x.dtype)
         return len(dims)
 
     return run_check("check_repeat_kv", trials)
@@ -113,7 +123,7 @@ def check_mean_pool_kv_heads(mean_pool_fn) -> CheckResult:
         for trial, (H, K, D, d_in) in enumerate(dims):
             w = torch.randn(H * D, d_in, generator=fresh_generator("check_mean_pool_kv_heads", trial))
             want = mean_pool_kv_heads(w, H, K)
-            got = _tensor(mean_pool_fn(w.clone(), H, K), "mean_pool_kv_heads")
+            got = _tensor(call(mean_pool_fn, {"weight": w, "num_heads": H, "num_kv_heads": K}), "mean_pool_kv_heads")
             G = H // K
             heads = w.view(H, D, d_in)
             wrong = [
@@ -121,7 +131,8 @@ def check_mean_pool_kv_heads(mean_pool_fn) -> CheckResult:
                 (heads.view(K, G, D, d_in).sum(1).reshape(K * D, d_in), HINT_SUM),
                 (heads.view(K, G, D, d_in)[:, 0].reshape(K * D, d_in), HINT_FIRST),
             ]
-            expect_close(got, want, what=f"the pooled weight for num_heads={H}, num_kv_heads={K}", wrong_answers=wrong)
+            expect_close(got, want, what=f"the pooled weight for num_heads={H}, num_kv_heads={K}", wrong_answers=wrong,
+                         dtype=w.dtype)
         return len(dims)
 
     return run_check("check_mean_pool_kv_heads", trials)
@@ -150,8 +161,13 @@ def check_fake_quantize(fake_quantize_fn) -> CheckResult:
             g = fresh_generator("check_fake_quantize", trial)
             x = torch.randn(*shape, generator=g, dtype=torch.float64) * torch.rand(shape[-1], generator=g, dtype=torch.float64).mul(3)
             x[..., 0] -= 2.0  # a strongly negative channel, so that max(x) != max|x|
+            zero_token = trial == len(dims) - 1
+            if zero_token:
+                x[1, 0, 3, :] = 0.0  # a token of zeros (padding): absmax 0
             want = _fake_quant(x, bits)
-            got = _tensor(fake_quantize_fn(x.clone(), bits), "fake_quantize")
+            got = _tensor(call(fake_quantize_fn, {"x": x, "bits": bits}), "fake_quantize")
+            if zero_token and got.shape == want.shape and got.is_floating_point() and bool(torch.isnan(got).any()):
+                raise Mismatch(HINT_ZERO_TOKEN)
             all_dims = tuple(range(x.dim()))
             wrong = [
                 (_fake_quant(x, bits, qmax=2**bits - 1), HINT_UNSIGNED),
@@ -163,7 +179,9 @@ def check_fake_quantize(fake_quantize_fn) -> CheckResult:
                 (_fake_quant(x, bits, dequant=False), HINT_NOT_DEQUANT),
             ]
             expect_close(got, want, what=f"fake_quantize(x of shape {shape}, bits={bits})", wrong_answers=wrong,
-                         atol=1e-9, rtol=1e-7)
+                         atol=1e-9, rtol=1e-7, dtype=x.dtype)
         return len(dims)
 
-    return run_check("check_fake_quantize", trials)
+    return run_check("check_fake_quantize", trials,
+                     shape_mistakes="The absmax of each token is x.abs().amax(dim=-1, keepdim=True), shape (..., S, 1), "
+                                    "so that it broadcasts against x (..., S, D).")

@@ -13,7 +13,8 @@ import math
 import torch
 
 from attn_lib.attention import scaled_dot_product_attention
-from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
+from attn_lib.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
+from attn_lib.exercises._core import as_tensor as _as_tensor
 from attn_lib.masks import causal_mask, padding_mask
 
 __all__ = ["check_causal_mask", "check_masked_attention", "check_decoder_mask"]
@@ -29,11 +30,20 @@ HINT_NAN = (
 )
 
 
+HINT_BIG_NEGATIVE = (
+    "you filled the masked scores with a large negative number (-1e9 or torch.finfo(...).min) instead of -inf. "
+    "That works until a query has NO allowed key: then all its scores are equal, the softmax spreads evenly and "
+    "the output is the average of every value, while it must be 0. Fill with -inf and give such rows weight 0 "
+    "(torch.nan_to_num(weights, nan=0.0)), or zero them with torch.where."
+)
+HINT_BOOL_INDEX = (
+    "Known shape mistakes: scores[~mask] = -inf (boolean indexing) needs a mask of the scores' full shape; a (L, S) "
+    "mask with batched queries (..., L, S) must broadcast: scores.masked_fill(~mask, float('-inf')) does that."
+)
+
+
 def _bool_tensor(x, what: str) -> torch.Tensor:
-    try:
-        t = torch.as_tensor(x)
-    except Exception:
-        raise Mismatch(f"{what}: expected a tensor, got {type(x).__name__}.") from None
+    t = _as_tensor(x, what)
     if t.dtype != torch.bool:
         raise Mismatch(
             f"{what} has dtype {t.dtype}; return a bool tensor (True = may attend). "
@@ -49,12 +59,14 @@ def check_causal_mask(make_causal_mask) -> CheckResult:
     def trials():
         for n in sizes:
             want = causal_mask(n)
-            got = _bool_tensor(make_causal_mask(n), f"make_causal_mask({n})")
+            got = _bool_tensor(call(make_causal_mask, {"n": n}), f"make_causal_mask({n})")
             ones = torch.ones(n, n, dtype=torch.bool)
             wrong = [
                 (~want, HINT_INVERTED),
                 (ones.triu(), "that is the upper triangle: query i would see the future keys j > i and not the past."),
                 (ones.tril(-1), "the diagonal is missing: a token may attend to itself (key j = i)."),
+                (ones.tril(1), "off by one: query i may see key i + 1, one step into the future; the diagonal "
+                               "offset is 0 (torch.tril(..., diagonal=0), or j <= i)."),
                 (ones, "nothing is masked: query i must not see keys j > i."),
             ]
             expect_close(got, want, what=f"make_causal_mask({n})", wrong_answers=wrong)
@@ -70,7 +82,8 @@ def check_masked_attention(masked_attention) -> CheckResult:
     keys are all masked: its output must be 0, not NaN.
     """
     # (L, S, d_k, d_v, batch, fully_masked_row)
-    cases = [(4, 4, 8, 8, (), False), (3, 6, 16, 5, (), False), (5, 5, 8, 4, (2,), False), (4, 5, 8, 3, (), True)]
+    # trial 0: a batched mask; trial 2: one (L, S) mask broadcast over batched queries
+    cases = [(4, 4, 8, 8, (3,), False), (3, 6, 16, 5, (), False), (5, 5, 8, 4, (2,), False), (4, 5, 8, 3, (), True)]
 
     def trials():
         for trial, (L, S, E, Ev, batch, full_row) in enumerate(cases):
@@ -78,15 +91,15 @@ def check_masked_attention(masked_attention) -> CheckResult:
             q = torch.randn(*batch, L, E, generator=g)
             k = torch.randn(*batch, S, E, generator=g)
             v = torch.randn(*batch, S, Ev, generator=g)
-            mask = torch.rand(*batch, L, S, generator=g) < 0.6
+            mask = torch.rand(*(batch if trial != 2 else ()), L, S, generator=g) < 0.6
             mask[..., torch.arange(L), torch.arange(L) % S] = True  # every row keeps a key ...
             if full_row:
                 mask[..., 1, :] = False  # ... except this one
             want, _ = scaled_dot_product_attention(q, k, v, mask)
-            got = masked_attention(q.clone(), k.clone(), v.clone(), mask.clone())
-            if isinstance(got, tuple):
+            got = call(masked_attention, {"query": q, "key": k, "value": v, "mask": mask})
+            if isinstance(got, (tuple, list)) and not isinstance(got, torch.Tensor):
                 raise Mismatch("return only the output tensor, not a tuple.")
-            got = torch.as_tensor(got)
+            got = _as_tensor(got, "the masked attention output")
             if full_row and got.shape == want.shape and torch.isnan(got).any():
                 raise Mismatch(HINT_NAN)
 
@@ -102,11 +115,14 @@ def check_masked_attention(masked_attention) -> CheckResult:
                  "masked keys got a score of 0 (multiplying the scores by the mask, or masked_fill with 0), and "
                  "exp(0) = 1 still gives them weight. Set masked scores to -inf instead."),
                 (scaled_dot_product_attention(q, k, v, mask, scale=1.0)[0], "missing 1/sqrt(d_k) scale on the scores."),
+                (torch.softmax(s.masked_fill(~mask, -1e9), -1) @ v, HINT_BIG_NEGATIVE),
+                (torch.softmax(s.masked_fill(~mask, torch.finfo(s.dtype).min), -1) @ v, HINT_BIG_NEGATIVE),
             ]
-            expect_close(got, want, what="the masked attention output", wrong_answers=wrong)
+            expect_close(got, want, what=f"the masked attention output (query {tuple(q.shape)}, mask "
+                                         f"{tuple(mask.shape)})", wrong_answers=wrong, dtype=q.dtype)
         return len(cases)
 
-    return run_check("check_masked_attention", trials)
+    return run_check("check_masked_attention", trials, shape_mistakes=HINT_BOOL_INDEX)
 
 
 def check_decoder_mask(decoder_mask) -> CheckResult:
@@ -123,7 +139,8 @@ def check_decoder_mask(decoder_mask) -> CheckResult:
             pad = padding_mask(lengths, T)  # (B, T) True = real
             causal = causal_mask(T)  # (T, T)
             want = pad[:, None, :] & causal
-            got = _bool_tensor(decoder_mask(list(lengths), T), f"decoder_mask({lengths}, {T})")
+            got = _bool_tensor(call(decoder_mask, {"lengths": list(lengths), "max_len": T}), f"decoder_mask({lengths}, {T})")
+            pad_le = torch.arange(T)[None, :] <= torch.tensor(lengths)[:, None]
             wrong = [
                 (~want, HINT_INVERTED),
                 (pad[:, :, None] & causal,
@@ -135,6 +152,8 @@ def check_decoder_mask(decoder_mask) -> CheckResult:
                 (pad[:, None, :] & ~causal, "the causal part is inverted: query i may see keys j <= i."),
                 (pad[:, None, :].expand(-1, T, -1), "the causal part is missing: query i must not see keys j > i."),
                 (causal.expand(len(lengths), -1, -1), "the padding part is missing: no query may attend to a padded key."),
+                (pad_le[:, None, :] & causal, "off by one: a sequence of length n has real tokens 0 .. n-1, so key j is "
+                                              "real when j < lengths[b] (you used <=)."),
             ]
             expect_close(got, want, what=f"decoder_mask({lengths}, {T})", wrong_answers=wrong)
         return len(cases)

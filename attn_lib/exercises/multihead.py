@@ -17,7 +17,8 @@ import math
 import torch
 
 from attn_lib.exercises._core import as_tensor as _as_tensor
-from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
+from attn_lib.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
+from attn_lib.masks import causal_mask
 from attn_lib.mha import MultiHeadAttention, split_heads
 
 __all__ = ["check_split_heads", "check_multi_head_attention", "check_head_entropy"]
@@ -73,7 +74,7 @@ def check_split_heads(split_heads_fn) -> CheckResult:
         for trial, (B, T, D, H) in enumerate(dims):
             x = torch.randn(B, T, D, generator=fresh_generator("check_split_heads", trial))
             want = split_heads(x, H)
-            got = _as_tensor(split_heads_fn(x.clone(), H), "split_heads")
+            got = _as_tensor(call(split_heads_fn, {"x": x, "num_heads": H}), "split_heads")
             wrong = [
                 (x.reshape(B, H, T, D // H), HINT_SPLIT_NO_TRANSPOSE),
                 (x.reshape(B, T, H, D // H), HINT_SPLIT_FORGOT_TRANSPOSE),
@@ -81,10 +82,13 @@ def check_split_heads(split_heads_fn) -> CheckResult:
                  "the heads take every num_heads-th feature; head j must take the contiguous block "
                  "j*head_dim .. (j+1)*head_dim-1: view as (B, T, num_heads, head_dim)."),
             ]
-            expect_close(got, want, what=f"split_heads(x of shape {(B, T, D)}, num_heads={H})", wrong_answers=wrong)
+            expect_close(got, want, what=f"split_heads(x of shape {(B, T, D)}, num_heads={H})", wrong_answers=wrong,
+                         dtype=x.dtype)
         return len(dims)
 
-    return run_check("check_split_heads", trials)
+    return run_check("check_split_heads", trials,
+                     shape_mistakes="head_dim = d_model // num_heads; view x as (B, T, num_heads, head_dim), then "
+                                    ".transpose(1, 2) gives (B, num_heads, T, head_dim).")
 
 
 # ------------------------------------------------------------------------------------------
@@ -145,14 +149,17 @@ def check_multi_head_attention(multi_head_attention) -> CheckResult:
             wq, wk, wv, wo = (torch.randn(D, D, generator=g) * (2 / math.sqrt(D)) for _ in range(4))
             want = _reference_mha(x, wq, wk, wv, wo, H)
             got = _as_tensor(
-                multi_head_attention(x.clone(), wq.clone(), wk.clone(), wv.clone(), wo.clone(), H),
+                call(multi_head_attention, {"x": x, "w_q": wq, "w_k": wk, "w_v": wv, "w_o": wo, "num_heads": H}),
                 "multi_head_attention",
             )
             expect_close(got, want, what=f"the output for d_model={D}, num_heads={H}",
-                         wrong_answers=_mha_variants(x, wq, wk, wv, wo, H), atol=1e-4)
+                         wrong_answers=_mha_variants(x, wq, wk, wv, wo, H), atol=1e-4, dtype=x.dtype)
         return len(dims)
 
-    return run_check("check_multi_head_attention", trials)
+    return run_check("check_multi_head_attention", trials,
+                     shape_mistakes="Per head the scores are (B, num_heads, T, T): use k.transpose(-2, -1), not k.T "
+                                    "(which reverses all 4 dims); merge the heads back with .transpose(1, 2).reshape(B, "
+                                    "T, d_model) -- .view fails after a transpose (use .reshape or .contiguous()).")
 
 
 # ------------------------------------------------------------------------------------------
@@ -180,10 +187,10 @@ def check_head_entropy(head_entropy) -> CheckResult:
             g = fresh_generator("check_head_entropy", trial)
             scores = torch.randn(H, L, S, generator=g) * 2
             if trial != 1:  # a causal mask: exact zeros above the diagonal
-                scores = scores.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float("-inf"))
+                scores = scores.masked_fill(~causal_mask(L, S), float("-inf"))
             w = torch.softmax(scores, dim=-1)
             want = reference_head_entropy(w)
-            got = _as_tensor(head_entropy(w.clone()), "head_entropy")
+            got = _as_tensor(call(head_entropy, {"weights": w}), "head_entropy")
             plogp = torch.special.xlogy(w, w)
             wrong = [
                 (want / math.log(2), HINT_BITS),
@@ -193,7 +200,8 @@ def check_head_entropy(head_entropy) -> CheckResult:
             ]
             if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.isnan(got).any():
                 raise Mismatch(HINT_NAN)
-            expect_close(got, want, what=f"the entropies of weights of shape {(H, L, S)}", wrong_answers=wrong)
+            expect_close(got, want, what=f"the entropies of weights of shape {(H, L, S)}", wrong_answers=wrong,
+                         dtype=w.dtype)
         return len(dims)
 
     return run_check("check_head_entropy", trials)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
+from attn_lib.exercises._core import CheckResult, Mismatch, as_tensor, call, expect_close, fresh_generator, run_check
 from attn_lib.positional import alibi_slopes, apply_rope, sinusoidal_positional_encoding
 
 __all__ = ["check_sinusoidal", "check_rope", "check_alibi_slopes"]
@@ -46,7 +46,18 @@ HINT_NOT_POW2 = (
     "power of two below num_heads, then every other slope of twice that power."
 )
 HINT_REVERSED = "the slopes are reversed: the first head gets the steepest slope, 2^(-8/n)."
-HINT_FIXED = "the slopes depend on num_heads: the first is 2^(-8/num_heads), and each next one is that times the first."
+HINT_FIXED = (
+    "the slopes depend on num_heads: for a power of two n the first is 2^(-8/n), and each next one is that "
+    "times the first."
+)
+HINT_NEXT_POW2 = (
+    "you took the slopes of the NEXT power of two and kept the first num_heads of them; the paper's code takes "
+    "all the slopes of the largest power of two BELOW num_heads, then every other slope of twice that power."
+)
+HINT_CONSECUTIVE = (
+    "you assumed the positions are consecutive (positions[0], positions[0] + 1, ...); rotate each row by its own "
+    "position as given: positions can have gaps (a KV cache after eviction, packed sequences)."
+)
 
 
 def check_sinusoidal(sinusoidal) -> CheckResult:
@@ -59,9 +70,9 @@ def check_sinusoidal(sinusoidal) -> CheckResult:
     def trials():
         for P, D in sizes:
             want = sinusoidal_positional_encoding(P, D, dtype=torch.float64)
-            got = sinusoidal(P, D)
-            if not isinstance(got, torch.Tensor):
-                raise Mismatch(f"return a tensor of shape ({P}, {D}), got {type(got).__name__}.")
+            got = as_tensor(call(sinusoidal, {"num_positions": P, "d_model": D}), f"sinusoidal({P}, {D})")
+            if not got.is_floating_point():
+                raise Mismatch(f"sinusoidal({P}, {D}) has dtype {got.dtype}; return a float tensor.")
             pos = torch.arange(P, dtype=torch.float64)[:, None]
             col = torch.arange(D, dtype=torch.float64)
             two_i = torch.arange(0, D, 2, dtype=torch.float64)
@@ -94,11 +105,15 @@ def check_rope(rope) -> CheckResult:
             g = fresh_generator("check_rope", trial)
             x = torch.randn(*shape, generator=g, dtype=torch.float64)
             seq, head_dim = shape[-2], shape[-1]
-            positions = torch.randint(0, 50, (1,), generator=g) + torch.arange(seq)
+            start = torch.randint(0, 50, (1,), generator=g)
+            if trial == 0:  # contiguous, not from 0
+                positions = start + torch.arange(seq)
+            elif trial == 1:  # gaps
+                positions = start + torch.randperm(4 * seq, generator=g)[:seq].sort().values
+            else:  # any order (each row has its own offset)
+                positions = torch.randperm(3 * seq, generator=g)[:seq] + start
             want = apply_rope(x, positions)
-            got = rope(x.clone(), positions.clone())
-            if not isinstance(got, torch.Tensor):
-                raise Mismatch(f"return a tensor shaped like x {tuple(shape)}, got {type(got).__name__}.")
+            got = as_tensor(call(rope, {"x": x, "positions": positions}), "rope(x, positions)")
             half = head_dim // 2
             theta_i = 10000.0 ** (-torch.arange(half, dtype=torch.float64) / head_dim)  # missing the 2
             angle = positions[:, None].double() * theta_i
@@ -109,12 +124,16 @@ def check_rope(rope) -> CheckResult:
                 (apply_rope(x, -positions), HINT_WRONG_WAY),
                 (apply_rope(x, -positions, interleaved=True), HINT_INTERLEAVED + " The rotation also goes the wrong way."),
                 (apply_rope(x), HINT_POSITIONS_IGNORED),
+                (apply_rope(x, positions[0] + torch.arange(seq)), HINT_CONSECUTIVE),
                 (x * cos + rot * sin, HINT_ROPE_EXPONENT),
             ]
-            expect_close(got, want, what=f"RoPE of x with shape {tuple(shape)}", wrong_answers=wrong)
+            expect_close(got, want, what=f"RoPE of x with shape {tuple(shape)} at positions {positions.tolist()}",
+                         wrong_answers=wrong, dtype=x.dtype)
         return len(shapes)
 
-    return run_check("check_rope", trials)
+    return run_check("check_rope", trials,
+                     shape_mistakes="The angles positions[:, None] * theta are (seq, head_dim/2) and broadcast over "
+                                    "x's leading dimensions; x[..., :half] and x[..., half:] are the two halves.")
 
 
 def check_alibi_slopes(slopes_fn) -> CheckResult:
@@ -127,13 +146,19 @@ def check_alibi_slopes(slopes_fn) -> CheckResult:
     def trials():
         for n in counts:
             want = alibi_slopes(n, dtype=torch.float64)
-            got = slopes_fn(n)
-            if isinstance(got, (list, tuple)):
-                got = torch.tensor(got, dtype=torch.float64)
-            if not isinstance(got, torch.Tensor):
-                raise Mismatch(f"return a tensor (or list) of {n} slopes, got {type(got).__name__}.")
+            got = call(slopes_fn, {"num_heads": n})
+            if type(got) in (list, tuple):
+                try:
+                    got = torch.tensor(got, dtype=torch.float64)
+                except Exception:
+                    raise Mismatch(f"return a tensor (or list) of {n} numbers, got {got!r}.") from None
+            got = as_tensor(got, f"the slopes for num_heads={n}")
+            if not got.is_floating_point():
+                raise Mismatch(f"the slopes for num_heads={n} have dtype {got.dtype}; return floats.")
             plain = 2.0 ** (-8.0 / n * torch.arange(1, n + 1, dtype=torch.float64))
+            next_pow2 = 2 ** (n - 1).bit_length()
             wrong = [
+                (alibi_slopes(next_pow2, dtype=torch.float64)[:n], HINT_NEXT_POW2),
                 (plain, HINT_NOT_POW2),
                 (want.flip(0), HINT_REVERSED),
                 (2.0 ** -torch.arange(1, n + 1, dtype=torch.float64), HINT_FIXED),

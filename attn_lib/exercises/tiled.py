@@ -4,7 +4,7 @@
 - :func:`check_merge_states`: merge two partial results computed on different keys (the rescale step).
 - :func:`check_causal_tiles`: which (query block, key block) tiles causal attention must compute.
 
-Each check compares with :mod:`attn_lib.tiled_attention` on fresh random inputs and names the
+Each check compares with :mod:`attn_lib.tiled` on fresh random inputs and names the
 typical mistake it recognises (no rescale, inverted rescale, forgotten running max, ...).
 """
 
@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
+from attn_lib.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.tiled import causal_tiles, online_softmax_update
 
 __all__ = ["check_online_softmax_update", "check_merge_states", "check_causal_tiles"]
@@ -31,15 +31,29 @@ HINT_ACC_ONLY_L = "you rescaled l but not the accumulator: acc_old needs the sam
 HINT_L_ONLY_ACC = "you rescaled the accumulator but not l: l_old needs the same factor exp(m_old - m_new)."
 HINT_P_OLD_MAX = "the new block's exponentials must be taken relative to the NEW max: exp(scores - m_new)."
 HINT_TUPLE = "return a tuple of three tensors (m_new, l_new, acc_new)."
+HINT_MASKED_ROW = (
+    "a row whose scores are all -inf (a fully masked block, as causal or padding masks give) got NaN: with "
+    "m_old = m_new = -inf, exp(m_old - m_new) = exp(-inf - (-inf)) = exp(NaN). Where m_new is -inf, subtract 0 "
+    "instead: m_safe = torch.where(m_new == -math.inf, 0.0, m_new), then alpha = exp(m_old - m_safe) and "
+    "p = exp(scores - m_safe[:, None]); l and acc stay 0."
+)
+SHAPE_MISTAKES = (
+    "Known shape mistakes: a per-row vector (R,) such as alpha or m_new must become a column, alpha[:, None] "
+    "(R, 1), to scale the rows of an (R, Ev) or (R, Bk) matrix; without [:, None] it lines up with the columns."
+)
 
 
-def _three(result, what: str):
-    if not isinstance(result, (tuple, list)) or len(result) != 3:
+def _three(result, what: str, dtype: torch.dtype, names=("m_new", "l_new", "acc_new")):
+    if type(result) not in (tuple, list) or len(result) != 3:
         raise Mismatch(f"{what}: {HINT_TUPLE} Got {type(result).__name__}.")
     try:
-        return tuple(torch.as_tensor(x) for x in result)
+        out = tuple(torch.as_tensor(x) for x in result)
     except Exception:
         raise Mismatch(f"{what}: {HINT_TUPLE}") from None
+    for t, n in zip(out, names):
+        if t.dtype != dtype:
+            raise Mismatch(f"{n} has dtype {t.dtype}; expected {dtype}, the dtype of the inputs.")
+    return out
 
 
 def _pack(m, l, acc) -> torch.Tensor:
@@ -97,20 +111,24 @@ def check_online_softmax_update(online_softmax_update_fn) -> CheckResult:
                 m_old = torch.full((R,), -math.inf, dtype=torch.float64)
                 l_old = torch.zeros(R, dtype=torch.float64)
                 acc_old = torch.zeros(R, Ev, dtype=torch.float64)
+                s[1] = -math.inf  # row 1: a fully masked block (its keys all in the future, or padding)
             else:
                 offset = {"higher": -3.0, "lower": 4.0, "mixed": 0.0}[kind]
                 m_old = s.amax(-1) + offset + torch.randn(R, generator=g, dtype=torch.float64)
                 l_old = torch.rand(R, generator=g, dtype=torch.float64) * 3 + 1
                 acc_old = torch.randn(R, Ev, generator=g, dtype=torch.float64) * l_old[:, None]
             want = online_softmax_update(m_old, l_old, acc_old, s, v)
-            got = _three(online_softmax_update_fn(m_old.clone(), l_old.clone(), acc_old.clone(), s.clone(), v.clone()),
-                         "online_softmax_update")
+            got = _three(call(online_softmax_update_fn, {"m_old": m_old, "l_old": l_old, "acc_old": acc_old,
+                                                          "scores": s, "values": v}),
+                         "online_softmax_update", s.dtype)
             _check_shapes(got, want, ("m_new", "l_new", "acc_new"))
+            if kind == "first" and bool(torch.isnan(got[1][1]).any() or torch.isnan(got[2][1]).any()):
+                raise Mismatch(HINT_MASKED_ROW)
             expect_close(_pack(*got), _pack(*want), what=f"(m_new, l_new, acc_new) for a {kind} block",
                          wrong_answers=_update_wrong_answers(m_old, l_old, acc_old, s, v), atol=1e-8, rtol=1e-6)
         return len(cases)
 
-    return run_check(name, trials)
+    return run_check(name, trials, shape_mistakes=SHAPE_MISTAKES)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -151,7 +169,8 @@ def check_merge_states(merge_states) -> CheckResult:
             v = torch.randn(Sa + Sb, Ev, generator=g, dtype=torch.float64)
             sa, sb = _state(s[:, :Sa], v[:Sa]), _state(s[:, Sa:], v[Sa:])
             want = merge_states_reference(*sa, *sb)
-            got = _three(merge_states(*(t.clone() for t in (*sa, *sb))), "merge_states")
+            got = _three(call(merge_states, dict(zip(("m_a", "l_a", "acc_a", "m_b", "l_b", "acc_b"), (*sa, *sb)))),
+                         "merge_states", s.dtype, ("m", "l", "acc"))
             _check_shapes(got, want, ("m", "l", "acc"))
             m = torch.maximum(sa[0], sb[0])
             a, b = torch.exp(sa[0] - m), torch.exp(sb[0] - m)
@@ -172,7 +191,7 @@ def check_merge_states(merge_states) -> CheckResult:
             expect_close(got[2] / got[1][:, None], exact, what="acc / l of the merged state", atol=1e-8, rtol=1e-6)
         return len(cases)
 
-    return run_check(name, trials)
+    return run_check(name, trials, shape_mistakes=SHAPE_MISTAKES)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -228,7 +247,8 @@ def check_causal_tiles(causal_tiles_fn) -> CheckResult:
         for q_len, kv_len, bq, bk in cases:
             what = f"the tiles for q_len={q_len}, kv_len={kv_len}, block_q={bq}, block_k={bk}"
             want = _grid(causal_tiles(q_len, kv_len, bq, bk), q_len, kv_len, bq, bk, what)
-            got = _grid(causal_tiles_fn(q_len, kv_len, bq, bk), q_len, kv_len, bq, bk, what)
+            got = _grid(call(causal_tiles_fn, {"q_len": q_len, "kv_len": kv_len, "block_q": bq, "block_k": bk}),
+                        q_len, kv_len, bq, bk, what)
             wrong = [
                 (_grid(_all_tiles(q_len, kv_len, bq, bk), q_len, kv_len, bq, bk, what),
                  "these are all the tiles: the ones entirely above the diagonal (every key after every row) can be skipped."),

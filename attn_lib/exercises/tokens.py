@@ -15,7 +15,7 @@ from collections import Counter
 
 import torch
 
-from attn_lib.exercises._core import CheckResult, Mismatch, expect_close, fresh_generator, run_check
+from attn_lib.exercises._core import CheckResult, Mismatch, as_tensor, call, expect_close, fresh_generator, run_check
 from attn_lib.tokenization import BPETokenizer, apply_merges_in_order, count_pairs, merge_pair
 
 __all__ = ["check_apply_merges", "check_most_frequent_pair", "check_input_vectors"]
@@ -36,6 +36,14 @@ HINT_ONCE = (
     "apply every merge of the list, each one everywhere in the word."
 )
 HINT_NO_MERGES = "you returned the characters unchanged: apply the merges."
+HINT_RIGHT_TO_LEFT = (
+    "each merge must scan the word from LEFT to right: where occurrences overlap ('aaa' with ('a', 'a')), "
+    "the leftmost pair merges first, giving ['aa', 'a'], not ['a', 'aa']."
+)
+HINT_JOINED_CHARS = (
+    "you counted pairs of CHARACTERS of the joined word; a word is a tuple of symbols, and after a few merges a "
+    "symbol has several characters ('ug'). Count pairs of neighbouring symbols: zip(word, word[1:])."
+)
 HINT_UNWEIGHTED = (
     "each pair must be counted as often as its word occurs: add the word's count (its frequency), not 1."
 )
@@ -64,6 +72,20 @@ def _apply_first_only(symbols, merges):
     return symbols
 
 
+def _apply_right_to_left(symbols, merges):
+    for a, b in merges:
+        out, i = [], len(symbols) - 1
+        while i >= 0:
+            if i >= 1 and symbols[i - 1] == a and symbols[i] == b:
+                out.append(a + b)
+                i -= 2
+            else:
+                out.append(symbols[i])
+                i -= 1
+        symbols = out[::-1]
+    return list(symbols)
+
+
 def _apply_longest_first(symbols, merges):
     order = sorted(merges, key=lambda m: -len(m[0] + m[1]))  # stable: ties keep learned order
     return apply_merges_in_order(symbols, order)
@@ -90,10 +112,12 @@ def _merge_cases(trial: int):
         (a + b + a + b + c, [(a, b), (a + b, a + b), (c, a)]),
         # length is not priority: (c,d) then (a,b) then (b,cd)
         (a + b + c + d, [(c, d), (a, b), (b, c + d)]),
+        # overlapping occurrences merge left to right: "aaa" with (a, a) -> [aa, a]
+        (a + a + a + b, [(a, a), (a + a, a + b)][: 1 + trial % 2]),
     ]
     words = ["".join(rng.choice(a + b + c + d) for _ in range(rng.randint(2, 7))) for _ in range(60)]
     tok = BPETokenizer.train(words, 4 + 1 + 12, min_frequency=1)
-    for w in rng.sample(words, 8):
+    for w in rng.sample(words, 7):
         cases.append((w, tok.merges))
     return cases
 
@@ -108,6 +132,7 @@ def check_apply_merges(apply_merges) -> CheckResult:
 
     wrong_models = [
         (lambda w, m: list(w), HINT_NO_MERGES),
+        (lambda w, m: _apply_right_to_left(list(w), m), HINT_RIGHT_TO_LEFT),
         (lambda w, m: apply_merges_in_order(list(w), m[::-1]), HINT_OUT_OF_ORDER),
         (lambda w, m: _apply_longest_first(list(w), m), HINT_LONGEST_FIRST),
         (lambda w, m: _apply_first_only(list(w), m), HINT_FIRST_ONLY),
@@ -118,11 +143,14 @@ def check_apply_merges(apply_merges) -> CheckResult:
         cases = [case for trial in range(3) for case in _merge_cases(trial)]
         results = []
         for word, merges in cases:
-            got = apply_merges(word, [tuple(m) for m in merges])
-            if isinstance(got, tuple):
+            got = call(apply_merges, {"word": word, "merges": [tuple(m) for m in merges]})
+            if type(got) is tuple:
                 got = list(got)
-            if not isinstance(got, list):
+            if type(got) is not list:
                 raise Mismatch(f"return a list of str tokens, got {type(got).__name__}.")
+            if not all(type(t) is str for t in got):
+                kinds = sorted({type(t).__name__ for t in got if type(t) is not str})
+                raise Mismatch(f"return a list of str tokens; yours holds {', '.join(kinds)}.")
             results.append(got)
         wrong_cases = [(w, m, got) for (w, m), got in zip(cases, results) if got != apply_merges_in_order(list(w), m)]
         if not wrong_cases:
@@ -164,8 +192,11 @@ def _pair_cases(trial: int):
         # a tie: (pa, x) and (pb, x) both 5 times -> the alphabetically first
         {(pb, d): 5, (pa, d): 5, (b,): 2},
     ]
+    # symbols of several characters: ("h", "ug") must be counted as the pair (h, ug), not as h-u, u-g
+    ug = c + d
+    cases.append({(a, ug): 5, (b, ug): 3, (c, d, a): 2})
     letters = [a, b, c, d]
-    for _ in range(5):
+    for _ in range(4):
         wc = {}
         for _ in range(rng.randint(2, 6)):
             w = tuple(rng.choice(letters) for _ in range(rng.randint(2, 6)))
@@ -187,10 +218,12 @@ def check_most_frequent_pair(most_frequent_pair) -> CheckResult:
         for trial in range(3):
             for wc in _pair_cases(trial):
                 want = _reference_most_frequent(wc)
-                got = most_frequent_pair(dict(wc))
+                got = call(most_frequent_pair, {"word_counts": dict(wc)})
                 count += 1
-                if isinstance(got, list):
+                if type(got) is list:
                     got = tuple(got)
+                if type(got) is not tuple or len(got) != 2 or not all(type(x) is str for x in got):
+                    raise Mismatch(f"return the pair as a tuple of two str symbols (left, right), got {got!r}.")
                 if got == want:
                     continue
                 counts = count_pairs(wc)
@@ -201,6 +234,14 @@ def check_most_frequent_pair(most_frequent_pair) -> CheckResult:
                         per_word_set[p] += f
                 top = max(counts.values())
                 tied = sorted(p for p, cnt in counts.items() if cnt == top)
+                joined = Counter()
+                for w, f in wc.items():
+                    text = "".join(w)
+                    for p in zip(text, text[1:]):
+                        joined[p] += f
+                if any(len(s_) > 1 for w in wc for s_ in w) and \
+                        got in [p for p, cnt in joined.items() if cnt == max(joined.values())]:
+                    raise Mismatch(f"{HINT_JOINED_CHARS} (word counts {wc}: expected {want}, got {got})")
                 if got in tied:
                     raise Mismatch(f"{HINT_TIE} Tied pairs: {tied}; expected {want}, got {got}.")
                 if got in [p for p, cnt in unweighted.items() if cnt == max(unweighted.values())]:
@@ -230,16 +271,17 @@ def check_input_vectors(input_vectors) -> CheckResult:
             token_table = torch.randn(V, D, generator=g)
             position_table = torch.randn(P, D, generator=g)
             want = token_table[ids] + position_table[torch.arange(L)]
-            got = input_vectors(ids.clone(), token_table.clone(), position_table.clone())
-            if not isinstance(got, torch.Tensor):
-                raise Mismatch(f"return a tensor of shape (B, L, D) = {(B, L, D)}, got {type(got).__name__}.")
+            got = as_tensor(call(input_vectors, {"token_ids": ids, "token_table": token_table,
+                                                 "position_table": position_table}), "the input vectors")
             wrong = [
                 (token_table[ids], HINT_NO_POSITION),
                 (token_table[ids] + position_table[ids], HINT_POSITION_BY_ID),
                 (token_table[ids] + position_table[1: L + 1], HINT_POSITION_FROM_1),
                 (position_table[:L].expand(B, L, D), HINT_ONLY_POSITION),
             ]
-            expect_close(got, want, what="the input vectors", wrong_answers=wrong)
+            expect_close(got, want, what="the input vectors", wrong_answers=wrong, dtype=token_table.dtype)
         return len(shapes)
 
-    return run_check("check_input_vectors", trials)
+    return run_check("check_input_vectors", trials,
+                     shape_mistakes="token_table[token_ids] is (B, L, D); the position vectors "
+                                    "position_table[:L] are (L, D) and broadcast over B. Take L from token_ids.shape[1].")
