@@ -38,12 +38,7 @@ from attn_lib.gqa import grouped_query_attention, repeat_kv
 from attn_lib.masks import causal_mask
 from attn_lib.positional import apply_rope
 
-try:  # the module's name after the course's rename (attn_lib.tiled_attention -> attn_lib.tiled)
-    from attn_lib.tiled import tiled_attention
-except ImportError:
-    from attn_lib.tiled_attention import tiled_attention
-# (not ``attn_lib.tiled_attention(...)``: while the submodule of that name exists, importing it replaces the
-# package attribute by the module)
+from attn_lib.tiled import tiled_attention
 
 __all__ = ["ATTENTIONS", "CausalSelfAttention", "Block", "TinyDecoder", "corpus_token_stream",
            "random_windows", "train", "generate", "unigram_cross_entropy"]

@@ -500,7 +500,7 @@ def test_masked_attention_tries_a_broadcast_mask():
 
 def test_old_notebook_online_softmax_solution_is_nan_where_the_library_is_zero():
     # the reason for the fully masked row: derive both results on such a row
-    from attn_lib.tiled_attention import online_softmax_update
+    from attn_lib.tiled import online_softmax_update
 
     m = torch.full((1,), -math.inf, dtype=torch.float64)
     args = (m, torch.zeros(1, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64),
