@@ -17,7 +17,7 @@ from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB, collate, load_splits
 from attn_lib.masks import causal_mask, padding_mask, to_torch_key_padding_mask
 from attn_lib.mha import MultiHeadAttention
 from attn_lib.models import DecoderBlock, DecoderOnly, EncoderBlock, EncoderOnly, FeedForward, Seq2SeqTransformer
-from attn_lib.models.seq2seq import span_hit_rate, translate
+from attn_lib.train import span_hit_rate, translate
 from attn_lib.train import (MASK_ID, NUM_SLOTS, decoder_only_inputs, decoder_only_loss, encoder_only_inputs,
                             encoder_only_loss, exact_match, load_model, predict_decoder_only,
                             predict_encoder_only, predict_seq2seq, save_model, seq2seq_loss, train,
@@ -214,8 +214,15 @@ def test_model_input_errors(model, batch):
         model(batch.src, batch.tgt_in, batch.src_padding_mask.long())
     with pytest.raises(ValueError, match="max_len"):
         model(torch.ones(1, 100, dtype=torch.long), batch.tgt_in[:1])
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        model.greedy_decode(batch.src, max_new_tokens=0)
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got -1"):
+        model.greedy_decode(batch.src, max_new_tokens=-1)
+    # one rule for every decoder (attn_lib.models.decoding): 0 new tokens is allowed and gives none,
+    # <s> plus the new tokens must fit in max_len, and the ids of <s> and </s> must be target ids
+    assert model.greedy_decode(batch.src, max_new_tokens=0).shape == (batch.src.shape[0], 0)
+    with pytest.raises(ValueError, match=f"max_new_tokens must be <= max_len - prompt length = {model.max_len} - 1"):
+        model.greedy_decode(batch.src, max_new_tokens=model.max_len)
+    with pytest.raises(ValueError, match="bos_id must be an int in"):
+        model.greedy_decode(batch.src, bos_id=99)
 
 
 def test_translate_rejects_characters_outside_the_vocabulary(model):
