@@ -58,7 +58,7 @@ _LAZY = {
 # No submodule shares a name with an entry of _LAZY (a submodule import would overwrite the attribute:
 # the old tiled_attention/flash_attention clash); tests/test_layout.py checks this.
 _SUBMODULES = {
-    "attention", "bench", "data", "env", "exercises", "flash", "gqa", "hf", "kv_cache", "masks", "mha", "models",
+    "attention", "bench", "data", "env", "exercises", "flash", "gqa", "hf", "kv_cache", "lab", "masks", "mha", "models",
     "positional", "pretrained", "quantization", "tiled", "tokenization", "train", "viz",
 }
 

@@ -26,7 +26,9 @@ import copy
 import torch
 import torch.nn as nn
 
-from attn_lib._checks import check_heads as _check_heads, check_int as _check_int
+from attn_lib._checks import (check_attn_mask, check_bool, check_heads as _check_heads, check_int as _check_int,
+                              check_number, check_qkv, check_same_device, check_tensor, shape_of as _shape)
+from attn_lib.masks import causal_mask
 
 __all__ = [
     "kv_head_for_query_head",
@@ -145,41 +147,35 @@ def grouped_query_attention(
         (output (B, Hq, L, Ev), attn_weights (B, Hq, L, S)).
 
     Raises:
-        TypeError / ValueError: bad tensors (see :func:`attn_lib.attention.scaled_dot_product_attention`),
-        fewer than 3 dims, Hkv not dividing Hq, a mask that does not broadcast.
+        TypeError: not floating tensors, dtypes differ, is_causal not a bool, attn_mask neither bool nor float.
+        ValueError: fewer than 3 dims; NaN or inf in query/key/value (or NaN/+inf in a float mask);
+            Hkv not dividing Hq; batch dims that differ; a mask that does not broadcast; tensors on
+            different devices; scores that overflow -- each message names the shapes as passed.
     """
     from attn_lib.attention import scaled_dot_product_attention
 
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() < 3:
-            raise ValueError(f"{name} must have shape (..., heads, seq, dim), got shape {tuple(t.shape)}")
+    # every check on the shapes the caller passed, before any regrouping (messages name those shapes)
+    check_qkv(query, key, value, enable_gqa=True, min_ndim=3)
+    check_bool("is_causal", is_causal)
+    check_number("scale", scale, allow_none=True)
     hq, L = query.shape[-3], query.shape[-2]
     hkv, S = key.shape[-3], key.shape[-2]
-    if value.shape[-3] != hkv:
-        raise ValueError(f"key and value must have the same number of heads, got key {tuple(key.shape)}, value {tuple(value.shape)}")
-    if hkv == 0 or hq % hkv:
-        raise ValueError(
-            f"the number of key/value heads Hkv={hkv} (key shape {tuple(key.shape)}) must divide the number "
-            f"of query heads Hq={hq} (query shape {tuple(query.shape)})"
-        )
+    try:
+        torch.broadcast_shapes(query.shape[:-3], key.shape[:-3])
+    except RuntimeError:
+        raise ValueError(f"query and key/value must have broadcastable batch dims before the heads: query shape "
+                         f"{_shape(query)} (batch {tuple(query.shape[:-3])}), key shape {_shape(key)} "
+                         f"(batch {tuple(key.shape[:-3])})") from None
     if attn_mask is not None and is_causal:
         raise ValueError("pass either attn_mask or is_causal=True, not both")
     G = hq // hkv
     lead = query.shape[:-3]
     if is_causal:
-        attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+        attn_mask = causal_mask(L, S, device=query.device)  # top-left, like torch's is_causal
     if attn_mask is not None:
-        if not isinstance(attn_mask, torch.Tensor):
-            raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
         full = (*lead, hq, L, S)
-        try:
-            ok = torch.broadcast_shapes(attn_mask.shape, full) == torch.Size(full)
-        except RuntimeError:
-            ok = False
-        if not ok:
-            raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} cannot broadcast to (..., Hq, L, S) = {full}")
+        check_attn_mask(attn_mask, full)  # bool or float (-inf ok, NaN/+inf refused), broadcastable to (..., H, L, S)
+        check_same_device(query=query, attn_mask=attn_mask)
         # (..., Hq, L, S) -> (..., Hkv, G·L, S): the mask rows follow the stacked query rows
         attn_mask = attn_mask.expand(full).reshape(*lead, hkv, G * L, S)
     # (..., Hkv·G, L, E) -> (..., Hkv, G·L, E): a view, no copy
@@ -187,8 +183,6 @@ def grouped_query_attention(
     out, weights = scaled_dot_product_attention(q, key, value, attn_mask, scale=scale)
     # (..., Hkv, G·L, ·) -> (..., Hq, L, ·)
     return out.reshape(*lead, hq, L, value.shape[-1]), weights.reshape(*lead, hq, L, S)
-
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,11 +199,17 @@ def mean_pool_kv_heads(weight: torch.Tensor, num_heads: int, num_kv_heads: int) 
     the consecutive heads whose queries will share it (Ainslie et al. 2023, section 2.1; in their
     ablation, mean-pooling beat keeping the first head of each group or a random initialisation).
 
+    Args:
+        weight: (H·E, d_in) or (H·E,) floating tensor. num_heads: H. num_kv_heads: Hkv, dividing H.
+
+    Returns:
+        (Hkv·E, d_in) or (Hkv·E,), weight's dtype.
+
     Raises:
-        TypeError / ValueError: not a tensor, num_kv_heads not dividing num_heads, rows not a multiple of num_heads.
+        TypeError: not a tensor, or not floating (an integer weight); counts not ints.
+        ValueError: 0-dim; num_kv_heads not dividing num_heads; rows not a multiple of num_heads.
     """
-    if not isinstance(weight, torch.Tensor):
-        raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    check_tensor("weight", weight, floating=True, min_ndim=1)  # an integer mean would truncate
     G = _check_heads(num_heads, num_kv_heads)
     rows = weight.shape[0] if weight.dim() else 0
     if rows == 0 or rows % num_heads:

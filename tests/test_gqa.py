@@ -126,13 +126,37 @@ def test_grouped_query_attention_equals_torch_enable_gqa(case):
 
 def test_grouped_query_attention_errors():
     q, k = torch.randn(1, 6, 2, 4), torch.randn(1, 4, 3, 4)
-    with pytest.raises(ValueError, match="Hkv=4.*must divide.*Hq=6"):
+    with pytest.raises(ValueError, match=r"query heads H=6 to be a multiple of the number of key/value heads Hkv=4 \(query shape \(1, 6, 2, 4\)"):
         grouped_query_attention(q, k, k)
-    with pytest.raises(ValueError, match="cannot broadcast"):
+    with pytest.raises(ValueError, match=r"attn_mask of shape \(5, 3\) must broadcast to the scores. shape \(1, 4, 2, 3\)"):
         grouped_query_attention(torch.randn(1, 4, 2, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4),
                                 torch.ones(5, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="either attn_mask or is_causal"):
         grouped_query_attention(q, q, q, torch.ones(2, 2, dtype=torch.bool), is_causal=True)
+
+
+def test_grouped_query_attention_names_the_shapes_the_caller_passed():
+    q, k = torch.randn(2, 4, 3, 8), torch.randn(1, 2, 3, 8)
+    k3 = torch.randn(3, 2, 3, 8)
+    with pytest.raises(ValueError, match=r"broadcastable batch dims .* query shape \(2, 4, 3, 8\) .* key shape \(3, 2, 3, 8\)"):
+        grouped_query_attention(q, k3, k3)
+    with pytest.raises(TypeError, match="is_causal must be a bool .* got str 'yes'"):
+        grouped_query_attention(q, k, k, is_causal="yes")
+    with pytest.raises(ValueError, match=r"query contains NaN"):
+        grouped_query_attention(q.masked_fill(q > 2, float("nan")), k, k)
+    bad = torch.zeros(3, 3)
+    bad[0, 1] = float("inf")
+    with pytest.raises(ValueError, match=r"attn_mask contains \+inf"):
+        grouped_query_attention(q, k, k, bad)
+    blocked = torch.zeros(3, 3).masked_fill(~torch.ones(3, 3, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(grouped_query_attention(q, k, k, blocked)[0], grouped_query_attention(q, k, k, is_causal=True)[0])
+    with pytest.raises(ValueError, match=r"scores query @ keyᵀ \* scale overflow torch.float32"):
+        grouped_query_attention(q * 1e20, k * 1e20, k)
+
+
+def test_mean_pool_kv_heads_refuses_integer_weights():
+    with pytest.raises(TypeError, match="weight must have a floating dtype .* got torch.int64"):
+        mean_pool_kv_heads(torch.ones(8, 3, dtype=torch.long), 4, 2)
 
 
 # ---------------------------------------------------------------------------------------------
