@@ -234,6 +234,9 @@ def check_same_device(**tensors) -> torch.device:
     return next(iter(devices)) if devices else torch.device("cpu")
 
 
+# check_same_dtype mirrors check_same_device line for line on purpose (duplicates lists the pair): one
+# is about .device and a ValueError, the other about .dtype and a TypeError; a shared helper taking an
+# attribute name and an error class would be harder to read than the two plain loops.
 def check_same_dtype(**tensors) -> torch.dtype:
     """All tensors (None entries skipped) of one dtype; returns it.
 

@@ -114,6 +114,8 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x.unsqueeze(-3).expand(*lead, hkv, n_rep, s, d).reshape(*lead, hkv * n_rep, s, d)
 
 
+# Same keyword signature as attn_lib.attention.scaled_dot_product_attention (duplicates lists the pair):
+# both follow torch.nn.functional.scaled_dot_product_attention's signature, which is the point.
 def grouped_query_attention(
     query: torch.Tensor,
     key: torch.Tensor,
