@@ -283,8 +283,17 @@ def to_gqa(mha, num_kv_heads: int):
 def plot_groups(num_heads: int, num_kv_heads: int, *, ax=None):
     """Draw query heads (top row) connected to the key/value head they read (bottom row), coloured by group.
 
+    The picture of the GQA paper's Figure 2 (Ainslie et al. 2023) for any H and Hkv, colours from viridis
+    (colour-blind safe).
+
+    Args:
+        num_heads: H. num_kv_heads: Hkv, dividing H. ax: a matplotlib Axes, or None for a new figure.
+
     Returns:
         the matplotlib Axes.
+
+    Raises:
+        TypeError / ValueError: as :func:`kv_head_for_query_head`.
     """
     import matplotlib.pyplot as plt
 

@@ -20,7 +20,7 @@ from typing import Iterable
 import torch
 import torch.nn as nn
 
-from attn_lib._checks import check_heads as _check_heads
+from attn_lib._checks import check_callable, check_heads as _check_heads
 from attn_lib.gqa import mean_pool_kv_heads, repeat_kv
 
 __all__ = ["GQABertSelfAttention", "bert_to_gqa", "bert_kv_transform", "bert_qkv", "mean_pooled_embeddings"]
@@ -114,7 +114,16 @@ def bert_kv_transform(model: nn.Module, transform):
 
     Works on the original ``BertSelfAttention`` (through forward hooks on its ``key``/``value``
     linears) and on :class:`GQABertSelfAttention`. Hooks are removed on exit.
+
+    Args:
+        model: a HuggingFace BertModel. transform: a function (B, Hkv, S, E) -> same shape and dtype.
+
+    Raises:
+        TypeError: transform not callable; model without ``.encoder.layer``.
     """
+    check_callable("transform", transform)
+    if getattr(getattr(model, "encoder", None), "layer", None) is None:
+        raise TypeError(f"model must be a HuggingFace BertModel (with .encoder.layer), got {type(model).__name__}")
     handles = []
     touched = []
     try:
@@ -149,7 +158,10 @@ def bert_qkv(tokenizer, model: nn.Module, text: str) -> list[tuple[torch.Tensor,
     ``outputs.attentions[i]`` (tests/test_gqa.py).
 
     Returns:
-        one (q, k, v) per layer, each (1, H, L, head_dim) float32, L = the number of tokens incl. [CLS]/[SEP].
+        one (q, k, v) per layer, each (1, H, L, E) float32, L = the number of tokens incl. [CLS]/[SEP].
+
+    Raises:
+        TypeError: text is not a str.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -184,6 +196,9 @@ def mean_pooled_embeddings(tokenizer, model: nn.Module, sentences: Iterable[str]
 
     Returns:
         (N, d_model) float32, rows of norm 1.
+
+    Raises:
+        ValueError: sentences empty or not all str.
     """
     sentences = list(sentences)
     if not sentences or not all(isinstance(s, str) for s in sentences):

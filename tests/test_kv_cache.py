@@ -235,3 +235,33 @@ def test_quantized_cache_in_attention():
         cache.update(torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4))
     cache.reset()
     assert cache.seq_len == 0 and cache.nbytes() == 0
+
+
+@pytest.mark.parametrize("make", [KVCache, lambda: QuantizedKVCache(8)], ids=["KVCache", "QuantizedKVCache"])
+def test_both_caches_share_one_check_and_follow_the_protocol(make):
+    from attn_lib.kv_cache import KVCacheProtocol
+
+    cache = make()
+    assert isinstance(cache, KVCacheProtocol)
+    name = type(cache).__name__
+    k = torch.randn(1, 2, 3, 4)
+    with pytest.raises(TypeError, match=f"{name}.update: key must have a floating dtype .* got torch.int64"):
+        cache.update(k.long(), k.long())  # an integer cache would truncate every value
+    with pytest.raises(TypeError, match="key, value must share one dtype, got key torch.float32, value torch.float64"):
+        cache.update(k, k.double())
+    with pytest.raises(ValueError, match=f"{name}.update: key contains NaN"):
+        cache.update(k.masked_fill(k > 1, float("nan")), k)
+    assert cache.seq_len == 0  # nothing was stored by the refused updates
+    cache.update(k, k)
+    with pytest.raises(TypeError, match=f"{name}.update: new key and value have dtype torch.float64, but the cache "
+                                        "holds torch.float32; convert them"):
+        cache.update(k.double(), k.double())  # no silent promotion
+    with pytest.raises(ValueError, match=rf"{name}.update: key must be a \(B, Hkv, S_new, head_dim\) tensor, got shape \(2, 3, 4\)"):
+        cache.update(k[0], k[0])
+    assert cache.seq_len == 3
+
+
+def test_multi_head_attention_refuses_what_is_not_a_cache():
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(TypeError, match="kv_cache must be a KVCache .* got dict"):
+        mha(torch.randn(1, 2, 8), kv_cache={})

@@ -375,3 +375,23 @@ def test_pad_id_outside_the_vocabulary_is_a_clear_error():
     for bad in (20, -1):
         with pytest.raises(ValueError, match="pad_id must be an int in 0..9"):
             Seq2SeqTransformer(10, 10, pad_id=bad)
+
+
+def test_decoder_only_generate_shares_the_decoding_checks():
+    torch.manual_seed(0)
+    m = DecoderOnly(12, d_model=16, num_heads=2, num_layers=1, max_len=8).eval()
+    out = m.generate([[3, 4], [5, 6, 7]], 3)
+    assert [len(o) <= 3 for o in out] == [True, True]
+    assert m.generate([[3, 4]], 0) == [[]]
+    cases = [
+        (([3, 4], 2), TypeError, r"prompts must be a list of prompts, each a list of token ids .* wrap one prompt"),
+        (([[1.7, 2.2]], 1), TypeError, r"prompts\[0\] must hold int token ids, got float 1.7"),
+        (([[3, 4]], -3), ValueError, "max_new_tokens must be an int >= 0, got -3"),
+        (([[3, 4]], 2.5), TypeError, "max_new_tokens must be an int >= 0, got float 2.5"),
+        (([[3, 4]], 7), ValueError, r"max_new_tokens must be <= max_len - prompt length = 8 - 2 = 6, got 7"),
+        (([[3, 40]], 1), ValueError, r"prompts\[0\] holds id 40, outside the vocabulary \[0, 12\)"),
+        (([], 1), ValueError, "at least one prompt"),
+    ]
+    for args, error, match in cases:
+        with pytest.raises(error, match=match):
+            m.generate(*args)
