@@ -384,7 +384,7 @@ def test_decoder_only_generate_shares_the_decoding_checks():
     assert [len(o) <= 3 for o in out] == [True, True]
     assert m.generate([[3, 4]], 0) == [[]]
     cases = [
-        (([3, 4], 2), TypeError, r"prompts must be a list of prompts, each a list of token ids .* wrap one prompt"),
+        (([3, 4], 2), TypeError, r"prompts must be a list of prompts, each a list of token ids, e.g. \[\[5, 3, 9\]\]; got list \[3, 4\] \(wrap one prompt"),
         (([[1.7, 2.2]], 1), TypeError, r"prompts\[0\] must hold int token ids, got float 1.7"),
         (([[3, 4]], -3), ValueError, "max_new_tokens must be an int >= 0, got -3"),
         (([[3, 4]], 2.5), TypeError, "max_new_tokens must be an int >= 0, got float 2.5"),
@@ -395,3 +395,10 @@ def test_decoder_only_generate_shares_the_decoding_checks():
     for args, error, match in cases:
         with pytest.raises(error, match=match):
             m.generate(*args)
+
+
+def test_model_sizes_of_the_wrong_type_are_type_errors():
+    with pytest.raises(TypeError, match="d_model must be an int >= 1, got float 16.0"):
+        Seq2SeqTransformer(10, 10, d_model=16.0)
+    with pytest.raises(ValueError, match="num_layers must be an int >= 1, got 0"):
+        DecoderOnly(10, num_layers=0)

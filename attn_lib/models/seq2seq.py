@@ -90,8 +90,7 @@ class _Embedding(nn.Module):
 
 def _check_config(**kw):
     for name, v in kw.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        check_int(name, v, minimum=1)  # TypeError for 16.0, ValueError for 0
 
 
 # --------------------------------------------------------------------------- encoder-decoder
