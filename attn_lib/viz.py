@@ -3,7 +3,8 @@
 All colours are colour-blind safe: :data:`PALETTE` (Okabe & Ito 2008) for lines and bars,
 :data:`SEQUENTIAL_CMAP` (viridis) for weights, :data:`DIVERGING_CMAP` (PuOr) for signed values.
 They are defined once, in ``attn_lib._setup`` (which :func:`attn_lib.setup` uses for matplotlib's
-defaults), and public here. Shapes use the legend of :mod:`attn_lib.attention` (L queries, S keys).
+defaults), and public here. Over 400 lines: one module for every figure and widget the
+notebooks show, each a few short functions; splitting it would scatter the colour rules. Shapes use the legend of :mod:`attn_lib.attention` (L queries, S keys).
 """
 
 from __future__ import annotations
