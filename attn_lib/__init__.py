@@ -11,12 +11,16 @@ Modules (one idea each):
 - ``attn_lib.positional``     sinusoidal, learned, RoPE and ALiBi positions (notebook 02)
 - ``attn_lib.attention``      scaled dot-product attention (notebook 03)
 - ``attn_lib.masks``          causal and padding masks (notebook 04)
-- ``attn_lib.mha``            multi-head / grouped-query attention and the KV cache (notebooks 05, 07)
-- ``attn_lib.gqa``            MQA/GQA head grouping, KV-cache size, KV-cache quantization, MHA -> GQA conversion (07)
-- ``attn_lib.models``         small encoder-decoder, encoder-only and decoder-only Transformers (06, 07)
-- ``attn_lib.tiled_attention`` FlashAttention-style tiled attention in PyTorch (notebook 09)
-- ``attn_lib.flash_attention`` the same algorithm as a Triton kernel (notebook 09)
-- ``attn_lib.viz``            heatmaps, widgets and bertviz wrappers
+- ``attn_lib.mha``            multi-head attention, with grouped-query heads and RoPE (notebook 05)
+- ``attn_lib.kv_cache``       the KV cache (plain and quantized), its size and the work it saves (05, 08, 10)
+- ``attn_lib.quantization``   absmax int8/int4 quantization of keys and values, relative_error (08)
+- ``attn_lib.gqa``            MQA/GQA head grouping, grouped_query_attention, MHA -> GQA conversion (08)
+- ``attn_lib.hf``             GQA and KV transforms inside a HuggingFace BERT (MiniLM) (08)
+- ``attn_lib.models``         small encoder-decoder, encoder-only and decoder-only Transformers (07, 10)
+- ``attn_lib.train``          training loops and the date task's translate / span_hit_rate (07)
+- ``attn_lib.tiled``          FlashAttention-style tiled attention in PyTorch (notebook 09)
+- ``attn_lib.flash``          the same algorithm as a Triton kernel (notebook 09)
+- ``attn_lib.viz``            heatmaps, widgets and bertviz wrappers; PALETTE and the colour maps
 - ``attn_lib.exercises``      ``check_*`` functions for the exercises at the end of each notebook
 
 The most used names are importable from the package itself (``attn_lib.scaled_dot_product_attention``);
@@ -38,7 +42,7 @@ _LAZY = {
     "causal_mask": "attn_lib.masks",
     "padding_mask": "attn_lib.masks",
     "MultiHeadAttention": "attn_lib.mha",
-    "KVCache": "attn_lib.mha",
+    "KVCache": "attn_lib.kv_cache",
     "tiled_attention": "attn_lib.tiled",
     "flash_attention": "attn_lib.flash",
     "plot_attention": "attn_lib.viz",
@@ -51,9 +55,11 @@ _LAZY = {
 }
 
 # Submodules reachable as attributes without an explicit import (attn_lib.exercises.check_...).
+# No submodule shares a name with an entry of _LAZY (a submodule import would overwrite the attribute:
+# the old tiled_attention/flash_attention clash); tests/test_layout.py checks this.
 _SUBMODULES = {
-    "attention", "bench", "data", "env", "exercises", "flash", "gqa", "masks", "mha", "models",
-    "positional", "pretrained", "tiled", "tokenization", "viz",
+    "attention", "bench", "data", "env", "exercises", "flash", "gqa", "hf", "kv_cache", "lab", "masks", "mha", "models",
+    "positional", "pretrained", "quantization", "tiled", "tokenization", "train", "viz",
 }
 
 __all__ = ["setup", "load_pretrained", "DATA_DIR", "REPO_ROOT", *_LAZY]

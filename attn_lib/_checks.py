@@ -21,7 +21,7 @@ import torch
 __all__ = [
     "check_int", "check_bool", "check_number", "check_choice", "check_callable", "check_tensor",
     "check_finite", "check_dtype", "check_device", "check_same_device", "check_same_dtype",
-    "check_attn_mask", "check_qkv", "shape_of",
+    "check_attn_mask", "check_qkv", "shape_of", "check_heads",
 ]
 
 
@@ -234,6 +234,9 @@ def check_same_device(**tensors) -> torch.device:
     return next(iter(devices)) if devices else torch.device("cpu")
 
 
+# check_same_dtype mirrors check_same_device line for line on purpose (duplicates lists the pair): one
+# is about .device and a ValueError, the other about .dtype and a TypeError; a shared helper taking an
+# attribute name and an error class would be harder to read than the two plain loops.
 def check_same_dtype(**tensors) -> torch.dtype:
     """All tensors (None entries skipped) of one dtype; returns it.
 
@@ -320,3 +323,21 @@ def check_qkv(query, key, value, *, enable_gqa: bool = False, min_ndim: int = 2)
         if hkv == 0 or hq % hkv != 0:
             raise ValueError(f"enable_gqa=True needs the number of query heads H={hq} to be a multiple of the number "
                              f"of key/value heads Hkv={hkv} (query shape {shape_of(query)}, key shape {shape_of(key)})")
+
+
+def check_heads(num_heads, num_kv_heads) -> int:
+    """Validate a pair of head counts; return the group size G = num_heads // num_kv_heads.
+
+    Raises:
+        TypeError: a count is not an int.
+        ValueError: a count < 1, or num_kv_heads does not divide num_heads (the message lists the divisors).
+    """
+    check_int("num_heads", num_heads, minimum=1)
+    check_int("num_kv_heads", num_kv_heads, minimum=1)
+    if num_heads % num_kv_heads:
+        divisors = [d for d in range(1, num_heads + 1) if num_heads % d == 0]
+        raise ValueError(
+            f"num_kv_heads must divide num_heads={num_heads}, got num_kv_heads={num_kv_heads}; "
+            f"possible values: {divisors}"
+        )
+    return num_heads // num_kv_heads

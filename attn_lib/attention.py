@@ -4,6 +4,20 @@ The one equation of the Transformer (Vaswani et al. 2017, "Attention Is All You 
 
     Attention(Q, K, V) = softmax(Q Kᵀ / sqrt(d_k)) V
 
+Shape legend (the letters of PyTorch's SDPA documentation; every docstring of attn_lib uses them):
+
+====  ==========================================================================
+B     batch size
+H     number of query heads (num_heads)
+Hkv   number of key/value heads (num_kv_heads; Hkv divides H, Hkv = H is MHA, 1 is MQA)
+L     target length: the number of queries
+S     source length: the number of keys and values (cached ones included)
+E     embedding dimension of a query and a key (head_dim, d_k)
+Ev    embedding dimension of a value (d_v; usually E)
+====  ==========================================================================
+
+``...`` stands for any leading batch dims, e.g. (B, H).
+
 :func:`scaled_dot_product_attention` has the signature and the semantics of
 ``torch.nn.functional.scaled_dot_product_attention`` (PyTorch >= 2.5), which tests/test_attention.py
 checks on float64 for random shapes, masks, scales and grouped-query attention. Unlike torch's
@@ -18,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from attn_lib._checks import check_attn_mask, check_bool, check_number, check_qkv, shape_of as _shape
+from attn_lib.masks import causal_mask
 
 __all__ = ["scaled_dot_product_attention"]
 
@@ -79,8 +94,10 @@ def scaled_dot_product_attention(
 
     Raises:
         TypeError: an input is not a tensor or not floating point; query/key/value dtypes differ;
-            attn_mask is neither bool nor floating.
-        ValueError: query, key, value or a float attn_mask contains NaN; E = 0 or S = 0;
+            attn_mask is neither bool nor floating; is_causal not a bool.
+        ValueError: query, key or value contains NaN or ±inf; a float attn_mask contains NaN or +inf
+            (-inf = blocked is fine); finite inputs whose scores overflow (the message gives their scale);
+            the tensors are on different devices; E = 0 or S = 0;
             query and key differ in E; key and value differ in S or batch dims; batch dims
             or the mask cannot broadcast (the message names the shapes); both attn_mask and
             is_causal; Hq not a multiple of Hkv with enable_gqa; dropout_p outside [0, 1].
@@ -112,10 +129,18 @@ def scaled_dot_product_attention(
 
     # scores = Q Kᵀ · scale                                      (..., L, S)
     scores = torch.matmul(query.to(compute), key.to(compute).transpose(-2, -1)) * scale
+    if not bool(torch.isfinite(scores).all()):
+        # finite inputs (checked above) whose products overflow: the softmax would give NaN or silent zeros
+        big = max(float(query.abs().max()), float(key.abs().max()))
+        raise ValueError(
+            f"the scores query @ keyᵀ * scale overflow {compute} (max {torch.finfo(compute).max:.3g}): the largest "
+            f"|query| or |key| entry is {big:.3g} with E={E} and scale={scale:.3g}; expected scores of a moderate "
+            f"scale -- normalise the inputs (e.g. LayerNorm) or compute in float64"
+        )
 
     if is_causal:
-        # top-left causal: query i may attend to keys j <= i
-        attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+        # top-left causal like torch's: query i may attend to keys j <= i
+        attn_mask = causal_mask(L, S, device=query.device)
     if attn_mask is not None:
         try:
             full = torch.broadcast_shapes(attn_mask.shape, scores_shape)

@@ -379,13 +379,29 @@ def collate(
 ) -> DateBatch:
     """Encode and pad a list of examples (or (source, target) string pairs) into a :class:`DateBatch`.
 
+    Returns:
+        a :class:`DateBatch`: src (B, S), tgt_in / tgt_out (B, T) long ids and their bool padding masks
+        (True = real token); S and T are the longest source and target (+1 for ``<s>``/``</s>``).
+
     Raises:
-        ValueError: empty list, or a character outside a vocabulary (the message names it).
+        TypeError: pairs not a list, an entry neither a DateExample nor a (source, target) pair of str.
+        ValueError: empty list; an empty source (the encoder would have no key to attend to: a softmax
+            over zero keys); a character outside a vocabulary (the message names it).
     """
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
+        raise TypeError(f"pairs must be a list of DateExample or (source, target) pairs, got {type(pairs).__name__}")
     if len(pairs) == 0:
-        raise ValueError("pairs must hold at least one example")
+        raise ValueError("pairs must hold at least one example, got an empty list")
+    for i, p in enumerate(pairs):
+        if not isinstance(p, DateExample) and not (
+                isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(t, str) for t in p)):
+            raise TypeError(f"pairs[{i}] must be a DateExample or a (source, target) pair of str, got {p!r}"[:200])
     sources = [p.source if isinstance(p, DateExample) else p[0] for p in pairs]
     targets = [p.target if isinstance(p, DateExample) else p[1] for p in pairs]
+    for i, src_text in enumerate(sources):
+        if not src_text:
+            raise ValueError(f"pairs[{i}] has an empty source {src_text!r}; expected at least one character "
+                             f"(attention over zero source positions is undefined)")
     src, src_mask = _pad([src_vocab.encode(s) for s in sources], src_vocab.pad_id)
     tgt_ids = [tgt_vocab.encode(t) for t in targets]
     tgt_in, tgt_mask = _pad([[tgt_vocab.bos_id] + t for t in tgt_ids], tgt_vocab.pad_id)

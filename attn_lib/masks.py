@@ -1,5 +1,8 @@
 """Causal and padding masks (notebook 04).
 
+The causal triangle is built here, once (:func:`causal_mask`); attention, grouped-query attention and
+the models call it. Shapes use the legend of :mod:`attn_lib.attention` (B, L queries, S keys).
+
 ONE convention in attn_lib: a boolean mask is True where a query may attend / where a token is
 real. It is the convention of ``torch.nn.functional.scaled_dot_product_attention``'s boolean
 ``attn_mask`` and of a HuggingFace tokenizer's ``attention_mask`` (1 = real token).
@@ -15,6 +18,8 @@ from typing import Sequence
 
 import torch
 
+from attn_lib._checks import check_choice, check_device, check_int, check_tensor
+
 __all__ = [
     "causal_mask",
     "padding_mask",
@@ -27,11 +32,7 @@ _ALIGNS = ("top_left", "bottom_right")
 
 
 def _check_len(name: str, n) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name} must be an int, got {type(n).__name__} {n!r}")
-    if n < 0:
-        raise ValueError(f"{name} must be >= 0, got {n}")
-    return n
+    return check_int(name, n, minimum=0)
 
 
 def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left", device=None) -> torch.Tensor:
@@ -46,18 +47,21 @@ def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left
             the L queries are the *last* L positions, so query i sees keys 0..i + (S - L) and the last
             query sees every key. With L > S the first L - S rows are then fully masked.
             Example, L=2, S=4: top-left [[1,0,0,0],[1,1,0,0]], bottom-right [[1,1,1,0],[1,1,1,1]].
-        device: torch device of the result (default CPU).
+        device: torch device of the result (default CPU): a torch.device or a string ("cpu", "cuda:0").
 
     Returns:
-        bool tensor (L, S).
+        bool tensor (L, S). Top-left equals ``torch.ones(L, S, dtype=torch.bool).tril()``, what torch's
+        ``is_causal=True`` uses; bottom-right equals ``torch.nn.attention.bias.causal_lower_right``.
 
     Raises:
-        TypeError: a length is not an int. ValueError: a negative length or an unknown ``align``.
+        TypeError: a length is not an int; align not a str; device neither a str nor a torch.device.
+        ValueError: a negative length, an unknown ``align``, a device string torch cannot read ("gpu"),
+            or "cuda" on a machine without a CUDA GPU (the message says to use the CPU).
     """
     q_len = _check_len("q_len", q_len)
     kv_len = q_len if kv_len is None else _check_len("kv_len", kv_len)
-    if align not in _ALIGNS:
-        raise ValueError(f"align must be one of {_ALIGNS}, got {align!r}")
+    check_choice("align", align, _ALIGNS)
+    device = check_device("device", device)
     offset = 0 if align == "top_left" else kv_len - q_len
     # mask[i, j] = j <= i + offset: torch.tril with a diagonal offset
     return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(diagonal=offset)
@@ -101,10 +105,17 @@ def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
 
 
 def _check_bool(name: str, mask) -> torch.Tensor:
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+    check_tensor(name, mask)
+    if mask.dtype != torch.bool:
         what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"{name} must be a bool tensor, got {what}")
     return mask
+
+
+def _check_2d(name: str, mask: torch.Tensor) -> None:
+    if mask.dim() != 2:
+        raise ValueError(f"{name} must be (B, S), one row of key flags per sequence, got shape {tuple(mask.shape)}; "
+                         f"a (B, L, S) or (L, S) mask is an attn_mask, not a padding mask")
 
 
 def to_torch_key_padding_mask(padding_mask: torch.Tensor) -> torch.Tensor:
@@ -119,17 +130,22 @@ def to_torch_key_padding_mask(padding_mask: torch.Tensor) -> torch.Tensor:
 
     Raises:
         TypeError: the mask is not a bool tensor (a 0/1 int or float mask is ambiguous; call ``.bool()`` first).
+        ValueError: not 2-D (torch's key_padding_mask is (B, S); a 3-D (B, L, S) mask is an attn_mask).
     """
-    return ~_check_bool("padding_mask", padding_mask)
+    _check_bool("padding_mask", padding_mask)
+    _check_2d("padding_mask", padding_mask)
+    return ~padding_mask
 
 
 def from_torch_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`to_torch_key_padding_mask`: True = ignore -> True = real token.
 
     Raises:
-        TypeError: the mask is not a bool tensor.
+        TypeError: the mask is not a bool tensor. ValueError: not 2-D (B, S).
     """
-    return ~_check_bool("key_padding_mask", key_padding_mask)
+    _check_bool("key_padding_mask", key_padding_mask)
+    _check_2d("key_padding_mask", key_padding_mask)
+    return ~key_padding_mask
 
 
 def padding_to_attn_mask(padding_mask: torch.Tensor) -> torch.Tensor:
@@ -142,6 +158,5 @@ def padding_to_attn_mask(padding_mask: torch.Tensor) -> torch.Tensor:
         TypeError: not a bool tensor. ValueError: not 2-D.
     """
     _check_bool("padding_mask", padding_mask)
-    if padding_mask.dim() != 2:
-        raise ValueError(f"padding_mask must be (B, S), got shape {tuple(padding_mask.shape)}")
+    _check_2d("padding_mask", padding_mask)
     return padding_mask[:, None, None, :]

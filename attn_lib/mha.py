@@ -27,8 +27,9 @@ import torch
 from torch import nn
 
 from attn_lib.attention import scaled_dot_product_attention
+from attn_lib.kv_cache import KVCache, KVCacheProtocol
 
-__all__ = ["MultiHeadAttention", "KVCache", "split_heads", "merge_heads"]
+__all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
 
 
 def _shape(t) -> tuple[int, ...]:
@@ -62,89 +63,6 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"x must be (B, num_heads, T, head_dim), got shape {_shape(x)}")
     B, H, T, hd = x.shape
     return x.transpose(1, 2).reshape(B, T, H * hd)  # (B, H, T, hd) -> (B, T, H, hd) -> (B, T, H*hd)
-
-
-class KVCache:
-    """A growing cache of keys and values for one attention layer (autoregressive decoding).
-
-    Start empty (``KVCache()``) and pass it as ``kv_cache=`` to :meth:`MultiHeadAttention.forward`;
-    each call appends the new tokens' keys and values (after projection, and after RoPE when the
-    layer uses it) and attends over everything cached. Keys and values are stored with
-    ``num_kv_heads`` heads, so grouped-query attention shrinks the cache by num_heads / num_kv_heads.
-
-    Attributes:
-        keys, values: (B, Hkv, S_cached, head_dim) tensors, or None while empty.
-    """
-
-    def __init__(self) -> None:
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
-
-    @property
-    def seq_len(self) -> int:
-        """Number of cached positions S_cached (0 when empty)."""
-        return 0 if self.keys is None else self.keys.shape[-2]
-
-    def __len__(self) -> int:
-        return self.seq_len
-
-    def nbytes(self) -> int:
-        """Bytes held by the cached keys and values (2 x B x Hkv x S_cached x head_dim x bytes per element)."""
-        if self.keys is None:
-            return 0
-        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
-
-    def reset(self) -> None:
-        """Empty the cache (start a new sequence)."""
-        self.keys = None
-        self.values = None
-
-    def check(self, key: torch.Tensor, value: torch.Tensor) -> None:
-        """Raise ValueError unless :meth:`update` would accept ``key`` and ``value`` (changes nothing)."""
-        for name, t in (("key", key), ("value", value)):
-            if not isinstance(t, torch.Tensor) or t.dim() != 4:
-                got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"KVCache.update: {name} must be a (B, Hkv, S_new, head_dim) tensor, got {got}")
-        if key.shape[:3] != value.shape[:3]:
-            raise ValueError(
-                f"KVCache.update: key {_shape(key)} and value {_shape(value)} must agree in (B, Hkv, S_new)"
-            )
-        if self.keys is not None:
-            k, v = self.keys, self.values
-            if key.shape[:2] != k.shape[:2] or key.shape[3] != k.shape[3] or value.shape[3] != v.shape[3]:
-                raise ValueError(
-                    f"KVCache.update: new key {_shape(key)} / value {_shape(value)} do not match the cached "
-                    f"keys {_shape(k)} / values {_shape(v)} in (B, Hkv, head_dim); use a new KVCache per "
-                    "layer and per batch"
-                )
-            if key.dtype != k.dtype:
-                raise ValueError(f"KVCache.update: new key dtype {key.dtype} differs from the cached {k.dtype}")
-
-    def update(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append new keys and values and return everything cached.
-
-        Args:
-            key: (B, Hkv, S_new, head_dim) keys of the new tokens.
-            value: (B, Hkv, S_new, head_dim_v) their values.
-
-        Returns:
-            (keys, values): (B, Hkv, S_cached + S_new, head_dim) and (..., head_dim_v).
-
-        Raises:
-            ValueError: not 4-D, key and value disagree in (B, Hkv, S_new), or (B, Hkv, head_dim)
-                differ from what is already cached (the message names the shapes).
-        """
-        self.check(key, value)
-        if self.keys is None:
-            self.keys, self.values = key, value
-        else:
-            self.keys = torch.cat([self.keys, key], dim=-2)  # (B, Hkv, S_cached + S_new, hd)
-            self.values = torch.cat([self.values, value], dim=-2)
-        return self.keys, self.values
-
-    def __repr__(self) -> str:
-        shape = None if self.keys is None else _shape(self.keys)
-        return f"KVCache(seq_len={self.seq_len}, keys={shape}, nbytes={self.nbytes()})"
 
 
 def _check_positive_int(name: str, value) -> int:
@@ -365,8 +283,8 @@ class MultiHeadAttention(nn.Module):
                     f"{name} has dtype {t.dtype} but the module's weights are {weight_dtype}; "
                     f"convert one of them (e.g. {name}.to({weight_dtype}) or module.to({t.dtype}))"
                 )
-        if kv_cache is not None and not (hasattr(kv_cache, "seq_len") and hasattr(kv_cache, "update")):
-            raise TypeError(f"kv_cache must be a KVCache (or have seq_len and update()), got {type(kv_cache).__name__}")
+        if kv_cache is not None and not isinstance(kv_cache, KVCacheProtocol):
+            raise TypeError(f"kv_cache must be a KVCache (or follow attn_lib.kv_cache.KVCacheProtocol), got {type(kv_cache).__name__}")
         B, L, _ = query.shape
         S_new = key.shape[1]
         past = 0 if kv_cache is None else kv_cache.seq_len
@@ -383,7 +301,7 @@ class MultiHeadAttention(nn.Module):
             q = apply_rope(q, torch.arange(past, past + L, device=q.device), base=self.rope_base)
             k = apply_rope(k, torch.arange(past, past + S_new, device=k.device), base=self.rope_base)
 
-        if kv_cache is not None and hasattr(kv_cache, "check"):
+        if kv_cache is not None:
             kv_cache.check(k, v)  # reject a mismatching cache before it is changed
         S = past + S_new
         mask = self._build_mask(B, L, S, attn_mask, padding_mask, is_causal, kv_cache is not None,

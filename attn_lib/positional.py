@@ -14,6 +14,8 @@ used in practice:
 - :func:`alibi_slopes`, :func:`alibi_bias` -- no vectors at all: a penalty proportional to the
   distance is added to the attention scores, with a different slope per head (Press et al. 2022,
   "Train Short, Test Long", §3).
+
+Over 400 lines: four position schemes, each short, compared side by side in notebook 02.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import math
 
 import torch
 from torch import nn
-from attn_lib._checks import check_int as _check_int
+from attn_lib._checks import check_device, check_dtype, check_int as _check_int
 
 __all__ = [
     "sinusoidal_positional_encoding",
@@ -93,15 +95,16 @@ def sinusoidal_positional_encoding(
         (P, D) tensor; add it to the (B, P, D) token embeddings (it broadcasts over B).
 
     Raises:
-        TypeError: ``num_positions``/``d_model`` not ints, ``base`` not a number, ``dtype`` not floating.
+        TypeError: ``num_positions``/``d_model`` not ints, ``base`` not a number, ``dtype`` not a dtype or its name.
+        ValueError: an integer ``dtype``; a bad device string ("gpu") or CUDA without a GPU.
         ValueError: ``num_positions`` < 1, ``d_model`` < 2 or odd, ``base`` <= 1.
     """
     _check_int("num_positions", num_positions, minimum=1)
     _check_int("d_model", d_model, minimum=2)
     _check_even("d_model", d_model)
     base = _check_base(base)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    dtype = check_dtype("dtype", dtype)
+    device = check_device("device", device)
 
     position = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (P, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)  = 2i
@@ -227,11 +230,15 @@ def rope_frequencies(head_dim: int, *, base: float = 10000.0, dtype: torch.dtype
         (head_dim/2,) tensor in radians per position.
 
     Raises:
-        TypeError / ValueError: ``head_dim`` not a positive even int, ``base`` not a number > 1.
+        TypeError / ValueError: ``head_dim`` not a positive even int, ``base`` not a number > 1;
+            ``dtype`` not a floating dtype or its name (an integer dtype would truncate every frequency
+            but the first to 0); ``device`` unknown ("gpu") or CUDA without a GPU.
     """
     _check_int("head_dim", head_dim, minimum=2)
     _check_even("head_dim", head_dim)
     base = _check_base(base)
+    dtype = check_dtype("dtype", dtype)
+    device = check_device("device", device)
     return 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=dtype, device=device) / head_dim))
 
 
@@ -255,13 +262,23 @@ def rope_cos_sin(positions, head_dim: int, *, base: float = 10000.0, dtype: torc
     """cos and sin of the RoPE angles m·θ_i for integer positions m.
 
     Args:
-        positions: integer tensor (...,) of positions.
+        positions: integer tensor (...,) of positions (or a list of ints / an int); None is refused
+            (there is no length to default to here -- pass ``torch.arange(L)``).
         head_dim: even int.
+        dtype: floating dtype or its name ("float32"). device: torch.device or a string.
 
     Returns:
         (cos, sin), each (..., head_dim/2), computed in float32 (float64 when ``dtype`` is
-        float64) and cast to ``dtype``.
+        float64) and cast to ``dtype``. Equal to transformers' ``LlamaRotaryEmbedding`` (first half).
+
+    Raises:
+        TypeError: positions None, float or bool; dtype not a dtype or its name.
+        ValueError: head_dim not a positive even int; an integer dtype; a bad or unavailable device.
     """
+    if positions is None:
+        raise TypeError("positions must be an integer tensor of positions, e.g. torch.arange(L), got None")
+    dtype = check_dtype("dtype", dtype)
+    device = check_device("device", device)
     positions = _as_positions(positions, 0, device)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     inv_freq = rope_frequencies(head_dim, base=base, dtype=work, device=positions.device)  # (head_dim/2,)
@@ -394,9 +411,12 @@ def alibi_slopes(num_heads: int, *, dtype: torch.dtype = torch.float32, device=N
         (num_heads,) tensor of slopes, largest first.
 
     Raises:
-        TypeError / ValueError: ``num_heads`` not an int >= 1.
+        TypeError / ValueError: ``num_heads`` not an int >= 1; ``dtype`` not a floating dtype or its name
+            (an integer dtype would truncate every slope < 1 to 0); ``device`` unknown or CUDA without a GPU.
     """
     _check_int("num_heads", num_heads, minimum=1)
+    dtype = check_dtype("dtype", dtype)
+    device = check_device("device", device)
     return torch.tensor(_alibi_slopes_list(num_heads), dtype=torch.float64).to(dtype=dtype, device=device)
 
 
@@ -423,11 +443,14 @@ def alibi_bias(num_heads: int, q_len: int, kv_len: int, *, dtype: torch.dtype = 
         (H, L, S) tensor, zero on the (bottom-right aligned) diagonal, <= 0 elsewhere.
 
     Raises:
-        TypeError / ValueError: an argument is not an int >= 1.
+        TypeError / ValueError: an argument is not an int >= 1; ``dtype`` not a floating dtype or its
+            name (an integer dtype would truncate the bias); ``device`` unknown or CUDA without a GPU.
     """
     _check_int("num_heads", num_heads, minimum=1)
     _check_int("q_len", q_len, minimum=1)
     _check_int("kv_len", kv_len, minimum=1)
+    dtype = check_dtype("dtype", dtype)
+    device = check_device("device", device)
     slopes = alibi_slopes(num_heads, dtype=torch.float64)  # (H,)
     q_pos = torch.arange(q_len, dtype=torch.float64) + (kv_len - q_len)  # (L,)
     k_pos = torch.arange(kv_len, dtype=torch.float64)  # (S,)

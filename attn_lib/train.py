@@ -355,6 +355,140 @@ def load_model(path: Path | str = CHECKPOINT):
     return model.eval()
 
 
+# --------------------------------------------------------------------------- the date task, text in and text out
+# (moved here from attn_lib.models.seq2seq so that the models do not import the date task). This file is
+# over 400 lines because it holds the whole date task around the models: training, evaluation and text in/out.
+__all__ += ["translate", "Translation", "span_hit_rate"]
+
+
+class Translation(NamedTuple):
+    """One translated input of :func:`translate`.
+
+    Attributes:
+        source: the input text. output: the generated text (without special tokens).
+        source_tokens: labels of the source characters (for plot axes).
+        output_tokens: labels of the decoder's positions: each generated character, then ``</s>``.
+        cross_attentions: (layers, H, T_out, S) cross-attention weights (T_out = len(output_tokens)),
+            or None unless asked for. Row t = what the decoder read while choosing output token t.
+    """
+
+    source: str
+    output: str
+    source_tokens: list
+    output_tokens: list
+    cross_attentions: torch.Tensor | None = None
+
+
+def translate(model, texts: str | Sequence[str], src_vocab=None, tgt_vocab=None, *,
+              max_new_tokens: int = 16, return_attentions: bool = False) -> list[Translation]:
+    """Translate texts with greedy decoding: the text-in, text-out path (used by the notebook's text box).
+
+    The texts are encoded with ``src_vocab`` (default :data:`attn_lib.data.SOURCE_VOCAB`), padded into
+    one batch, decoded greedily and turned back into text with ``tgt_vocab`` (default
+    :data:`attn_lib.data.TARGET_VOCAB`). With ``return_attentions`` the generated sequence is fed back
+    through the decoder (teacher forcing; identical to what greedy decoding computed, since the
+    decoder is causal) to collect the cross-attention weights.
+
+    Args:
+        model: a trained :class:`attn_lib.models.Seq2SeqTransformer`. texts: one str or a list of str.
+
+    Returns:
+        list of :class:`Translation`, one per text.
+
+    Raises:
+        TypeError: ``texts`` is not a str or a sequence of str.
+        ValueError: empty text, a text with characters outside the source vocabulary (the message names
+            them), or longer than the model's max_len.
+    """
+    from attn_lib.masks import padding_mask
+
+    src_vocab = SOURCE_VOCAB if src_vocab is None else src_vocab
+    tgt_vocab = TARGET_VOCAB if tgt_vocab is None else tgt_vocab
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, Sequence) or not texts or not all(isinstance(t, str) for t in texts):
+        raise TypeError(f"texts must be a str or a non-empty list of str, got {texts!r}")
+    for t in texts:
+        if not t.strip():
+            raise ValueError(f"texts must not be empty or blank, got {t!r}")
+        if len(t) > model.max_len:
+            raise ValueError(f"text {t!r} has {len(t)} characters, more than the model's max_len={model.max_len}")
+    ids = [src_vocab.encode(t) for t in texts]  # ValueError naming unknown characters
+    mask = padding_mask([len(i) for i in ids])  # (B, S) True = real
+    src = torch.full(mask.shape, src_vocab.pad_id, dtype=torch.long)
+    for b, i in enumerate(ids):
+        src[b, : len(i)] = torch.tensor(i, dtype=torch.long)
+    was_training = model.training
+    model.eval()
+    try:
+        out = model.greedy_decode(src, mask, max_new_tokens=max_new_tokens,
+                                  bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id)  # (B, T)
+        cross = None
+        if return_attentions:
+            tgt_in = torch.cat([torch.full((len(texts), 1), tgt_vocab.bos_id), out], dim=1)[:, :-1]
+            with torch.no_grad():
+                cross = model(src, tgt_in, mask, need_weights=True).cross_attentions
+            cross = torch.stack(cross, dim=1)  # (B, layers, H, T, S)
+    finally:
+        model.train(was_training)
+    results = []
+    for b, text in enumerate(texts):
+        row = out[b].tolist()
+        n = row.index(tgt_vocab.eos_id) + 1 if tgt_vocab.eos_id in row else len(row)
+        w = None if cross is None else cross[b, :, :, :n, : len(text)].clone()
+        results.append(Translation(text, tgt_vocab.decode(row), src_vocab.labels(ids[b]),
+                                   tgt_vocab.labels(row[:n]), w))
+    return results
+
+
+def span_hit_rate(cross_attentions: torch.Tensor, examples: Sequence, fields: Sequence[str] = ("year", "month", "day"),
+                  ) -> torch.Tensor:
+    """For each (layer, head): how often the largest cross-attention weight of an output digit falls
+    inside the source span that holds the answer for that digit.
+
+    The ISO target "YYYY-MM-DD" has year digits at positions 0-3, month digits at 5-6, day digits at
+    8-9 (:func:`attn_lib.data.target_field_slices`). For example b, output position t of field f,
+    layer l and head h, a *hit* is ``start <= argmax_s w[b, l, h, t, s] < end`` where
+    ``examples[b].spans[f] == (start, end)``. The separators '-' and ``</s>`` are not counted.
+
+    Args:
+        cross_attentions: (B, layers, H, T, S) weights of a teacher-forced pass with ``tgt_in`` =
+            ``<s>`` + target (T >= 10), e.g. ``torch.stack(model(...).cross_attentions, 1)``.
+        examples: B :class:`attn_lib.data.DateExample` (with ``spans``).
+        fields: which fields to count.
+
+    Returns:
+        float tensor (layers, H): the fraction of hits per head, over all examples and counted positions.
+
+    Raises:
+        ValueError: not 5-D, a batch size different from ``len(examples)``, fewer than 10 target positions,
+            or an unknown field.
+    """
+    from attn_lib.data import FIELDS, target_field_slices
+
+    w = torch.as_tensor(cross_attentions)
+    if w.dim() != 5:
+        raise ValueError(f"cross_attentions must be (B, layers, H, T, S), got shape {tuple(w.shape)}")
+    if w.shape[0] != len(examples):
+        raise ValueError(f"cross_attentions has B={w.shape[0]} but {len(examples)} examples were given")
+    if w.shape[3] < 10:
+        raise ValueError(f"cross_attentions must cover the 10 target characters (T >= 10), got T={w.shape[3]}")
+    bad = [f for f in fields if f not in FIELDS]
+    if bad:
+        raise ValueError(f"fields must be among {FIELDS}, got {bad}")
+    slices = target_field_slices()
+    top = w.argmax(dim=-1)  # (B, layers, H, T): the source position each head looks at most
+    hits = torch.zeros(w.shape[1:3])
+    count = 0
+    for b, ex in enumerate(examples):
+        for f in fields:
+            start, end = ex.spans[f]
+            t = top[b, :, :, slices[f]]  # (layers, H, n_digits)
+            hits += ((t >= start) & (t < end)).sum(-1)
+            count += t.shape[-1]
+    return hits / count
+
+
 def main() -> None:  # python -m attn_lib.train  (make train-dates)
     """Train the date model with :data:`DATE_TRAIN_CONFIG`, report its test accuracy, save :data:`CHECKPOINT`."""
     from attn_lib import setup

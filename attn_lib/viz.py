@@ -1,6 +1,10 @@
 """Figures of attention weights: heatmaps (matplotlib), widgets (ipywidgets), bertviz views.
 
-All colormaps are colour-blind safe (viridis by default).
+All colours are colour-blind safe: :data:`PALETTE` (Okabe & Ito 2008) for lines and bars,
+:data:`SEQUENTIAL_CMAP` (viridis) for weights, :data:`DIVERGING_CMAP` (PuOr) for signed values.
+They are defined once, in ``attn_lib._setup`` (which :func:`attn_lib.setup` uses for matplotlib's
+defaults), and public here. Over 400 lines: one module for every figure and widget the
+notebooks show, each a few short functions; splitting it would scatter the colour rules. Shapes use the legend of :mod:`attn_lib.attention` (L queries, S keys).
 """
 
 from __future__ import annotations
@@ -13,16 +17,46 @@ from typing import Sequence
 
 import torch
 
-from attn_lib._setup import SEQUENTIAL_CMAP
+from attn_lib._checks import check_bool, check_int, check_number
+from attn_lib._setup import DIVERGING_CMAP, PALETTE, SEQUENTIAL_CMAP
+
+__all__ = [
+    "PALETTE", "SEQUENTIAL_CMAP", "DIVERGING_CMAP", "plot_attention", "attention_stack", "select_head",
+    "head_options", "explorer_figure", "attention_explorer", "head_view", "model_view",
+    "softmax_temperature_demo", "temperature_figure", "temperature_explorer", "demo_mask", "mask_figure",
+    "mask_explorer",
+]
 
 
 def _as_2d_or_4d(weights) -> torch.Tensor:
-    w = torch.as_tensor(weights).detach().to("cpu", torch.float32)
+    try:
+        w = torch.as_tensor(weights)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"weights must be a tensor or array of attention weights, got {type(weights).__name__}") from None
+    if w.dtype == torch.bool or w.is_complex():
+        raise TypeError(f"weights must hold real numbers, got dtype {w.dtype}")
+    w = w.detach().to("cpu", torch.float32)
     if w.dim() not in (2, 4):
         raise ValueError(
             f"weights must be (L, S) for one head or (layers, heads, L, S) for a grid; got shape {tuple(w.shape)}"
         )
+    if w.shape[-1] == 0 or w.shape[-2] == 0 or w.numel() == 0:
+        raise ValueError(f"weights must have at least one query and one key, got shape {tuple(w.shape)}")
+    if not bool(torch.isfinite(w).all()):
+        n = int((~torch.isfinite(w)).sum())
+        raise ValueError(f"weights contain {n} NaN or infinite values (of shape {tuple(w.shape)}); expected finite "
+                         f"attention weights -- a NaN usually means a query row with every key masked")
+    if bool((w < 0).any()):
+        raise ValueError(f"weights must be >= 0 (attention weights are probabilities), got a minimum of "
+                         f"{float(w.min()):.4g}; for signed values (scores) use a diverging colormap with plt.imshow")
     return w
+
+
+def _check_tokens(name: str, tokens) -> list[str]:
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence):
+        raise TypeError(f"{name} must be a list of str (one label per position), got {type(tokens).__name__} "
+                        f"{tokens!r}"[:160])
+    return [str(t) for t in tokens]
 
 
 def plot_attention(
@@ -43,31 +77,45 @@ def plot_attention(
             (one row per layer, one column per head). Tensor or array, any float dtype.
         tokens: the L query tokens (also the key tokens when ``key_tokens`` is None).
         key_tokens: the S key tokens, for cross-attention.
-        ax: matplotlib Axes for the single-head case; a new figure when None.
+        ax: one matplotlib Axes for the single-head case; a new figure when None.
         title: figure or axes title.
         cmap: colormap name (default viridis, colour-blind safe).
         annotate: write each weight in its cell (single head only; readable up to ~12 tokens).
-        vmax: top of the colour scale; default the largest weight.
+        vmax: top of the colour scale, a number > 0; default the largest weight.
 
     Returns:
         the matplotlib Figure.
 
     Raises:
-        ValueError: ``weights`` is not 2-D or 4-D, or the token counts do not match its last two
-            dims (the message names both).
+        TypeError: weights not numeric; tokens not a list of str (None); vmax not a number ('auto');
+            ax not one matplotlib Axes (a list or an array of them); annotate not a bool.
+        ValueError: ``weights`` is not 2-D or 4-D, is empty, holds NaN, inf or negative values; the token
+            counts do not match its last two dims (the message names both); ax given for a grid; vmax <= 0.
+
+    Matches what ``bertviz``'s head view shows for one head, as a static matplotlib heatmap
+    (rows = queries, as in Vaswani et al. 2017, Figure 3).
     """
     import matplotlib.pyplot as plt
+    from matplotlib.axes import Axes
 
     w = _as_2d_or_4d(weights)
-    key_tokens = list(tokens) if key_tokens is None else list(key_tokens)
-    tokens = list(tokens)
+    tokens = _check_tokens("tokens", tokens)
+    key_tokens = list(tokens) if key_tokens is None else _check_tokens("key_tokens", key_tokens)
+    check_bool("annotate", annotate)
+    if ax is not None and not isinstance(ax, Axes):
+        raise TypeError(f"ax must be one matplotlib Axes (e.g. axes[0] of plt.subplots(1, 2)), got {type(ax).__name__}")
+    if ax is not None and w.dim() == 4:
+        raise ValueError("ax is for one head's (L, S) weights; a (layers, heads, L, S) grid draws its own figure")
     L, S = w.shape[-2:]
     if len(tokens) != L or len(key_tokens) != S:
         raise ValueError(
             f"weights are {L} queries x {S} keys but {len(tokens)} query tokens and "
             f"{len(key_tokens)} key tokens were given"
         )
-    vmax = float(w.max()) if vmax is None else vmax
+    if vmax is None:
+        vmax = float(w.max()) or 1.0  # an all-zero map still needs a colour scale
+    elif check_number("vmax", vmax, minimum=0.0) == 0:
+        raise ValueError(f"vmax must be a number > 0 (the top of the colour scale), got {vmax}")
 
     if w.dim() == 2:
         if ax is None:
@@ -171,7 +219,12 @@ def select_head(stack: torch.Tensor, layer: int, head: int | None) -> torch.Tens
 
 
 def head_options(num_heads: int) -> list[tuple[str, int | None]]:
-    """Choices of the explorer's head selector: (label, value) pairs, "mean of heads" first (value None)."""
+    """Choices of the explorer's head selector: (label, value) pairs, "mean of heads" first (value None).
+
+    Raises:
+        TypeError: num_heads not an int. ValueError: num_heads < 1 (no head to choose).
+    """
+    check_int("num_heads", num_heads, minimum=1)
     return [("mean of heads", None)] + [(f"head {h}", h) for h in range(num_heads)]
 
 

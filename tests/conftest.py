@@ -28,3 +28,17 @@ def pretrained():
     import attn_lib
 
     return attn_lib.load_pretrained()
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matrices: one thread avoids OpenMP start-up costs that dominate on a busy 2-core machine.
+
+    Use it with ``pytestmark = pytest.mark.usefixtures("one_thread")`` (tests/test_gqa.py, tests/test_lm.py).
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -329,3 +329,27 @@ def test_learner_mistakes_get_clear_errors_not_nan_or_torch_internals():
         sdpa(bad, q, q)
     with pytest.raises(ValueError, match="attn_mask contains NaN"):
         sdpa(q, q, q, attn_mask=torch.full((5, 5), float("nan")))
+
+
+def test_finite_inputs_whose_scores_overflow_get_an_error_naming_their_scale():
+    """torch's own SDPA returns NaN here; the old code returned silent zeros."""
+    q, k, v = (torch.randn(1, 2, 3, 4) for _ in range(3))
+    assert torch.isnan(F.scaled_dot_product_attention(q * 1e20, k * 1e20, v)).any()
+    with pytest.raises(ValueError, match=r"scores query @ keyᵀ \* scale overflow torch.float32 .* largest "
+                                         r"\|query\| or \|key\| entry is .*e\+20 with E=4"):
+        sdpa(q * 1e20, k * 1e20, v)
+    # the same values in float64 do not overflow: the result is finite
+    out, _ = sdpa(q.double() * 1e20, k.double() * 1e20, v.double())
+    assert torch.isfinite(out).all()
+
+
+def test_infinite_inputs_and_plus_inf_masks_are_refused_minus_inf_blocks():
+    q = torch.randn(1, 3, 4)
+    with pytest.raises(ValueError, match="key contains -inf"):
+        sdpa(q, q.masked_fill(q > 1, float("-inf")), q)
+    mask = torch.zeros(3, 3)
+    mask[0, 2] = float("inf")
+    with pytest.raises(ValueError, match=r"attn_mask contains \+inf .* expected finite values or -inf \(blocked\)"):
+        sdpa(q, q, q, mask)
+    blocked = torch.zeros(3, 3).masked_fill(~torch.ones(3, 3, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(sdpa(q, q, q, blocked)[0], sdpa(q, q, q, is_causal=True)[0])

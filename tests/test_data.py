@@ -242,3 +242,14 @@ def test_endless_batches_deterministic_and_bucketed(splits):
     assert bucketed > plain, "bucketing by length should waste less on padding"
     with pytest.raises(ValueError, match="batch_size"):
         next(endless_batches(exs, 0))
+
+
+def test_collate_refuses_an_empty_source_and_bad_entries():
+    with pytest.raises(ValueError, match=r"pairs\[1\] has an empty source '' ; expected at least one character".replace(" ;", ";")):
+        collate([("may 1 2020", "2020-05-01"), ("", "2020-05-01")])
+    with pytest.raises(ValueError, match="at least one example, got an empty list"):
+        collate([])
+    with pytest.raises(TypeError, match=r"pairs\[0\] must be a DateExample or a \(source, target\) pair of str"):
+        collate([("may 1 2020",)])
+    with pytest.raises(TypeError, match="pairs must be a list"):
+        collate("may 1 2020")

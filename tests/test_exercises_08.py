@@ -78,6 +78,6 @@ def test_check_fake_quantize():
 def test_check_fake_quantize_accepts_attn_lib():
     """attn_lib's own quantizer (float16 scales, rounded up) is close, but the check asks for exact float64
     scales; an answer built on it with float64 scales passes."""
-    from attn_lib.gqa import quantize_absmax
+    from attn_lib.quantization import quantize_absmax
 
     assert check_fake_quantize(lambda x, b: quantize_absmax(x, b, scale_dtype=torch.float64).dequantize())

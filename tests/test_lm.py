@@ -15,18 +15,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_lib.gqa import QuantizedKVCache, kv_cache_bytes, relative_error
-from attn_lib.mha import KVCache
+from attn_lib.kv_cache import KVCache, QuantizedKVCache, kv_cache_bytes
+from attn_lib.quantization import relative_error
 from attn_lib.models.lm import DecoderLM
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matrices: one thread avoids OpenMP start-up costs that dominate on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(num_kv_heads=2, dtype=torch.float32, seed=0, vocab=64, init_std=0.3):
@@ -152,11 +146,44 @@ def test_errors():
         m(torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="one cache per layer"):
         m(torch.tensor([[1]]), kv_caches=[KVCache()])
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 0"):
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got -1"):
         m.generate([1], -1)
     with pytest.raises(ValueError, match="must be divisible by num_kv_heads"):
         DecoderLM(10, d_model=32, num_heads=4, num_kv_heads=3)
-    with pytest.raises(ValueError, match="vocab_size must be >= 2"):
+    with pytest.raises(ValueError, match="vocab_size must be an int >= 2, got 1"):
         DecoderLM(1)
     with pytest.raises(ValueError, match="init_std must be a number > 0"):
         DecoderLM(10, init_std=0)
+
+
+def test_constructor_and_generate_refuse_bad_input_with_named_errors():
+    with pytest.raises(TypeError, match="d_model must be an int >= 1, got float 16.0"):
+        DecoderLM(10, d_model=16.0)
+    with pytest.raises(TypeError, match="rope_base must be a number >= 1.0, got NoneType None"):
+        DecoderLM(10, rope_base=None)  # RoPE is the model's only position information
+    m = _model()
+    with pytest.raises(ValueError, match=r"prompt_ids must be prompts of one length .* got lengths \[1, 2\]"):
+        m.generate([[1], [2, 3]], 2)
+    with pytest.raises(TypeError, match="prompt_ids\\[0\\] must hold int token ids, got bool True"):
+        m.generate([True, False], 2)
+    with pytest.raises(TypeError, match="int64 tensor"):
+        m.generate(torch.tensor([[True, False]]), 2)
+    with pytest.raises(TypeError, match="cache_factory must be a function"):
+        m.generate([1, 2], 2, cache_factory=None)
+    with pytest.raises(TypeError, match="cache_factory must make a new cache per layer .* got the cache instance"):
+        m.generate([1, 2], 2, cache_factory=KVCache())
+    with pytest.raises(TypeError, match="use_cache must be a bool .* got str 'no'"):
+        m.generate([1, 2], 2, use_cache="no")
+    with pytest.raises(TypeError, match="max_new_tokens must be an int >= 0, got float 2.5"):
+        m.generate([1, 2], 2.5)
+
+
+def test_generate_upper_bound_is_the_models_max_len():
+    torch.manual_seed(0)
+    m = DecoderLM(16, d_model=16, num_heads=2, num_layers=1, max_len=8).eval()
+    assert m.generate([1, 2, 3], 5).shape == (8,)  # 3 + 5 = max_len: allowed
+    assert m.generate([1, 2, 3], 0).tolist() == [1, 2, 3]  # 0 new tokens: the prompt itself
+    with pytest.raises(ValueError, match=r"max_new_tokens must be <= max_len - prompt length = 8 - 3 = 5, got 6"):
+        m.generate([1, 2, 3], 6)
+    with pytest.raises(ValueError, match="L=9 tokens, more than the model's max_len=8"):
+        m(torch.zeros(1, 9, dtype=torch.long))

@@ -28,8 +28,15 @@ def test_issue_examples():
 def test_causal_masks_match_torch_biases(L, S):
     top, bottom = causal_mask(L, S), causal_mask(L, S, align="bottom_right")
     assert top.dtype == torch.bool and top.shape == (L, S)
-    assert torch.equal(top, causal_upper_left(L, S)._materialize())
-    assert torch.equal(bottom, causal_lower_right(L, S)._materialize())
+    if L and S:
+        # torch's public CausalBias objects, used as SDPA's attn_mask, give the same attention as our masks
+        g = torch.Generator().manual_seed(L * 10 + S)
+        q, k, v = (torch.randn(1, 2, n, 4, generator=g, dtype=torch.float64) for n in (L, S, S))
+        torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=causal_upper_left(L, S)),
+                                   F.scaled_dot_product_attention(q, k, v, attn_mask=top))
+        if L <= S:  # with L > S torch's lower-right bias has fully masked rows, whose output torch leaves undefined
+            torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(L, S)),
+                                       F.scaled_dot_product_attention(q, k, v, attn_mask=bottom))
     # the definition: query i sees key j iff j <= i (+ S - L for bottom-right)
     i, j = torch.arange(L)[:, None], torch.arange(S)[None, :]
     assert torch.equal(top, j <= i) and torch.equal(bottom, j <= i + S - L)
@@ -121,7 +128,7 @@ def test_padding_to_attn_mask_combines_with_causal():
 def test_mask_errors():
     with pytest.raises(ValueError, match="align must be one of"):
         causal_mask(2, 3, align="top-left")
-    with pytest.raises(ValueError, match="q_len must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="q_len must be an int >= 0, got -1"):
         causal_mask(-1)
     with pytest.raises(TypeError, match="kv_len must be an int"):
         causal_mask(2, 3.0)
@@ -167,3 +174,20 @@ def test_mask_figure_and_explorer():
     plt.close("all")
     assert mask_explorer() is not None
     plt.close("all")
+
+
+def test_mask_arguments_name_argument_value_and_expectation():
+    with pytest.raises(ValueError, match="device must be a device such as 'cpu', 'cuda' or 'cuda:0', got 'gpu'"):
+        causal_mask(3, device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU is available on this machine .* use device='cpu'"):
+            causal_mask(3, device="cuda")
+    assert causal_mask(2, device="cpu").device.type == "cpu"
+    with pytest.raises(ValueError, match="align must be one of 'top_left', 'bottom_right', got 'left'"):
+        causal_mask(2, align="left")
+    with pytest.raises(TypeError, match="q_len must be an int >= 0, got float 2.0"):
+        causal_mask(2.0)
+    three_d = torch.ones(2, 3, 4, dtype=torch.bool)
+    for fn in (to_torch_key_padding_mask, from_torch_key_padding_mask, padding_to_attn_mask):
+        with pytest.raises(ValueError, match=r"must be \(B, S\), one row of key flags per sequence, got shape \(2, 3, 4\)"):
+            fn(three_d)

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_lib.mha import KVCache, MultiHeadAttention, merge_heads, split_heads
+from attn_lib.kv_cache import KVCache
+from attn_lib.mha import MultiHeadAttention, merge_heads, split_heads
 
 
 def _gen(seed: int) -> torch.Generator:

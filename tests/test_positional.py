@@ -79,7 +79,7 @@ def test_sinusoidal_base_and_dtype():
         ((4, "8"), {}, TypeError, ["d_model", "str"]),
         ((4, 4), {"base": 1.0}, ValueError, ["base", "1.0"]),
         ((4, 4), {"base": "big"}, TypeError, ["base"]),
-        ((4, 4), {"dtype": torch.int64}, TypeError, ["dtype", "int64"]),
+        ((4, 4), {"dtype": torch.int64}, ValueError, ["dtype", "int64", "truncate"]),
     ],
 )
 def test_sinusoidal_bad_input(args, kwargs, error, words):
@@ -402,3 +402,25 @@ def test_rotate_half_rejects_an_odd_last_dim():
 
     with pytest.raises(ValueError, match="even last dim"):
         rotate_half(torch.arange(5.0))
+
+
+def test_dtype_and_device_arguments_one_rule():
+    from attn_lib.positional import alibi_bias, alibi_slopes, rope_cos_sin, rope_frequencies, sinusoidal_positional_encoding
+
+    # names of dtypes are read as the dtypes
+    assert alibi_slopes(4, dtype="float64").dtype == torch.float64
+    cos, sin = rope_cos_sin(torch.arange(3), 8, dtype="float32")
+    assert cos.shape == (3, 4) and cos.dtype == torch.float32
+    # integer dtypes would truncate slopes < 1, frequencies and biases to 0: refused
+    for call in (lambda: alibi_slopes(4, dtype=torch.int64), lambda: alibi_bias(2, 3, 3, dtype=torch.int32),
+                 lambda: rope_frequencies(8, dtype=torch.int64), lambda: rope_cos_sin(torch.arange(2), 8, dtype=torch.int64),
+                 lambda: sinusoidal_positional_encoding(4, 8, dtype=torch.int64)):
+        with pytest.raises(ValueError, match="dtype must be a floating dtype .* an integer dtype would truncate"):
+            call()
+    with pytest.raises(TypeError, match=r"positions must be an integer tensor of positions, e.g. torch.arange\(L\), got None"):
+        rope_cos_sin(None, 8)
+    with pytest.raises(ValueError, match="device must be a device such as 'cpu', 'cuda' or 'cuda:0', got 'gpu'"):
+        alibi_slopes(4, device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU is available"):
+            rope_frequencies(8, device="cuda")

@@ -17,7 +17,7 @@ from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB, collate, load_splits
 from attn_lib.masks import causal_mask, padding_mask, to_torch_key_padding_mask
 from attn_lib.mha import MultiHeadAttention
 from attn_lib.models import DecoderBlock, DecoderOnly, EncoderBlock, EncoderOnly, FeedForward, Seq2SeqTransformer
-from attn_lib.models.seq2seq import span_hit_rate, translate
+from attn_lib.train import span_hit_rate, translate
 from attn_lib.train import (MASK_ID, NUM_SLOTS, decoder_only_inputs, decoder_only_loss, encoder_only_inputs,
                             encoder_only_loss, exact_match, load_model, predict_decoder_only,
                             predict_encoder_only, predict_seq2seq, save_model, seq2seq_loss, train,
@@ -214,8 +214,15 @@ def test_model_input_errors(model, batch):
         model(batch.src, batch.tgt_in, batch.src_padding_mask.long())
     with pytest.raises(ValueError, match="max_len"):
         model(torch.ones(1, 100, dtype=torch.long), batch.tgt_in[:1])
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        model.greedy_decode(batch.src, max_new_tokens=0)
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got -1"):
+        model.greedy_decode(batch.src, max_new_tokens=-1)
+    # one rule for every decoder (attn_lib.models.decoding): 0 new tokens is allowed and gives none,
+    # <s> plus the new tokens must fit in max_len, and the ids of <s> and </s> must be target ids
+    assert model.greedy_decode(batch.src, max_new_tokens=0).shape == (batch.src.shape[0], 0)
+    with pytest.raises(ValueError, match=f"max_new_tokens must be <= max_len - prompt length = {model.max_len} - 1"):
+        model.greedy_decode(batch.src, max_new_tokens=model.max_len)
+    with pytest.raises(ValueError, match="bos_id must be an int in"):
+        model.greedy_decode(batch.src, bos_id=99)
 
 
 def test_translate_rejects_characters_outside_the_vocabulary(model):
@@ -368,3 +375,30 @@ def test_pad_id_outside_the_vocabulary_is_a_clear_error():
     for bad in (20, -1):
         with pytest.raises(ValueError, match="pad_id must be an int in 0..9"):
             Seq2SeqTransformer(10, 10, pad_id=bad)
+
+
+def test_decoder_only_generate_shares_the_decoding_checks():
+    torch.manual_seed(0)
+    m = DecoderOnly(12, d_model=16, num_heads=2, num_layers=1, max_len=8).eval()
+    out = m.generate([[3, 4], [5, 6, 7]], 3)
+    assert [len(o) <= 3 for o in out] == [True, True]
+    assert m.generate([[3, 4]], 0) == [[]]
+    cases = [
+        (([3, 4], 2), TypeError, r"prompts must be a list of prompts, each a list of token ids, e.g. \[\[5, 3, 9\]\]; got list \[3, 4\] \(wrap one prompt"),
+        (([[1.7, 2.2]], 1), TypeError, r"prompts\[0\] must hold int token ids, got float 1.7"),
+        (([[3, 4]], -3), ValueError, "max_new_tokens must be an int >= 0, got -3"),
+        (([[3, 4]], 2.5), TypeError, "max_new_tokens must be an int >= 0, got float 2.5"),
+        (([[3, 4]], 7), ValueError, r"max_new_tokens must be <= max_len - prompt length = 8 - 2 = 6, got 7"),
+        (([[3, 40]], 1), ValueError, r"prompts\[0\] holds id 40, outside the vocabulary \[0, 12\)"),
+        (([], 1), ValueError, "at least one prompt"),
+    ]
+    for args, error, match in cases:
+        with pytest.raises(error, match=match):
+            m.generate(*args)
+
+
+def test_model_sizes_of_the_wrong_type_are_type_errors():
+    with pytest.raises(TypeError, match="d_model must be an int >= 1, got float 16.0"):
+        Seq2SeqTransformer(10, 10, d_model=16.0)
+    with pytest.raises(ValueError, match="num_layers must be an int >= 1, got 0"):
+        DecoderOnly(10, num_layers=0)

@@ -46,7 +46,9 @@ def test_attention_stack_picks_one_sentence():
     stack = viz.attention_stack(att, batch_index=1)
     assert stack.shape == (3, 4, 5, 5) and stack.dtype == torch.float32
     torch.testing.assert_close(stack[2], att[2][1])
-    assert viz.attention_stack(stack) is not None  # a (layers, H, L, S) tensor is accepted as is
+    # a (layers, H, L, S) tensor is accepted as is: the same values back, as float32 on the CPU
+    same = viz.attention_stack(stack.double())
+    assert same.dtype == torch.float32 and torch.equal(same, stack)
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -285,3 +287,46 @@ def test_bertviz_called_directly_is_offline_after_setup():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        cwd=REPO_ROOT, env={**__import__("os").environ, "PYTHONPATH": str(REPO_ROOT)})
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+    att = tuple(torch.softmax(torch.randn(1, 2, 3, 3), -1) for _ in range(2))
+    ours = head_view(att, ["a", "b", "c"], html_action="return").data
+    theirs = bertviz_head_view([a.round(decimals=4) for a in att], ["a", "b", "c"], html_action="return").data
+    assert "typeof require === 'undefined'" in ours and "typeof require" not in theirs
+    # bertviz's whole inline script (its D3 code and its config) sits inside the retry wrapper
+    inner = ours.split("return; }\n", 1)[1].rsplit("\n})();", 1)[0]
+    assert "Transformer Visualization D3 javascript code" in inner
+    # bertviz's params (the weights and tokens it draws) are inside our wrapper, as in bertviz's own HTML
+    assert re.search(r'const params = \{"attention": \[', theirs)
+    assert re.search(r'const params = \{"attention": \[', inner)
+    assert len(ours) - len(theirs) < 200  # only the wrapper was added
+    assert "typeof require === 'undefined'" in model_view(att, ["a", "b", "c"], html_action="return").data
+
+
+def test_plot_attention_and_head_options_refuse_bad_input_by_name():
+    import matplotlib.pyplot as plt
+
+    w = torch.softmax(torch.randn(2, 3), -1)
+    cases = [
+        ((w, None), {}, TypeError, "tokens must be a list of str .* got NoneType None"),
+        ((w, ["a", "b"], ["x", "y", "z"]), {"vmax": "auto"}, TypeError, "vmax must be a number >= 0.0, got str 'auto'"),
+        ((torch.zeros(0, 0), []), {}, ValueError, r"at least one query and one key, got shape \(0, 0\)"),
+        ((w.masked_fill(w > 0.4, float("nan")), ["a", "b"], ["x", "y", "z"]), {}, ValueError, "NaN or infinite"),
+        ((w - 1, ["a", "b"], ["x", "y", "z"]), {}, ValueError, "weights must be >= 0 .* got a minimum of"),
+        ((w, ["a", "b"], ["x", "y", "z"]), {"vmax": 0}, ValueError, "vmax must be a number > 0"),
+    ]
+    for args, kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            viz.plot_attention(*args, **kwargs)
+    fig, axes = plt.subplots(1, 2)
+    with pytest.raises(TypeError, match=r"ax must be one matplotlib Axes \(e.g. axes\[0\] of plt.subplots\(1, 2\)\), got list"):
+        viz.plot_attention(w, ["a", "b"], ["x", "y", "z"], ax=list(axes))
+    assert viz.plot_attention(w, ["a", "b"], ["x", "y", "z"], ax=axes[0]) is fig
+    plt.close("all")
+    with pytest.raises(ValueError, match="num_heads must be an int >= 1, got 0"):
+        viz.head_options(0)
+
+
+def test_palette_and_colour_maps_are_public_in_viz_and_defined_once():
+    from attn_lib import _setup
+
+    assert viz.PALETTE is _setup.PALETTE and len(viz.PALETTE) == 8 and viz.PALETTE[0] == "#0072B2"  # Okabe-Ito blue
+    assert (viz.SEQUENTIAL_CMAP, viz.DIVERGING_CMAP) == ("viridis", "PuOr")

@@ -15,7 +15,8 @@ import torch
 
 from attn_lib.exercises._core import as_tensor as _tensor
 from attn_lib.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
-from attn_lib.gqa import kv_cache_bytes, mean_pool_kv_heads, repeat_kv
+from attn_lib.gqa import mean_pool_kv_heads, repeat_kv
+from attn_lib.kv_cache import kv_cache_bytes
 
 __all__ = ["check_kv_cache_bytes", "check_repeat_kv", "check_mean_pool_kv_heads", "check_fake_quantize"]
 

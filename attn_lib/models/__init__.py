@@ -1,8 +1,9 @@
-"""Small Transformers built from attn_lib's own attention (notebooks 07 and 07).
+"""Small Transformers built from attn_lib's own attention (notebooks 07, 08 and 10).
 
 - ``attn_lib.models.blocks``   encoder block, decoder block, position-wise feed-forward
 - ``attn_lib.models.seq2seq``  encoder-decoder, encoder-only (BERT-like) and decoder-only (GPT-like) models
 - ``attn_lib.models.lm``       a decoder-only language model with RoPE, grouped-query attention and a KV cache
+- ``attn_lib.models.decoding`` the one greedy decoding loop and its max_new_tokens rule, shared by all three
 """
 
 import importlib

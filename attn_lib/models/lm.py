@@ -8,7 +8,7 @@ The layout of LLaMA-style decoders (Touvron et al. 2023, "LLaMA", section 2.2), 
         x = x + ffn(RMSNorm(x))                           # attn_lib.models.blocks.FeedForward (GELU)
     logits = lm_head(RMSNorm(x))                          # (B, L, vocab_size); weights tied to embed
 
-Decoding with :meth:`DecoderLM.generate` keeps one :class:`attn_lib.mha.KVCache` per layer: the
+Decoding with :meth:`DecoderLM.generate` keeps one :class:`attn_lib.kv_cache.KVCache` per layer: the
 prompt is processed once, then each step feeds only the newest token, whose query attends over all
 cached keys (the causal mask aligned bottom-right). tests/test_lm.py checks that the cached logits
 equal the full forward pass to 1e-5 and that greedy output is identical with and without the cache.
@@ -21,9 +21,11 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from attn_lib.mha import KVCache, MultiHeadAttention
+from attn_lib._checks import check_bool, check_callable, check_int as _check_int, check_number
+from attn_lib.kv_cache import KVCache, KVCacheProtocol
+from attn_lib.mha import MultiHeadAttention
 from attn_lib.models.blocks import FeedForward
-from attn_lib._checks import check_int as _check_int
+from attn_lib.models.decoding import check_max_new_tokens, check_prompts, greedy_loop
 
 __all__ = ["DecoderLM", "LMBlock"]
 
@@ -58,24 +60,36 @@ class DecoderLM(nn.Module):
             with an even head_dim (RoPE).
         num_kv_heads: key/value heads (default num_heads = MHA; 1 = MQA), must divide num_heads.
         num_layers: decoder layers (default 2). d_ff: feed-forward width (default 4·d_model).
-        rope_base: RoPE's base (default 10000.0).
+        rope_base: RoPE's base (default 10000.0), a number >= 1; RoPE is the model's only position
+            information, so None is refused.
         init_std: standard deviation of the initial linear and embedding weights (default 0.02, GPT-2's).
+        max_len: the longest sequence (prompt plus generated tokens, or cached plus new) it accepts
+            (default 2048, LLaMA-1's context length).
 
     Shapes: ``forward(input_ids (B, L))`` -> logits (B, L, vocab_size), float32.
 
     Raises:
-        TypeError / ValueError: sizes that are not positive ints, or head counts that do not divide
-        (the message names the numbers).
+        TypeError: a size that is not an int (``d_model=16.0``), rope_base or init_std not a number (None).
+        ValueError: sizes < 1, head counts that do not divide (the message names the numbers),
+            rope_base < 1, init_std <= 0.
     """
 
     def __init__(self, vocab_size: int, *, d_model: int = 128, num_heads: int = 4, num_kv_heads: int | None = None,
-                 num_layers: int = 2, d_ff: int | None = None, rope_base: float = 10000.0, init_std: float = 0.02):
+                 num_layers: int = 2, d_ff: int | None = None, rope_base: float = 10000.0, init_std: float = 0.02,
+                 max_len: int = 2048):
         super().__init__()
         _check_int("vocab_size", vocab_size, minimum=2)
+        _check_int("d_model", d_model, minimum=1)
         _check_int("num_layers", num_layers, minimum=1)
+        _check_int("max_len", max_len, minimum=1)
+        # RoPE is this model's only source of positions: without it the model could not tell order apart
+        rope_base = check_number("rope_base", rope_base, minimum=1.0)
+        init_std = check_number("init_std", init_std, minimum=0.0)
+        if init_std == 0:
+            raise ValueError(f"init_std must be a number > 0, got {init_std}")
         d_ff = 4 * d_model if d_ff is None else _check_int("d_ff", d_ff, minimum=1)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        self.vocab_size, self.d_model, self.num_layers = vocab_size, d_model, num_layers
+        self.vocab_size, self.d_model, self.num_layers, self.max_len = vocab_size, d_model, num_layers, max_len
         self.embed = nn.Embedding(vocab_size, d_model)
         self.layers = nn.ModuleList(
             LMBlock(d_model, num_heads, num_kv_heads, d_ff, rope_base) for _ in range(num_layers)
@@ -83,8 +97,6 @@ class DecoderLM(nn.Module):
         self.norm = nn.RMSNorm(d_model, eps=1e-6)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         self.lm_head.weight = self.embed.weight  # tied input and output embeddings (GPT-2)
-        if isinstance(init_std, bool) or not isinstance(init_std, (int, float)) or not init_std > 0:
-            raise ValueError(f"init_std must be a number > 0, got {init_std!r}")
         for m in self.modules():
             # GPT-2's initialisation: N(0, init_std) for linear and embedding weights, zero biases
             if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -104,9 +116,22 @@ class DecoderLM(nn.Module):
     def head_dim(self) -> int:
         return self.layers[0].attn.head_dim
 
-    def new_kv_caches(self, factory: Callable[[], object] = KVCache) -> list:
-        """One empty cache per layer (``factory()``, e.g. ``KVCache`` or ``lambda: QuantizedKVCache(4)``)."""
-        return [factory() for _ in self.layers]
+    def new_kv_caches(self, factory: Callable[[], KVCacheProtocol] = KVCache) -> list:
+        """One empty cache per layer (``factory()``, e.g. ``KVCache`` or ``lambda: QuantizedKVCache(4)``).
+
+        Raises:
+            TypeError: factory is not callable (None, or a cache instance instead of a function making
+                one), or what it returns is not a :class:`attn_lib.kv_cache.KVCacheProtocol`.
+        """
+        if not isinstance(factory, type) and isinstance(factory, KVCacheProtocol):
+            raise TypeError(f"cache_factory must make a new cache per layer (a class or a function such as "
+                            f"KVCache or lambda: QuantizedKVCache(4)), got the cache instance {factory!r}")
+        check_callable("cache_factory", factory)
+        caches = [factory() for _ in self.layers]
+        if not isinstance(caches[0], KVCacheProtocol):
+            raise TypeError(f"cache_factory must return a KV cache (attn_lib.kv_cache.KVCacheProtocol), "
+                            f"got {type(caches[0]).__name__}")
+        return caches
 
     def _check_ids(self, input_ids) -> torch.Tensor:
         if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int64, torch.int32):
@@ -114,6 +139,8 @@ class DecoderLM(nn.Module):
             raise TypeError(f"input_ids must be an int64 tensor (B, L) of token ids, got {got}")
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(f"input_ids must have shape (B, L) with L >= 1, got {tuple(input_ids.shape)}")
+        if input_ids.shape[1] > self.max_len:
+            raise ValueError(f"input_ids has L={input_ids.shape[1]} tokens, more than the model's max_len={self.max_len}")
         if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.vocab_size):
             raise ValueError(
                 f"input_ids must lie in [0, vocab_size={self.vocab_size}), got values in "
@@ -139,6 +166,9 @@ class DecoderLM(nn.Module):
         input_ids = self._check_ids(input_ids)
         if kv_caches is not None and len(kv_caches) != len(self.layers):
             raise ValueError(f"kv_caches must hold one cache per layer ({len(self.layers)}), got {len(kv_caches)}")
+        if kv_caches is not None and kv_caches[0].seq_len + input_ids.shape[1] > self.max_len:
+            raise ValueError(f"the caches hold {kv_caches[0].seq_len} tokens; {input_ids.shape[1]} more exceed the "
+                             f"model's max_len={self.max_len}")
         x = self.embed(input_ids)  # (B, L, d_model)
         for i, layer in enumerate(self.layers):
             x = layer(x, None if kv_caches is None else kv_caches[i])
@@ -155,33 +185,43 @@ class DecoderLM(nn.Module):
         slower. Ties in the argmax go to the lowest id (``torch.argmax``).
 
         Args:
-            prompt_ids: (B, P) or (P,) int64 tensor, or a list of ints; every prompt has the same length P >= 1.
-            max_new_tokens: int >= 0.
-            use_cache: keep a KV cache (default) or recompute everything each step.
-            cache_factory: makes each layer's cache (default :class:`attn_lib.mha.KVCache`;
-                e.g. ``lambda: attn_lib.gqa.QuantizedKVCache(8)``).
+            prompt_ids: (B, P) or (P,) int64 tensor, or a list of ints, or a list of B lists of ints;
+                every prompt has the same length P >= 1.
+            max_new_tokens: int >= 0 with P + max_new_tokens <= max_len.
+            use_cache: bool: keep a KV cache (default) or recompute everything each step.
+            cache_factory: makes each layer's cache (default :class:`attn_lib.kv_cache.KVCache`;
+                e.g. ``lambda: attn_lib.kv_cache.QuantizedKVCache(8)``).
 
         Returns:
             (B, P + max_new_tokens) int64 (or (P + max_new_tokens,) for a 1-D prompt): prompt then new tokens.
 
         Raises:
-            TypeError / ValueError: bad prompt (see :meth:`forward`) or max_new_tokens.
+            TypeError: a float or bool prompt; max_new_tokens not an int; use_cache not a bool;
+                cache_factory not callable (None, or a cache instance).
+            ValueError: ragged prompts, ids outside the vocabulary, max_new_tokens < 0 or
+                P + max_new_tokens > max_len.
         """
-        _check_int("max_new_tokens", max_new_tokens, minimum=0)
-        if isinstance(prompt_ids, (list, tuple)):
-            prompt_ids = torch.tensor(prompt_ids, dtype=torch.long)
-        one_d = isinstance(prompt_ids, torch.Tensor) and prompt_ids.dim() == 1
-        ids = self._check_ids(prompt_ids[None] if one_d else prompt_ids).to(self.embed.weight.device)
+        one_d = (isinstance(prompt_ids, torch.Tensor) and prompt_ids.dim() == 1) or (
+            isinstance(prompt_ids, (list, tuple)) and not any(isinstance(p, (list, tuple)) for p in prompt_ids))
+        if isinstance(prompt_ids, torch.Tensor):
+            ids = self._check_ids(prompt_ids[None] if one_d else prompt_ids)
+        else:
+            ids = check_prompts("prompt_ids", [list(prompt_ids)] if one_d else prompt_ids, self.vocab_size, ragged=False)
+        check_max_new_tokens(max_new_tokens, prompt_len=ids.shape[1], max_len=self.max_len)
+        check_bool("use_cache", use_cache)
+        ids = ids.to(self.embed.weight.device)
+        caches = self.new_kv_caches(cache_factory) if use_cache else None
         was_training = self.training
         self.eval()
+
+        def next_logits(new: torch.Tensor) -> torch.Tensor:
+            if not use_cache:
+                return self(torch.cat([ids, new], dim=1))[:, -1]  # the whole sequence again
+            # with a cache: the prompt at the first step, then only the newest token
+            return self(ids if new.shape[1] == 0 else new[:, -1:], kv_caches=caches)[:, -1]
+
         try:
-            caches = self.new_kv_caches(cache_factory) if use_cache else None
-            step_input = ids  # the first step feeds the whole prompt
-            for _ in range(max_new_tokens):
-                logits = self(step_input if use_cache else ids, kv_caches=caches)  # (B, L_step, V)
-                next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
-                ids = torch.cat([ids, next_id], dim=1)
-                step_input = next_id  # with a cache, only the new token is fed next
+            ids = torch.cat([ids, greedy_loop(next_logits, ids.shape[0], max_new_tokens, device=ids.device)], dim=1)
         finally:
             self.train(was_training)
         return ids[0] if one_d else ids

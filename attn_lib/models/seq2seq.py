@@ -9,8 +9,9 @@
   cross-attention; causal, so it continues a prompt one token at a time.
 
 All three take token ids (long tensors) and bool padding masks (True = real token), and give
-logits. :func:`translate` is the text-in, text-out path for the date task of :mod:`attn_lib.data`;
-:func:`span_hit_rate` measures whether cross-attention heads look at the right source characters.
+logits. The models know nothing of any task: the date task's text-in, text-out path
+(:func:`attn_lib.train.translate`) and its attention measure (:func:`attn_lib.train.span_hit_rate`)
+live in :mod:`attn_lib.train`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from typing import NamedTuple, Sequence
 import torch
 from torch import nn
 
+from attn_lib._checks import check_int
 from attn_lib.models.blocks import DecoderBlock, EncoderBlock
+from attn_lib.models.decoding import check_max_new_tokens, check_prompts, greedy_loop
 from attn_lib.positional import LearnedPositionalEmbedding, sinusoidal_positional_encoding
 
 __all__ = [
     "Seq2SeqTransformer", "Seq2SeqOutput", "EncoderOnly", "DecoderOnly", "ModelOutput",
-    "translate", "Translation", "span_hit_rate",
 ]
 
 
@@ -88,8 +90,7 @@ class _Embedding(nn.Module):
 
 def _check_config(**kw):
     for name, v in kw.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        check_int(name, v, minimum=1)  # TypeError for 16.0, ValueError for 0
 
 
 # --------------------------------------------------------------------------- encoder-decoder
@@ -231,26 +232,32 @@ class Seq2SeqTransformer(nn.Module):
         and its last position's logits pick token t. Stops when every sequence has produced ``</s>``
         or after ``max_new_tokens``.
 
+        Args:
+            src: long (B, S) source ids. src_padding_mask: bool (B, S), True = real token.
+            max_new_tokens: int >= 0 with 1 + max_new_tokens <= max_len (``<s>`` plus the new tokens).
+            bos_id, eos_id: ids of ``<s>`` and ``</s>`` in the target vocabulary.
+
         Returns:
-            long (B, T_out) generated ids, without ``<s>``; a sequence's ``</s>`` is kept, and
-            positions after it hold ``pad_id``.
+            long (B, T_out) generated ids, T_out <= max_new_tokens, without ``<s>``; a sequence's ``</s>``
+            is kept, and positions after it hold ``pad_id``.
+
+        Raises:
+            TypeError: max_new_tokens, bos_id or eos_id not an int; bad src (see :meth:`encode`).
+            ValueError: max_new_tokens < 0 or > max_len - 1; bos_id or eos_id outside the target vocabulary.
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-        max_new_tokens = min(max_new_tokens, self.max_len - 1)
+        # one rule for every decoder (attn_lib.models.decoding): <s> + the new tokens fit in max_len
+        check_max_new_tokens(max_new_tokens, prompt_len=1, max_len=self.max_len)
+        for name, i in (("bos_id", bos_id), ("eos_id", eos_id)):
+            check_int(name, i, minimum=0, maximum=self.tgt_vocab_size - 1)
         memory, _ = self.encode(src, src_padding_mask)
         B = memory.shape[0]
-        ys = torch.full((B, 1), bos_id, dtype=torch.long, device=memory.device)  # (B, 1) = <s>
-        done = torch.zeros(B, dtype=torch.bool, device=memory.device)
-        for _ in range(max_new_tokens):
-            logits, _, _ = self.decode(ys, memory, src_padding_mask)  # (B, t+1, V)
-            nxt = logits[:, -1].argmax(-1)  # (B,) greedy choice
-            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
-            ys = torch.cat([ys, nxt[:, None]], dim=1)
-            done |= nxt == eos_id
-            if done.all():
-                break
-        return ys[:, 1:]
+        bos = torch.full((B, 1), bos_id, dtype=torch.long, device=memory.device)  # (B, 1) = <s>
+
+        def next_logits(new: torch.Tensor) -> torch.Tensor:
+            logits, _, _ = self.decode(torch.cat([bos, new], dim=1), memory, src_padding_mask)  # (B, t+1, V)
+            return logits[:, -1]
+
+        return greedy_loop(next_logits, B, max_new_tokens, eos_id=eos_id, pad_id=self.pad_id, device=memory.device)
 
 
 # --------------------------------------------------------------------------- encoder-only and decoder-only
@@ -361,165 +368,40 @@ class DecoderOnly(_Stack):
         position ``len(prompt_b) - 1 + k`` depend only on the tokens up to there, so each sequence is
         continued in place at its own position (no padding mask needed).
 
+        Args:
+            prompts: a list of B prompts, each a non-empty list of int ids (lengths may differ).
+            max_new_tokens: int >= 0 with longest prompt + max_new_tokens <= max_len.
+            eos_id: the id that ends a sequence.
+
         Returns:
             per prompt, the generated ids (stopping after ``eos_id``, which is kept).
 
         Raises:
-            ValueError: an empty prompt, or prompt + max_new_tokens longer than max_len.
+            TypeError: prompts not a list of lists of ints (a flat list, float or bool ids);
+                max_new_tokens or eos_id not an int.
+            ValueError: no prompt or an empty one, an id outside the vocabulary, max_new_tokens < 0,
+                or prompt + max_new_tokens longer than max_len.
         """
+        prompts = check_prompts("prompts", prompts, self.vocab_size, ragged=True)
         lens = [len(p) for p in prompts]
-        if not lens or min(lens) == 0:
-            raise ValueError("prompts must be a non-empty list of non-empty id sequences")
-        total = max(lens) + max_new_tokens
-        if total > self.max_len:
-            raise ValueError(f"longest prompt ({max(lens)}) + max_new_tokens ({max_new_tokens}) > max_len={self.max_len}")
+        check_max_new_tokens(max_new_tokens, prompt_len=max(lens), max_len=self.max_len)
+        check_int("eos_id", eos_id, minimum=0, maximum=self.vocab_size - 1)
         B = len(prompts)
-        buf = torch.full((B, total), self.pad_id, dtype=torch.long)
+        buf = torch.full((B, max(lens) + max_new_tokens), self.pad_id, dtype=torch.long)
         for b, p in enumerate(prompts):
-            buf[b, : len(p)] = torch.as_tensor(list(p), dtype=torch.long)
-        pos = torch.tensor(lens) - 1  # (B,) position whose logits give the next token
-        out = [[] for _ in range(B)]
-        done = torch.zeros(B, dtype=torch.bool)
+            buf[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+        start = torch.tensor(lens) - 1  # (B,) position whose logits give the first new token
         rows = torch.arange(B)
-        for _ in range(max_new_tokens):
-            logits = self(buf[:, : int(pos.max()) + 1]).logits  # (B, l, V)
-            nxt = logits[rows, pos].argmax(-1)  # (B,)
-            for b in range(B):
-                if not done[b]:
-                    out[b].append(int(nxt[b]))
-            done |= nxt == eos_id
-            if done.all():
-                break
-            pos = pos + 1
-            buf[rows, pos] = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
+
+        def next_logits(new: torch.Tensor) -> torch.Tensor:
+            t = new.shape[1]
+            if t:
+                buf[rows, start + t] = new[:, -1]  # each row continues in place, after its own prompt
+            pos = start + t
+            return self(buf[:, : int(pos.max()) + 1]).logits[rows, pos]  # (B, V)
+
+        new = greedy_loop(next_logits, B, max_new_tokens, eos_id=eos_id, pad_id=self.pad_id)
+        out = []
+        for row in new.tolist():
+            out.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
         return out
-
-
-# --------------------------------------------------------------------------- text in, text out
-class Translation(NamedTuple):
-    """One translated input of :func:`translate`.
-
-    Attributes:
-        source: the input text. output: the generated text (without special tokens).
-        source_tokens: labels of the source characters (for plot axes).
-        output_tokens: labels of the decoder's positions: each generated character, then ``</s>``.
-        cross_attentions: (layers, H, T_out, S) cross-attention weights (T_out = len(output_tokens)),
-            or None unless asked for. Row t = what the decoder read while choosing output token t.
-    """
-
-    source: str
-    output: str
-    source_tokens: list
-    output_tokens: list
-    cross_attentions: torch.Tensor | None = None
-
-
-def translate(model: Seq2SeqTransformer, texts: str | Sequence[str], src_vocab=None, tgt_vocab=None, *,
-              max_new_tokens: int = 16, return_attentions: bool = False) -> list[Translation]:
-    """Translate texts with greedy decoding: the text-in, text-out path (used by the notebook's text box).
-
-    The texts are encoded with ``src_vocab`` (default :data:`attn_lib.data.SOURCE_VOCAB`), padded into
-    one batch, decoded greedily and turned back into text with ``tgt_vocab`` (default
-    :data:`attn_lib.data.TARGET_VOCAB`). With ``return_attentions`` the generated sequence is fed back
-    through the decoder (teacher forcing; identical to what greedy decoding computed, since the
-    decoder is causal) to collect the cross-attention weights.
-
-    Args:
-        model: a trained :class:`Seq2SeqTransformer`. texts: one str or a list of str.
-
-    Returns:
-        list of :class:`Translation`, one per text.
-
-    Raises:
-        TypeError: ``texts`` is not a str or a sequence of str.
-        ValueError: empty text, a text with characters outside the source vocabulary (the message names
-            them), or longer than the model's max_len.
-    """
-    from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB
-    from attn_lib.masks import padding_mask
-
-    src_vocab = SOURCE_VOCAB if src_vocab is None else src_vocab
-    tgt_vocab = TARGET_VOCAB if tgt_vocab is None else tgt_vocab
-    if isinstance(texts, str):
-        texts = [texts]
-    if not isinstance(texts, Sequence) or not texts or not all(isinstance(t, str) for t in texts):
-        raise TypeError(f"texts must be a str or a non-empty list of str, got {texts!r}")
-    for t in texts:
-        if not t.strip():
-            raise ValueError(f"texts must not be empty or blank, got {t!r}")
-        if len(t) > model.max_len:
-            raise ValueError(f"text {t!r} has {len(t)} characters, more than the model's max_len={model.max_len}")
-    ids = [src_vocab.encode(t) for t in texts]  # ValueError naming unknown characters
-    mask = padding_mask([len(i) for i in ids])  # (B, S) True = real
-    src = torch.full(mask.shape, src_vocab.pad_id, dtype=torch.long)
-    for b, i in enumerate(ids):
-        src[b, : len(i)] = torch.tensor(i, dtype=torch.long)
-    was_training = model.training
-    model.eval()
-    try:
-        out = model.greedy_decode(src, mask, max_new_tokens=max_new_tokens,
-                                  bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id)  # (B, T)
-        cross = None
-        if return_attentions:
-            tgt_in = torch.cat([torch.full((len(texts), 1), tgt_vocab.bos_id), out], dim=1)[:, :-1]
-            with torch.no_grad():
-                cross = model(src, tgt_in, mask, need_weights=True).cross_attentions
-            cross = torch.stack(cross, dim=1)  # (B, layers, H, T, S)
-    finally:
-        model.train(was_training)
-    results = []
-    for b, text in enumerate(texts):
-        row = out[b].tolist()
-        n = row.index(tgt_vocab.eos_id) + 1 if tgt_vocab.eos_id in row else len(row)
-        w = None if cross is None else cross[b, :, :, :n, : len(text)].clone()
-        results.append(Translation(text, tgt_vocab.decode(row), src_vocab.labels(ids[b]),
-                                   tgt_vocab.labels(row[:n]), w))
-    return results
-
-
-def span_hit_rate(cross_attentions: torch.Tensor, examples: Sequence, fields: Sequence[str] = ("year", "month", "day"),
-                  ) -> torch.Tensor:
-    """For each (layer, head): how often the largest cross-attention weight of an output digit falls
-    inside the source span that holds the answer for that digit.
-
-    The ISO target "YYYY-MM-DD" has year digits at positions 0-3, month digits at 5-6, day digits at
-    8-9 (:func:`attn_lib.data.target_field_slices`). For example b, output position t of field f,
-    layer l and head h, a *hit* is ``start <= argmax_s w[b, l, h, t, s] < end`` where
-    ``examples[b].spans[f] == (start, end)``. The separators '-' and ``</s>`` are not counted.
-
-    Args:
-        cross_attentions: (B, layers, H, T, S) weights of a teacher-forced pass with ``tgt_in`` =
-            ``<s>`` + target (T >= 10), e.g. ``torch.stack(model(...).cross_attentions, 1)``.
-        examples: B :class:`attn_lib.data.DateExample` (with ``spans``).
-        fields: which fields to count.
-
-    Returns:
-        float tensor (layers, H): the fraction of hits per head, over all examples and counted positions.
-
-    Raises:
-        ValueError: not 5-D, a batch size different from ``len(examples)``, fewer than 10 target positions,
-            or an unknown field.
-    """
-    from attn_lib.data import FIELDS, target_field_slices
-
-    w = torch.as_tensor(cross_attentions)
-    if w.dim() != 5:
-        raise ValueError(f"cross_attentions must be (B, layers, H, T, S), got shape {tuple(w.shape)}")
-    if w.shape[0] != len(examples):
-        raise ValueError(f"cross_attentions has B={w.shape[0]} but {len(examples)} examples were given")
-    if w.shape[3] < 10:
-        raise ValueError(f"cross_attentions must cover the 10 target characters (T >= 10), got T={w.shape[3]}")
-    bad = [f for f in fields if f not in FIELDS]
-    if bad:
-        raise ValueError(f"fields must be among {FIELDS}, got {bad}")
-    slices = target_field_slices()
-    top = w.argmax(dim=-1)  # (B, layers, H, T): the source position each head looks at most
-    hits = torch.zeros(w.shape[1:3])
-    count = 0
-    for b, ex in enumerate(examples):
-        for f in fields:
-            start, end = ex.spans[f]
-            t = top[b, :, :, slices[f]]  # (layers, H, n_digits)
-            hits += ((t >= start) & (t < end)).sum(-1)
-            count += t.shape[-1]
-    return hits / count
