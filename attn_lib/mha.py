@@ -528,9 +528,14 @@ class MultiHeadAttention(nn.Module):
             ValueError: out_proj's shape does not fit; a GPT-2 block that is cross-attention or scales
                 by the inverse layer index or not at all; a Llama RoPE scaling other than the default.
         """
-        if hasattr(module, "c_attn") and hasattr(module, "c_proj"):
+        gpt2 = hasattr(module, "c_attn") and hasattr(module, "c_proj")
+        llama = all(hasattr(module, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "config"))
+        if (gpt2 or llama) and out_proj is not None:
+            raise ValueError(f"out_proj is only for BERT blocks; {type(module).__name__} brings its own output "
+                             f"projection ({'c_proj' if gpt2 else 'o_proj'}), got out_proj={type(out_proj).__name__}")
+        if gpt2:
             return cls._from_gpt2(module)
-        if all(hasattr(module, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "config")):
+        if llama:
             return cls._from_llama(module)
         if out_proj is None and hasattr(module, "self") and hasattr(getattr(module, "output", None), "dense"):
             module, out_proj = module.self, module.output.dense

@@ -113,6 +113,8 @@ def test_from_hf_refuses_what_it_cannot_copy():
     gpt2 = GPT2LMHeadModel(GPT2Config(n_embd=8, n_layer=1, n_head=2, vocab_size=10, scale_attn_by_inverse_layer_idx=True))
     with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
         MultiHeadAttention.from_hf(gpt2.transformer.h[0].attn)
+    with pytest.raises(ValueError, match="out_proj is only for BERT"):
+        MultiHeadAttention.from_hf(gpt2.transformer.h[0].attn, torch.nn.Linear(8, 8))
     cfg = LlamaConfig(vocab_size=10, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_attention_heads=2,
                       rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
     with pytest.raises(ValueError, match="rope_type 'linear'"):
