@@ -26,6 +26,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attn_lib._checks import (
+    check_bool, check_device, check_dtype, check_finite, check_int, check_number, check_tensor,
+)
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
 
@@ -66,11 +69,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 def _check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value}")
-    return value
+    return check_int(name, value, minimum=1)
 
 
 class MultiHeadAttention(nn.Module):
@@ -92,23 +91,29 @@ class MultiHeadAttention(nn.Module):
 
     Args:
         d_model: model width (= embed_dim of torch). Queries have this many features.
-        num_heads: number of query heads H; must divide d_model. head_dim = d_model // num_heads.
+        num_heads: number of query heads H.
         num_kv_heads: number of key/value heads Hkv (default num_heads: ordinary MHA); must divide
             num_heads. 1 is multi-query attention. Query head j uses key/value head j // (H // Hkv).
-        dropout: probability of dropping an attention weight, in training mode only.
-        bias: whether the four projections have a bias.
+        head_dim: features per head (default d_model // num_heads, and then num_heads must divide
+            d_model). Given explicitly, H * head_dim may differ from d_model, as in Gemma and Qwen3
+            (HF configs' ``head_dim``): q_proj maps d_model -> H * head_dim and out_proj back.
+        dropout: probability of dropping an attention weight, in training mode only; in [0, 1).
+        bias: whether the four projections have a bias (a bool).
         kdim, vdim: feature sizes of key and value inputs (default d_model), for cross-attention.
         rope_base: if not None, rotary position embedding (half-split, ``attn_lib.positional.apply_rope``
-            with this base, e.g. 10000.0) is applied to the queries and keys at their true positions
-            (offset by the tokens already in the KV cache). head_dim must then be even.
+            with this base, e.g. 10000.0; HF Llama's ``rope_theta``) is applied to the queries and keys
+            at their true positions (offset by the tokens already in the KV cache). head_dim must then be even.
+        device, dtype: where and in which floating dtype the parameters are created (as in torch's layers).
 
     Submodules ``q_proj`` (d_model -> H*hd), ``k_proj`` (kdim -> Hkv*hd), ``v_proj`` (vdim -> Hkv*hd),
     ``out_proj`` (H*hd -> d_model), all ``nn.Linear``.
 
     Raises:
-        TypeError: a size is not an int.
-        ValueError: d_model not divisible by num_heads, or num_heads not divisible by num_kv_heads
-            (the message names both numbers); dropout outside [0, 1); odd head_dim with rope_base.
+        TypeError: a size is not an int; bias not a bool; rope_base or dropout not a number; a bad
+            device or dtype type.
+        ValueError: d_model not divisible by num_heads (without head_dim), or num_heads not divisible
+            by num_kv_heads (the message names both numbers); dropout outside [0, 1); rope_base not a
+            finite number > 1; odd head_dim with rope_base; a device that does not exist here.
     """
 
     def __init__(
@@ -117,20 +122,28 @@ class MultiHeadAttention(nn.Module):
         num_heads: int,
         *,
         num_kv_heads: int | None = None,
+        head_dim: int | None = None,
         dropout: float = 0.0,
         bias: bool = True,
         kdim: int | None = None,
         vdim: int | None = None,
         rope_base: float | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | str | None = None,
     ) -> None:
         super().__init__()
         d_model = _check_positive_int("d_model", d_model)
         num_heads = _check_positive_int("num_heads", num_heads)
-        if d_model % num_heads:
-            raise ValueError(
-                f"d_model ({d_model}) must be divisible by num_heads ({num_heads}): each head gets "
-                f"d_model / num_heads features, and {d_model} / {num_heads} = {d_model / num_heads:.4g}"
-            )
+        if head_dim is None:
+            if d_model % num_heads:
+                raise ValueError(
+                    f"d_model ({d_model}) must be divisible by num_heads ({num_heads}): each head gets "
+                    f"d_model / num_heads features, and {d_model} / {num_heads} = {d_model / num_heads:.4g} "
+                    f"(or pass head_dim= explicitly)"
+                )
+            head_dim = d_model // num_heads
+        else:
+            head_dim = _check_positive_int("head_dim", head_dim)
         num_kv_heads = num_heads if num_kv_heads is None else _check_positive_int("num_kv_heads", num_kv_heads)
         if num_heads % num_kv_heads:
             raise ValueError(
@@ -139,27 +152,32 @@ class MultiHeadAttention(nn.Module):
             )
         kdim = d_model if kdim is None else _check_positive_int("kdim", kdim)
         vdim = d_model if vdim is None else _check_positive_int("vdim", vdim)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
-        head_dim = d_model // num_heads
+        dropout = check_number("dropout", dropout, minimum=0.0)
+        if not dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1), got {dropout}")
+        bias = check_bool("bias", bias)
         if rope_base is not None:
-            if isinstance(rope_base, bool) or not isinstance(rope_base, (int, float)) or not rope_base > 1:
-                raise ValueError(f"rope_base must be None or a number > 1 (e.g. 10000.0), got {rope_base!r}")
+            rope_base = check_number("rope_base", rope_base, minimum=1.0)
+            if rope_base <= 1.0:
+                raise ValueError(f"rope_base must be None or a finite number > 1 (e.g. 10000.0), got {rope_base}")
             if head_dim % 2:
                 raise ValueError(
-                    f"RoPE rotates pairs of features, so head_dim must be even; d_model ({d_model}) / "
-                    f"num_heads ({num_heads}) = head_dim {head_dim}"
+                    f"RoPE rotates pairs of features, so head_dim must be even, got head_dim {head_dim} "
+                    f"(d_model {d_model}, num_heads {num_heads})"
                 )
+        device = check_device("device", device)
+        dtype = check_dtype("dtype", dtype, allow_none=True)
 
         self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = d_model, num_heads, num_kv_heads, head_dim
         self.kdim, self.vdim = kdim, vdim
         self.dropout = float(dropout)
         self.rope_base = None if rope_base is None else float(rope_base)
 
-        self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)  # W_Q of all heads, side by side
-        self.k_proj = nn.Linear(kdim, num_kv_heads * head_dim, bias=bias)  # W_K of the Hkv key/value heads
-        self.v_proj = nn.Linear(vdim, num_kv_heads * head_dim, bias=bias)  # W_V
-        self.out_proj = nn.Linear(num_heads * head_dim, d_model, bias=bias)  # W_O
+        f = {"device": device, "dtype": dtype}
+        self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias, **f)  # W_Q of all heads, side by side
+        self.k_proj = nn.Linear(kdim, num_kv_heads * head_dim, bias=bias, **f)  # W_K of the Hkv key/value heads
+        self.v_proj = nn.Linear(vdim, num_kv_heads * head_dim, bias=bias, **f)  # W_V
+        self.out_proj = nn.Linear(num_heads * head_dim, d_model, bias=bias, **f)  # W_O
 
     def extra_repr(self) -> str:
         extra = f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}"
@@ -191,8 +209,21 @@ class MultiHeadAttention(nn.Module):
                 raise TypeError(
                     f"padding_mask must be bool (True = real token) or 0/1 integers, got dtype {padding_mask.dtype}"
                 )
+            if padding_mask.dtype != torch.bool:
+                bad = (padding_mask != 0) & (padding_mask != 1)
+                if bool(bad.any()):
+                    values = sorted({int(v) for v in padding_mask[bad].flatten()[:5].tolist()})
+                    raise ValueError(
+                        f"padding_mask of integers must hold only 0 (padding) and 1 (real token), like "
+                        f"HuggingFace's attention_mask; got the values {values} (shape {_shape(padding_mask)})"
+                    )
         if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
             raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+        if attn_mask is not None and attn_mask.is_floating_point():
+            check_finite("attn_mask", attn_mask, allow_neg_inf=True)
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            check_tensor(name, t, floating=True)
+            check_finite(name, t)
 
     def _build_mask(self, B, L, S, attn_mask, padding_mask, is_causal, bottom_right, device, query_shape, key_shape):
         """One mask for attn_lib's scaled_dot_product_attention, broadcastable to (B, H, L, S)."""
@@ -241,6 +272,7 @@ class MultiHeadAttention(nn.Module):
         padding_mask: torch.Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        average_attn_weights: bool = False,
         kv_cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``query`` to ``key``/``value`` with all heads.
@@ -257,7 +289,10 @@ class MultiHeadAttention(nn.Module):
             is_causal: query i sees keys 0..i. Without a cache the triangle is aligned top-left (torch's
                 convention); with ``kv_cache`` bottom-right: the L new queries are the last L of S_total
                 positions, so feeding tokens one at a time or in chunks equals the full causal forward.
-            need_weights: also return the per-head attention weights.
+            need_weights: also return the attention weights (a bool).
+            average_attn_weights: with ``need_weights``, return the weights averaged over the heads,
+                (B, L, S_total), in the sense of ``torch.nn.MultiheadAttention`` (whose default is
+                True; here False, the per-head weights (B, H, L, S_total), as the course shows them).
             kv_cache: a :class:`KVCache` (or any object with its ``seq_len`` and ``update``, and
                 optionally ``check``, e.g. ``attn_lib.gqa.QuantizedKVCache``); the new keys/values (after
                 RoPE) are appended to it and the queries attend over everything cached.
@@ -265,12 +300,19 @@ class MultiHeadAttention(nn.Module):
 
         Returns:
             (output, weights): output (B, L, d_model) in the input dtype; weights (B, H, L, S_total)
-            (after dropout in training mode) when ``need_weights`` else None.
+            (after dropout in training mode; (B, L, S_total) with ``average_attn_weights``) when
+            ``need_weights`` else None.
 
         Raises:
-            ValueError: wrong shapes of query/key/value/masks, or a cache that does not match
-                (the message names the shapes). TypeError: a mask of the wrong type.
+            ValueError: wrong shapes of query/key/value/masks, a cache that does not match
+                (the message names the shapes), NaN or infinity in query/key/value (or in their
+                projections: NaN weights), integer padding_mask values other than 0/1.
+            TypeError: a mask of the wrong type; is_causal, need_weights or average_attn_weights not a
+                bool (``is_causal="yes"`` and ``1`` are refused, as torch's SDPA refuses them).
         """
+        is_causal = check_bool("is_causal", is_causal)
+        need_weights = check_bool("need_weights", need_weights)
+        average_attn_weights = check_bool("average_attn_weights", average_attn_weights)
         if key is None and value is not None:
             raise ValueError("value was given without key; pass key too (or neither, for self-attention)")
         key = query if key is None else key
@@ -290,9 +332,12 @@ class MultiHeadAttention(nn.Module):
         past = 0 if kv_cache is None else kv_cache.seq_len
 
         # projections, then split into heads:  (B, T, H*hd) -> (B, H, T, hd)
-        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L, hd)
-        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (B, Hkv, S_new, hd)
-        v = split_heads(self.v_proj(value), self.num_kv_heads)  # (B, Hkv, S_new, hd)
+        qp, kp, vp = self.q_proj(query), self.k_proj(key), self.v_proj(value)  # (B, L, H*hd), (B, S, Hkv*hd)
+        for name, t in (("q_proj(query)", qp), ("k_proj(key)", kp), ("v_proj(value)", vp)):
+            check_finite(f"{name} (the module's weights hold NaN or inf?)", t)  # shapes as the user sees them
+        q = split_heads(qp, self.num_heads)  # (B, H, L, hd)
+        k = split_heads(kp, self.num_kv_heads)  # (B, Hkv, S_new, hd)
+        v = split_heads(vp, self.num_kv_heads)  # (B, Hkv, S_new, hd)
 
         if self.rope_base is not None:
             from attn_lib.positional import apply_rope
@@ -316,7 +361,9 @@ class MultiHeadAttention(nn.Module):
             enable_gqa=self.num_kv_heads != self.num_heads,
         )  # heads (B, H, L, hd), weights (B, H, L, S)
         output = self.out_proj(merge_heads(heads))  # concat (B, L, H*hd) -> W_O -> (B, L, d_model)
-        return output, (weights if need_weights else None)
+        if not need_weights:
+            return output, None
+        return output, (weights.mean(dim=1) if average_attn_weights else weights)  # (B, L, S) or (B, H, L, S)
 
     # ------------------------------------------------------------------ conversions
     @classmethod
@@ -358,7 +405,23 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     def from_hf(cls, module: nn.Module, out_proj: nn.Linear | None = None) -> "MultiHeadAttention":
-        """A copy of a HuggingFace BERT attention block (e.g. of ``attn_lib.load_pretrained()``'s model).
+        """A copy of a HuggingFace attention block: BERT, GPT-2 or Llama-family.
+
+        **GPT-2** (``GPT2Attention``, ``model.transformer.h[i].attn``): its ``c_attn`` and ``c_proj`` are
+        ``Conv1D`` layers whose weights are stored transposed (in x out), so ``c_attn.weight`` (E, 3E)
+        is split into W_Q, W_K, W_V and each transposed; ``out_proj`` = ``c_proj``. With
+        ``is_causal=True`` the output equals the module's at positions 0..L-1 (before
+        ``resid_dropout``, an identity in eval mode).
+
+        **Llama** (``LlamaAttention`` and its copies: Mistral, Qwen2, ...; ``model.model.layers[i].self_attn``):
+        ``q/k/v/o_proj`` copied (with their bias, if the config has ``attention_bias``), grouped-query
+        heads (``num_key_value_heads``), the config's ``head_dim`` (which may differ from
+        hidden_size / num_heads) and RoPE with the config's ``rope_theta`` (half-split, HF's
+        ``rotate_half``). With ``is_causal=True`` the output equals the module's at positions 0..L-1;
+        with a :class:`KVCache` decoding continues at the right positions. Only the default RoPE is
+        supported (no ``rope_scaling`` such as Llama 3's).
+
+        **BERT** (e.g. of ``attn_lib.load_pretrained()``'s model):
 
         HuggingFace splits BERT's attention in two: ``layer.attention.self`` (``BertSelfAttention``:
         the W_Q, W_K, W_V projections, the per-head attention and the concatenation) and
@@ -375,17 +438,31 @@ class MultiHeadAttention(nn.Module):
         The per-head weights equal the model's ``outputs.attentions[i]`` (eager attention).
         Pass HuggingFace's ``attention_mask`` (1 = real token) as ``padding_mask``.
 
+        tests/test_mha.py proves each case on the bundled MiniLM and on tiny random GPT-2 and Llama
+        models built from transformers configs, in float64.
+
         Raises:
-            TypeError: module is not a BERT-style (self-)attention block; out_proj is not nn.Linear.
-            ValueError: out_proj's shape does not fit.
+            TypeError: module is none of these attention blocks; out_proj is not nn.Linear.
+            ValueError: out_proj's shape does not fit; a GPT-2 block that is cross-attention or scales
+                by the inverse layer index or not at all; a Llama RoPE scaling other than the default.
         """
+        gpt2 = hasattr(module, "c_attn") and hasattr(module, "c_proj")
+        llama = all(hasattr(module, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "config"))
+        if (gpt2 or llama) and out_proj is not None:
+            raise ValueError(f"out_proj is only for BERT blocks; {type(module).__name__} brings its own output "
+                             f"projection ({'c_proj' if gpt2 else 'o_proj'}), got out_proj={type(out_proj).__name__}")
+        if gpt2:
+            return cls._from_gpt2(module)
+        if llama:
+            return cls._from_llama(module)
         if out_proj is None and hasattr(module, "self") and hasattr(getattr(module, "output", None), "dense"):
             module, out_proj = module.self, module.output.dense
         needed = ("query", "key", "value", "num_attention_heads", "attention_head_size")
         if not all(hasattr(module, n) for n in needed):
             raise TypeError(
-                f"from_hf expects a BERT-style self-attention block (model.encoder.layer[i].attention.self or "
-                f".attention) with query/key/value Linear layers, got {type(module).__name__}"
+                f"from_hf expects a HuggingFace attention block: BERT (model.encoder.layer[i].attention.self "
+                f"or .attention), GPT-2 (model.transformer.h[i].attn) or Llama-family "
+                f"(model.model.layers[i].self_attn), got {type(module).__name__}"
             )
         if out_proj is not None and not isinstance(out_proj, nn.Linear):
             raise TypeError(f"out_proj must be an nn.Linear (e.g. attention.output.dense), got {type(out_proj).__name__}")
@@ -411,5 +488,52 @@ class MultiHeadAttention(nn.Module):
             else:
                 new.out_proj.weight.copy_(out_proj.weight)
                 new.out_proj.bias.copy_(out_proj.bias) if out_proj.bias is not None else new.out_proj.bias.zero_()
+        new.train(module.training)
+        return new
+
+    @classmethod
+    def _from_gpt2(cls, module: nn.Module) -> "MultiHeadAttention":
+        """``from_hf`` for GPT2Attention: Conv1D weights are (in, out), the transpose of nn.Linear's."""
+        if getattr(module, "is_cross_attention", False):
+            raise ValueError("from_hf: GPT-2 cross-attention blocks (q_attn) are not supported; pass a self-attention block")
+        if getattr(module, "scale_attn_by_inverse_layer_idx", False) or not getattr(module, "scale_attn_weights", True):
+            raise ValueError("from_hf: this GPT-2 block does not scale scores by 1/sqrt(head_dim) (scale_attn_weights=False "
+                             "or scale_attn_by_inverse_layer_idx=True); only the standard scaling is supported")
+        w, b = module.c_attn.weight, module.c_attn.bias  # (E, 3E) in x out, (3E,)
+        E, H = module.embed_dim, module.num_heads
+        dropout = module.attn_dropout.p if isinstance(getattr(module, "attn_dropout", None), nn.Dropout) else 0.0
+        new = cls(E, H, dropout=dropout, bias=True, device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            for proj, wi, bi in zip((new.q_proj, new.k_proj, new.v_proj), w.split(E, dim=1), b.split(E)):
+                proj.weight.copy_(wi.T)  # (E_in, E_out) -> nn.Linear's (E_out, E_in)
+                proj.bias.copy_(bi)
+            new.out_proj.weight.copy_(module.c_proj.weight.T)
+            new.out_proj.bias.copy_(module.c_proj.bias)
+        new.train(module.training)
+        return new
+
+    @classmethod
+    def _from_llama(cls, module: nn.Module) -> "MultiHeadAttention":
+        """``from_hf`` for LlamaAttention-style blocks: separate projections, GQA, RoPE."""
+        config = module.config
+        rope = dict(getattr(config, "rope_parameters", None) or {})
+        theta = rope.get("rope_theta", getattr(config, "rope_theta", None))
+        rope_type = rope.get("rope_type", "default")
+        if theta is None or rope_type != "default":
+            raise ValueError(f"from_hf supports Llama-style blocks with the default RoPE (rope_theta, no scaling); "
+                             f"got rope_type {rope_type!r}, rope_theta {theta!r}")
+        H, Hkv = config.num_attention_heads, config.num_key_value_heads
+        hd = module.head_dim
+        d_model = module.q_proj.weight.shape[1]
+        bias = module.q_proj.bias is not None
+        w = module.q_proj.weight
+        new = cls(d_model, H, num_kv_heads=Hkv, head_dim=hd, bias=bias, rope_base=float(theta),
+                  dropout=float(getattr(config, "attention_dropout", 0.0) or 0.0), device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            for ours, theirs in ((new.q_proj, module.q_proj), (new.k_proj, module.k_proj),
+                                 (new.v_proj, module.v_proj), (new.out_proj, module.o_proj)):
+                ours.weight.copy_(theirs.weight)
+                if bias:
+                    ours.bias.copy_(theirs.bias) if theirs.bias is not None else ours.bias.zero_()
         new.train(module.training)
         return new

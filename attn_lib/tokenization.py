@@ -20,11 +20,14 @@ Merges never cross these boundaries, and joining the pieces gives back the text 
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections import Counter, defaultdict
 from functools import lru_cache
 from typing import Iterable, Sequence
+
+import regex
+
+from attn_lib._checks import check_int
 
 __all__ = [
     "WORD_PATTERN",
@@ -39,11 +42,14 @@ __all__ = [
     "wordpiece_tokenize",
 ]
 
-#: GPT-2's pre-tokenization rule, in Python's ``re`` dialect: English contractions, then a run of
-#: letters, of digits or of other non-space symbols (each with at most one leading space), then
-#: runs of whitespace. Every character of any text is matched by exactly one piece.
-WORD_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\w\s]|_)+|\s+(?!\S)|\s+"""
-_WORD_RE = re.compile(WORD_PATTERN)
+#: GPT-2's pre-tokenization rule, character for character the pattern of GPT-2's ``encoder.py`` and
+#: of the ``tokenizers`` library's ``ByteLevel`` pre-tokenizer: English contractions, then a run of
+#: letters (Unicode ``\p{L}``), of numbers (``\p{N}``: digits, but also ², ½, Ⅻ) or of other
+#: non-space symbols (each with at most one leading space), then runs of whitespace. Every character
+#: of any text is matched by exactly one piece. Needs the ``regex`` module (Python's ``re`` has no
+#: ``\p{...}``): ``"m²"`` -> ``["m", "²"]``, as in GPT-2.
+WORD_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+_WORD_RE = regex.compile(WORD_PATTERN)
 
 
 def pre_tokenize(text: str) -> list[str]:
@@ -138,6 +144,18 @@ def _check_text(name: str, text) -> str:
     return text
 
 
+def _check_ids(ids):
+    """A 1-D sequence of ids: a list/tuple, or a 1-D tensor / numpy array (as a list of ints)."""
+    if hasattr(ids, "ndim") and hasattr(ids, "tolist"):  # torch tensor, numpy array
+        if ids.ndim != 1:
+            raise ValueError(f"ids must be 1-D (one sequence of token ids), got an array of shape "
+                             f"{tuple(ids.shape)}; decode each row separately, e.g. [tok.decode(row) for row in ids]")
+        return ids.tolist()
+    if ids is None or isinstance(ids, (int, float, str, bytes, dict)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"ids must be a sequence of ints (e.g. [5, 17]), got {type(ids).__name__} {ids!r:.60}")
+    return list(ids)
+
+
 class BPETokenizer:
     """Byte-pair encoding tokenizer: learned merges replayed in order.
 
@@ -182,9 +200,16 @@ class BPETokenizer:
                 raise ValueError("alphabet is required in character mode (byte_level=False)")
             if isinstance(alphabet, str):
                 alphabet = list(alphabet)
+            try:
+                alphabet = list(alphabet)
+            except TypeError:
+                raise TypeError(f"alphabet must be a str or an iterable of 1-character strings, got "
+                                f"{type(alphabet).__name__} {alphabet!r:.60}") from None
             alphabet_list = []
             for c in alphabet:
-                if not isinstance(c, str) or len(c) != 1:
+                if not isinstance(c, str):
+                    raise TypeError(f"alphabet entries must be 1-character strings, got {type(c).__name__} {c!r:.60}")
+                if len(c) != 1:
                     raise ValueError(f"alphabet entries must be single characters, got {c!r}")
                 alphabet_list.append(c)
             alphabet_list = sorted(set(alphabet_list))
@@ -196,7 +221,14 @@ class BPETokenizer:
         self.alphabet: list[str] = alphabet_list
         self._alphabet_set = frozenset(alphabet_list)
 
-        merges = list(merges)
+        if isinstance(merges, (str, dict)) or merges is None:
+            raise TypeError(f"merges must be a list of (left, right) string pairs (e.g. [] for none), got "
+                            f"{type(merges).__name__} {merges!r:.60}")
+        try:
+            merges = list(merges)
+        except TypeError:
+            raise TypeError(f"merges must be a list of (left, right) string pairs, got "
+                            f"{type(merges).__name__} {merges!r:.60}") from None
         known = set(tokens)
         checked: list[tuple[str, str]] = []
         for k, merge in enumerate(merges):
@@ -325,6 +357,7 @@ class BPETokenizer:
             TypeError: an id is not an int.
             ValueError: an id is outside 0..vocab_size-1 (the message names both).
         """
+        ids = _check_ids(ids)
         out = []
         for i in ids:
             if hasattr(i, "item") and not isinstance(i, (int, bool)):
@@ -366,7 +399,7 @@ class BPETokenizer:
         return token
 
     @classmethod
-    def train(cls, corpus: str | Iterable[str], vocab_size: int, *, byte_level: bool = False,
+    def train(cls, corpus: str | Iterable[str] | dict[str, int], vocab_size: int, *, byte_level: bool = False,
               unk_token: str = "[UNK]", min_frequency: int = 2, tie_break: str = "alphabetical",
               progress: bool = False) -> "BPETokenizer":
         """Learn merges from a corpus until the vocabulary has ``vocab_size`` tokens.
@@ -379,12 +412,17 @@ class BPETokenizer:
           the left tokens, then the right tokens, as Python strings (code points; byte-level: as bytes).
         - ``"vocab_order"``: the pair whose (left id, right id) is smallest, where merged tokens get
           ids after every single character, in the order they were made -- the rule of the
-          ``tokenizers`` library's ``BpeTrainer``. With it, training reproduces that library's merges.
+          ``tokenizers`` library's ``BpeTrainer``. With it, training reproduces that library's merges,
+          in character mode and byte-level (where the library numbers the 256 starting symbols by the
+          code point of their :func:`bytes_to_unicode` character, so ``Ġ``, the space, comes after
+          every printable ASCII byte; attn_lib's ids stay the byte values, only the tie rule follows
+          the library).
 
         Training stops early when no pair occurs at least ``min_frequency`` times.
 
         Args:
-            corpus: a str, or an iterable of str (e.g. the lines of a file).
+            corpus: a str, an iterable of str (e.g. the lines of a file), or a dict
+                {text: frequency} (e.g. word counts): each text counts as if it occurred that often.
             vocab_size: the target number of tokens, counting ``unk_token`` and the alphabet
                 (every character of the corpus; byte-level: 256 bytes).
             byte_level: learn on UTF-8 bytes (GPT-2) instead of characters.
@@ -397,12 +435,19 @@ class BPETokenizer:
             a :class:`BPETokenizer`; its ``merge_counts`` hold each merge's pair count.
 
         Raises:
-            TypeError: ``corpus`` is not a str or an iterable of str.
+            TypeError: ``corpus`` is not a str, an iterable of str or a dict {str: int}.
             ValueError: ``vocab_size`` smaller than the starting vocabulary (named in the
-                message), ``min_frequency`` < 1.
+                message), ``min_frequency`` < 1, a negative frequency in a corpus dict.
         """
         if isinstance(corpus, str):
             texts = [corpus]
+        elif isinstance(corpus, dict):  # {text: frequency}
+            texts = []
+            for t, n in corpus.items():
+                _check_text("each key of a corpus dict", t)
+                if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                    raise (ValueError if isinstance(n, int) and not isinstance(n, bool) else TypeError)(
+                        f"the values of a corpus dict are word frequencies, ints >= 0; got {n!r} for {t!r:.40}")
         else:
             try:
                 texts = list(corpus)
@@ -418,8 +463,14 @@ class BPETokenizer:
             raise ValueError(f"tie_break must be 'alphabetical' or 'vocab_order', got {tie_break!r}")
 
         word_counts: Counter = Counter()
-        for t in texts:
-            word_counts.update(pre_tokenize(t))
+        if isinstance(corpus, dict):
+            for t, n in corpus.items():
+                for w in pre_tokenize(t):
+                    word_counts[w] += n
+            word_counts = Counter({w: n for w, n in word_counts.items() if n})
+        else:
+            for t in texts:
+                word_counts.update(pre_tokenize(t))
         if byte_level:
             base = cls([], None, byte_level=True)
         else:
@@ -448,8 +499,14 @@ class BPETokenizer:
             bar = tqdm(total=vocab_size - base.vocab_size, desc="BPE merges")
         if tie_break == "alphabetical":  # token -> what ties compare
             keys = {t: base._token_key(t) for t in base.id_to_token}
+        elif byte_level:
+            # the tokenizers library numbers its starting alphabet by the code point of the byte-level
+            # character, not by byte value: "Ġ" (U+0120, the space byte) comes after every printable
+            # ASCII byte. Merged tokens get the next ids, in the order they are made.
+            keys = {t: ord(t) for t in base.id_to_token}
         else:
-            keys = dict(base.vocab)
+            keys = dict(base.vocab)  # [UNK] 0, then the alphabet by code point: the library's ids
+        next_key = max(keys.values()) + 1 if tie_break == "vocab_order" else None
 
         def rank(item):  # most frequent first; ties -> alphabetically first (left, right)
             (left, right), count = item
@@ -464,8 +521,9 @@ class BPETokenizer:
             vocab.add(best[0] + best[1])
             if tie_break == "alphabetical":
                 keys[best[0] + best[1]] = keys[best[0]] + keys[best[1]]
-            else:
-                keys.setdefault(best[0] + best[1], len(keys))
+            elif best[0] + best[1] not in keys:
+                keys[best[0] + best[1]] = next_key
+                next_key += 1
             for idx in where.pop(best, ()):
                 old = words[idx]
                 new = merge_pair(old, best)
@@ -531,24 +589,76 @@ def bpe_summary(tokenizer: BPETokenizer, vocab_size: int, sentence: str, *, last
 
 # ------------------------------------------------------------------ WordPiece (BERT), for comparison
 def _is_punctuation(ch: str) -> bool:
+    """BERT's punctuation: ASCII punctuation (``$``, ``+``, ``^`` too) or Unicode category P*."""
     cp = ord(ch)
     if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
         return True
     return unicodedata.category(ch).startswith("P")
 
 
+#: Unicode's White_Space property (what Rust's ``char::is_whitespace`` tests; Python's ``str.isspace``
+#: adds U+001C..U+001F, which BERT deletes as control characters anyway).
+_WHITESPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def _is_cjk(cp: int) -> bool:
+    """The CJK ideograph blocks BERT cuts into one word per character (``_is_chinese_char``)."""
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F
+            or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF
+            or 0x2F800 <= cp <= 0x2FA1F)
+
+
+def _bert_normalize(text: str, lowercase: bool) -> str:
+    """BERT's normalizer (``tokenizers``' ``BertNormalizer`` of the MiniLM tokenizer), step by step."""
+    out = []
+    for c in text:
+        # 1. clean: delete NUL, U+FFFD and control/format/private/unassigned characters (category C*,
+        #    except tab, newline, carriage return); every whitespace character becomes a plain space
+        #    (a control character that is also whitespace, such as U+000B or U+0085, is deleted)
+        if c in "\t\n\r":
+            out.append(" ")
+        elif c == "\ufffd" or unicodedata.category(c).startswith("C"):
+            continue
+        elif c in _WHITESPACE:
+            out.append(" ")
+        # 2. a space around each CJK ideograph
+        elif _is_cjk(ord(c)):
+            out.append(f" {c} ")
+        else:
+            out.append(c)
+    text = "".join(out)
+    if lowercase:
+        # 3. strip accents (NFD, drop the non-spacing marks), 4. then lowercase, character by character
+        text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+        text = "".join(c.lower() for c in text)
+    return text
+
+
 def basic_split(text: str, *, lowercase: bool = True) -> list[str]:
-    """BERT's basic pre-tokenization: (lowercase and strip accents,) split on whitespace and
+    """BERT's basic pre-tokenization: clean, (strip accents and lowercase,) split on whitespace and
     around every punctuation character. ``"The cat sat."`` -> ``["the", "cat", "sat", "."]``.
-    (Like ``BertTokenizer``'s BasicTokenizer, without its special handling of Chinese characters.)
+
+    Exactly what the bundled MiniLM tokenizer does before WordPiece (``tokenizers``' ``BertNormalizer``
+    with ``clean_text``, ``handle_chinese_chars`` and ``lowercase``, then ``BertPreTokenizer``):
+
+    - control and format characters (Unicode category C*: e.g. the soft hyphen U+00AD, the zero-width
+      space U+200B, NUL), except tab, newline and carriage return, and U+FFFD are **deleted**, so
+      ``"co\u00adoperation"`` is one word ``"cooperation"``; whitespace characters become spaces;
+    - every CJK ideograph becomes a word of its own;
+    - lowercase: accents stripped (NFD, non-spacing marks dropped), then each character lowercased.
+
+    Raises:
+        TypeError: ``text`` is not a str, ``lowercase`` not a bool.
     """
     _check_text("text", text)
-    if lowercase:
-        text = text.lower()
-        text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
-    text = "".join(" " if unicodedata.category(c) in ("Cc", "Cf") and c not in "\t\n\r" else c for c in text)
+    if not isinstance(lowercase, bool):
+        raise TypeError(f"lowercase must be a bool (True or False), got {type(lowercase).__name__} {lowercase!r}")
+    text = _bert_normalize(text, lowercase)
     words: list[str] = []
-    for chunk in text.split():
+    for chunk in text.split(" "):
         current = ""
         for c in chunk:
             if _is_punctuation(c):
@@ -577,9 +687,27 @@ def wordpiece_tokenize(text: str, vocab, *, unk_token: str = "[UNK]", lowercase:
         vocab: a container of tokens (dict token -> id, set, ...), e.g. ``tokenizer.vocab`` of the
             bundled MiniLM model.
 
+        unk_token: the token for a word that cannot be cut (a str).
+        lowercase: lowercase and strip accents first (uncased models such as MiniLM).
+        max_input_chars_per_word: a longer word becomes ``unk_token`` (an int >= 1; BERT: 100).
+
     Returns:
-        list of tokens, without [CLS]/[SEP].
+        list of tokens, without [CLS]/[SEP]; equal to the bundled MiniLM tokenizer's ``tokenize``.
+
+    Raises:
+        TypeError: ``text`` or ``unk_token`` not a str; ``vocab`` a str (it would match substrings; read
+            a vocabulary file into a dict first) or not a container; ``max_input_chars_per_word`` not an int.
+        ValueError: ``max_input_chars_per_word`` < 1.
     """
+    _check_text("text", text)
+    if isinstance(vocab, (str, bytes)) or vocab is None or not hasattr(vocab, "__contains__"):
+        hint = (" (a str would match any substring; to use a vocab.txt file, read it first: "
+                "{line.rstrip('\\n'): i for i, line in enumerate(open(path, encoding='utf-8'))})"
+                if isinstance(vocab, str) else "")
+        raise TypeError(f"vocab must be a dict {{token: id}} or a set of tokens, got {type(vocab).__name__} "
+                        f"{vocab!r:.60}{hint}")
+    _check_text("unk_token", unk_token)
+    check_int("max_input_chars_per_word", max_input_chars_per_word, minimum=1)
     tokens: list[str] = []
     for word in basic_split(text, lowercase=lowercase):
         if len(word) > max_input_chars_per_word:

@@ -198,7 +198,7 @@ def test_from_hf_matches_every_layer_of_the_real_model(pretrained):
 
 
 def test_from_hf_rejects_other_modules():
-    with pytest.raises(TypeError, match="BERT-style"):
+    with pytest.raises(TypeError, match="HuggingFace attention block: BERT"):
         MultiHeadAttention.from_hf(torch.nn.Linear(4, 4))
 
 

@@ -367,3 +367,179 @@ def test_bpe_and_wordpiece_differ_on_the_same_word(pretrained, trained):
     assert tokenizer.tokenize("unhappiness") == ["un", "##ha", "##pp", "##iness"]
     bpe = trained.tokenize(" unhappiness")
     assert bpe[0].startswith(" ") and "".join(bpe) == " unhappiness"
+
+
+# ---------------------------------------------------------------- exact against the real libraries (issue #13)
+
+from hypothesis import settings  # noqa: E402
+
+# generated text: mixed scripts, digits and other numerals, punctuation, spaces of several kinds,
+# control and format characters -- the places where "nearly equal" tokenizers differ
+_MIXED = (
+    "abcxyzABCXYZ" "0123456789" "²³½¼Ⅻⅷ٣۴" "éèïûçÅÑß" "αβΣςωΩ" "кошкаЖ" "سلام" "中文字国" "ひらカナ" "한글"
+    ".,;:!?'\"-_()[]{}$+^`~@#%&*/\\|<>" "—–…«»¿¡" "🙂🐈"
+    " \t\n\r\x0b\x0c\xa0\u2003\u3000\u2028" "\x00\x07\x1f\x7f\x85" "\u00ad\u200b\u200d\u2060\ufeff\ufffd\ue000"
+)
+mixed_text = st.text(alphabet=_MIXED, max_size=40)
+
+
+def _byte_chars(word: str) -> str:
+    table = bytes_to_unicode()
+    return "".join(table[b] for b in word.encode("utf-8"))
+
+
+def test_pre_tokenize_numerals_are_numbers_as_in_gpt2():
+    # GPT-2's \p{N}: superscripts, fractions and Roman numerals are numbers, not letters
+    assert pre_tokenize("m² of land") == ["m", "²", " of", " land"]
+    assert pre_tokenize("Louis XIV, Ⅻ and ½") == ["Louis", " XIV", ",", " Ⅻ", " and", " ½"]
+    assert pre_tokenize("x_1") == ["x", "_", "1"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(mixed_text)
+def test_pre_tokenize_equals_the_tokenizers_byte_level_pre_tokenizer(text):
+    """GPT-2's pre-tokenizer as the `tokenizers` library runs it (Oniguruma), piece for piece."""
+    from tokenizers import pre_tokenizers
+
+    real = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    assert [p for p, _ in real.pre_tokenize_str(text)] == [_byte_chars(w) for w in pre_tokenize(text)]
+
+
+def _hf_byte_level(texts, vocab_size, min_frequency=2):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    hf.train_from_iterator(texts, trainer)
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in json.loads(hf.to_str())["model"]["merges"]]
+    return hf, merges
+
+
+def test_byte_level_vocab_order_equals_tokenizers_trainer(corpus):
+    """Byte-level BPE with tie_break="vocab_order" learns the library's merges, one by one.
+
+    The library numbers its 256 starting symbols by code point of the byte-level character, so "Ġ"
+    (U+0120, the space byte) ranks after every printable ASCII byte; ranking by byte value (0x20,
+    first) picks ('Ġ', x) where the library picks a letter pair of the same count.
+    """
+    hf, hf_merges = _hf_byte_level(corpus, 600)
+    ours = BPETokenizer.train(corpus, 600, byte_level=True, tie_break="vocab_order")
+    assert ours.merges == hf_merges and len(hf_merges) == 600 - 256
+    for text in corpus[:20] + ["the cat sat on the mat.", "m² ½ 🙂 naïve"]:
+        assert ours.tokenize(text) == hf.encode(text).tokens
+    # the space byte does tie with a letter pair at some step: ranking by byte value chooses differently
+    by_byte = BPETokenizer.train(corpus, 600, byte_level=True, tie_break="alphabetical")
+    k = next(i for i, (a, b) in enumerate(zip(by_byte.merges, hf_merges)) if a != b)
+    assert by_byte.merge_counts[k] == ours.merge_counts[k]  # a tie ...
+    assert by_byte.merges[k][0].startswith("Ġ") and not hf_merges[k][0].startswith("Ġ")  # ... broken the other way
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.text(alphabet="ab c\n", min_size=1, max_size=12), min_size=1, max_size=8))
+def test_byte_level_vocab_order_equals_trainer_on_space_ties(lines):
+    """Tiny corpora of a, b, c and spaces: the space byte ties with letters all the time."""
+    _, hf_merges = _hf_byte_level(lines, 280, min_frequency=1)
+    assert BPETokenizer.train(lines, 280, byte_level=True, min_frequency=1, tie_break="vocab_order").merges == hf_merges
+
+
+def test_train_on_word_frequencies_equals_trainer_fed_repeated_words():
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+
+    freqs = {"low": 5, "lower": 2, "newest": 6, "widest": 3, " the": 7, "cat": 0}
+    repeated = [w for w, n in freqs.items() for _ in range(n)]
+    hf = Tokenizer(models.BPE(unk_token="[UNK]"))
+    hf.pre_tokenizer = pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated")
+    trainer = trainers.BpeTrainer(vocab_size=30, min_frequency=2, special_tokens=["[UNK]"], show_progress=False)
+    hf.train_from_iterator(repeated, trainer)
+    hf_merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in json.loads(hf.to_str())["model"]["merges"]]
+    ours = BPETokenizer.train(freqs, 30, tie_break="vocab_order")
+    assert ours.merges == hf_merges and ours.vocab == hf.get_vocab()
+    assert BPETokenizer.train(repeated, 30, tie_break="vocab_order").merges == ours.merges
+    # the counts matter: (e, s) from newest x6 + widest x3 = 9 is the first merge, not a pair of "low"
+    assert ours.merges[0] == ("e", "s") and ours.merge_counts[0] == 9
+    assert BPETokenizer.train({"ab": 100, "cd": 1}, 7, min_frequency=1).merges == [("a", "b"), ("c", "d")]
+    assert BPETokenizer.train({"ab": 100, "cd": 1}, 7).merges == [("a", "b")]  # cd occurs once < min_frequency 2
+
+
+def test_wordpiece_deletes_control_and_format_characters_like_minilm(pretrained):
+    tokenizer, _ = pretrained
+    vocab = tokenizer.get_vocab()
+    for text in ["co\u00adoperation", "zero\u200bwidth", "a\x00b\ufffdc", "tab\there\nnew\rline",
+                 "m² 中文 ΑΣ\u3000café", "x\x85y\x0bz", "\ufeffstart"]:
+        assert wordpiece_tokenize(text, vocab) == tokenizer.tokenize(text), repr(text)
+    assert basic_split("co\u00adoperation") == ["cooperation"]
+    assert basic_split("zero\u200bwidth") == ["zerowidth"]
+    assert basic_split("中文") == ["中", "文"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(mixed_text)
+def test_wordpiece_equals_minilm_on_generated_text(pretrained, text):
+    tokenizer, _ = pretrained
+    assert wordpiece_tokenize(text, _minilm_vocab(tokenizer)) == tokenizer.tokenize(text)
+
+
+_VOCABS: dict = {}
+
+
+def _minilm_vocab(tokenizer):
+    if id(tokenizer) not in _VOCABS:
+        _VOCABS[id(tokenizer)] = tokenizer.get_vocab()
+    return _VOCABS[id(tokenizer)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(mixed_text)
+def test_byte_level_tokens_equal_trainer_tokens_on_generated_text(corpus_byte_pair, text):
+    ours, hf = corpus_byte_pair
+    assert ours.tokenize(text) == hf.encode(text).tokens
+    assert ours.decode(ours.encode(text)) == text
+
+
+@pytest.fixture(scope="module")
+def corpus_byte_pair(corpus):
+    hf, _ = _hf_byte_level(corpus, 400)
+    return BPETokenizer.train(corpus, 400, byte_level=True, tie_break="vocab_order"), hf
+
+
+# ---------------------------------------------------------------- argument errors (issues #12, #19)
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: BPETokenizer(None, "abc"), TypeError, ["merges", "None"]),
+        (lambda: BPETokenizer("ab", "abc"), TypeError, ["merges", "str"]),
+        (lambda: BPETokenizer([], 5), TypeError, ["alphabet", "int 5"]),
+        (lambda: BPETokenizer([], [1, 2]), TypeError, ["alphabet entries", "int 1"]),
+        (lambda: BPETokenizer(WORKED_MERGES, "bghnpsu").decode(5), TypeError, ["ids", "int 5", "[5, 17]"]),
+        (lambda: BPETokenizer(WORKED_MERGES, "bghnpsu").decode(None), TypeError, ["ids", "None"]),
+        (lambda: BPETokenizer(WORKED_MERGES, "bghnpsu").decode(__import__("torch").ones(2, 3, dtype=__import__("torch").long)),
+         ValueError, ["ids", "1-D", "(2, 3)", "each row"]),
+        (lambda: BPETokenizer.train({"ab": "many"}, 10), TypeError, ["frequencies", "'many'"]),
+        (lambda: BPETokenizer.train({"ab": -1}, 10), ValueError, ["frequencies", "-1"]),
+        (lambda: wordpiece_tokenize("hello", "hello.txt"), TypeError, ["vocab", "str", "substring", "read it first"]),
+        (lambda: wordpiece_tokenize("hello", None), TypeError, ["vocab", "None"]),
+        (lambda: wordpiece_tokenize("hello", {"hello": 0}, max_input_chars_per_word="100"), TypeError,
+         ["max_input_chars_per_word", "'100'"]),
+        (lambda: wordpiece_tokenize("hello", {"hello": 0}, max_input_chars_per_word=0), ValueError,
+         ["max_input_chars_per_word", ">= 1", "0"]),
+        (lambda: wordpiece_tokenize("hello", {"hello": 0}, unk_token=None), TypeError, ["unk_token", "None"]),
+        (lambda: wordpiece_tokenize(None, {"hello": 0}), TypeError, ["text", "None"]),
+        (lambda: basic_split("x", lowercase="yes"), TypeError, ["lowercase", "'yes'"]),
+    ],
+)
+def test_argument_errors_name_argument_and_value(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_decode_accepts_a_1d_tensor_and_a_tuple():
+    import torch
+
+    tok = BPETokenizer(WORKED_MERGES, "bghnpsu")
+    assert tok.decode(torch.tensor([10, 6])) == tok.decode((10, 6)) == "hugs"

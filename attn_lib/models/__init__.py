@@ -16,6 +16,7 @@ _LAZY = {
     "EncoderOnly": "attn_lib.models.seq2seq",
     "DecoderOnly": "attn_lib.models.seq2seq",
     "DecoderLM": "attn_lib.models.lm",
+    "AttnLibLlama": "attn_lib.models.llama",
 }
 
 

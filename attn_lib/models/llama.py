@@ -1,0 +1,110 @@
+"""A HuggingFace Llama whose attention layers are attn_lib's :class:`~attn_lib.mha.MultiHeadAttention`.
+
+Everything but the attention is HuggingFace's own module, reused as it is: the token embedding,
+each layer's RMSNorms and SwiGLU MLP, the final norm and the LM head. Each ``self_attn`` is replaced
+by ``MultiHeadAttention.from_hf(layer.self_attn)`` (grouped-query heads, the config's head_dim,
+RoPE with its rope_theta) and decodes with one :class:`~attn_lib.mha.KVCache` per layer. So when
+the outputs equal HuggingFace's, the from-scratch attention and KV cache are what differs and
+what is proven: tests/test_llama.py checks greedy decoding against ``model.generate(use_cache=True)``
+token for token, step by step logits, and the cached keys and values (notebook 08 shows it).
+
+The decoder layer (Touvron et al. 2023, "LLaMA", §2.2: pre-normalisation, SwiGLU, RoPE)::
+
+    h = x + attn(input_layernorm(x))                # attn_lib's MultiHeadAttention, is_causal=True
+    y = h + mlp(post_attention_layernorm(h))        # HuggingFace's LlamaMLP
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attn_lib._checks import check_bool, check_int, check_tensor
+from attn_lib.mha import KVCache, MultiHeadAttention
+
+__all__ = ["AttnLibLlama"]
+
+
+class AttnLibLlama(nn.Module):
+    """A copy of a HuggingFace ``LlamaForCausalLM`` (or a same-layout model) with attn_lib attention.
+
+    Args:
+        hf_model: a ``LlamaForCausalLM``; its weights are shared (norms, MLP, embedding, head) or
+            copied (attention). Only the default RoPE is supported (see ``MultiHeadAttention.from_hf``).
+
+    Raises:
+        TypeError: ``hf_model`` has no ``model.layers`` with ``self_attn`` blocks and an ``lm_head``.
+    """
+
+    def __init__(self, hf_model: nn.Module) -> None:
+        super().__init__()
+        inner = getattr(hf_model, "model", None)
+        if inner is None or not hasattr(inner, "layers") or not hasattr(hf_model, "lm_head"):
+            raise TypeError(f"hf_model must be a HuggingFace LlamaForCausalLM (model.layers, lm_head), "
+                            f"got {type(hf_model).__name__}")
+        self.embed_tokens = inner.embed_tokens
+        self.attn = nn.ModuleList(MultiHeadAttention.from_hf(layer.self_attn) for layer in inner.layers)
+        self.input_norms = nn.ModuleList(layer.input_layernorm for layer in inner.layers)
+        self.post_norms = nn.ModuleList(layer.post_attention_layernorm for layer in inner.layers)
+        self.mlps = nn.ModuleList(layer.mlp for layer in inner.layers)
+        self.norm = inner.norm
+        self.lm_head = hf_model.lm_head
+        self.train(hf_model.training)
+
+    def new_caches(self) -> list[KVCache]:
+        """One empty :class:`KVCache` per layer."""
+        return [KVCache() for _ in self.attn]
+
+    def forward(self, input_ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
+        """Logits of the next token at every position.
+
+        Args:
+            input_ids: (B, T) int64 token ids; with ``caches`` they continue the cached tokens.
+            caches: from :meth:`new_caches`, updated in place (None: no cache, positions 0..T-1).
+
+        Returns:
+            (B, T, vocab_size) logits.
+
+        Raises:
+            TypeError / ValueError: input_ids not a 2-D integer tensor; caches of the wrong length.
+        """
+        check_tensor("input_ids", input_ids, ndim=2)
+        if input_ids.is_floating_point():
+            raise TypeError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+        if caches is not None and len(caches) != len(self.attn):
+            raise ValueError(f"caches must hold one KVCache per layer ({len(self.attn)}), got {len(caches)}")
+        x = self.embed_tokens(input_ids)  # (B, T, d_model)
+        for i, attn in enumerate(self.attn):
+            h, _ = attn(self.input_norms[i](x), is_causal=True,
+                        kv_cache=None if caches is None else caches[i])  # (B, T, d_model)
+            x = x + h
+            x = x + self.mlps[i](self.post_norms[i](x))
+        return self.lm_head(self.norm(x))  # (B, T, vocab_size)
+
+    @torch.no_grad()
+    def generate_greedy(self, input_ids: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True):
+        """Greedy decoding: the prompt once, then one token at a time through the KV caches.
+
+        Args:
+            input_ids: (B, T) prompt ids.
+            max_new_tokens: number of tokens to add (int >= 1).
+            use_cache: False recomputes the whole sequence at every step (slow, for comparison).
+
+        Returns:
+            (ids, step_logits, caches): ids (B, T + max_new_tokens); step_logits a list of
+            max_new_tokens (B, vocab_size) tensors, the logits each new token was chosen from
+            (HF's ``generate(output_logits=True).logits``); caches the per-layer KV caches
+            (each holding T + max_new_tokens - 1 positions: the last token is never fed back).
+        """
+        max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
+        use_cache = check_bool("use_cache", use_cache)
+        caches = self.new_caches() if use_cache else None
+        ids, step_logits = input_ids, []
+        feed = input_ids
+        for _ in range(max_new_tokens):
+            logits = self(feed if use_cache else ids, caches)[:, -1]  # (B, vocab_size)
+            nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+            step_logits.append(logits)
+            ids = torch.cat([ids, nxt], dim=1)
+            feed = nxt
+        return ids, step_logits, caches
