@@ -16,10 +16,13 @@ Modules (one idea each):
 - ``attn_lib.quantization``   absmax int8/int4 quantization of keys and values, relative_error (08)
 - ``attn_lib.gqa``            MQA/GQA head grouping, grouped_query_attention, MHA -> GQA conversion (08)
 - ``attn_lib.hf``             GQA and KV transforms inside a HuggingFace BERT (MiniLM) (08)
-- ``attn_lib.models``         small encoder-decoder, encoder-only and decoder-only Transformers (07, 10)
+- ``attn_lib.models``         small encoder-decoder, encoder-only and decoder-only Transformers, and a
+                               HuggingFace Llama with attn_lib attention and KV cache (07, 08)
 - ``attn_lib.train``          training loops and the date task's translate / span_hit_rate (07)
 - ``attn_lib.tiled``          FlashAttention-style tiled attention in PyTorch (notebook 09)
-- ``attn_lib.flash``          the same algorithm as a Triton kernel (notebook 09)
+- ``attn_lib.flash``          the same algorithm as Triton kernels, forward and backward (notebook 09)
+- ``attn_lib.heads``          measuring what the heads of a real model do: offsets, shuffles, head gates (06)
+- ``attn_lib.capstone``       a tiny decoder assembled from the course's pieces (10)
 - ``attn_lib.viz``            heatmaps, widgets and bertviz wrappers; PALETTE and the colour maps
 - ``attn_lib.exercises``      ``check_*`` functions for the exercises at the end of each notebook
 
@@ -58,7 +61,7 @@ _LAZY = {
 # No submodule shares a name with an entry of _LAZY (a submodule import would overwrite the attribute:
 # the old tiled_attention/flash_attention clash); tests/test_layout.py checks this.
 _SUBMODULES = {
-    "attention", "bench", "data", "env", "exercises", "flash", "gqa", "hf", "kv_cache", "lab", "masks", "mha", "models",
+    "attention", "bench", "data", "env", "capstone", "exercises", "flash", "gqa", "heads", "hf", "kv_cache", "lab", "masks", "mha", "models",
     "positional", "pretrained", "quantization", "tiled", "tokenization", "train", "viz",
 }
 

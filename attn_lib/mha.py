@@ -294,7 +294,7 @@ class MultiHeadAttention(nn.Module):
                 (B, L, S_total), in the sense of ``torch.nn.MultiheadAttention`` (whose default is
                 True; here False, the per-head weights (B, H, L, S_total), as the course shows them).
             kv_cache: a :class:`KVCache` (or any object with its ``seq_len`` and ``update``, and
-                optionally ``check``, e.g. ``attn_lib.gqa.QuantizedKVCache``); the new keys/values (after
+                optionally ``check``, e.g. ``attn_lib.kv_cache.QuantizedKVCache``); the new keys/values (after
                 RoPE) are appended to it and the queries attend over everything cached.
                 S_total = tokens cached before + S.
 

@@ -16,7 +16,7 @@ from attn_lib.exercises.tokens import *  # noqa: F401,F403  notebook 01
 from attn_lib.exercises.positional import *  # noqa: F401,F403  notebook 02
 from attn_lib.exercises.attention import *  # noqa: F401,F403  notebook 03
 from attn_lib.exercises.masking import *  # noqa: F401,F403  notebook 04
-from attn_lib.exercises.multihead import *  # noqa: F401,F403  notebook 05
+from attn_lib.exercises.multihead import *  # noqa: F401,F403  notebooks 05, 06
 from attn_lib.exercises.cross_attention import *  # noqa: F401,F403  notebook 07
 from attn_lib.exercises.gqa import *  # noqa: F401,F403  notebook 08
 from attn_lib.exercises.tiled import *  # noqa: F401,F403  notebook 09

@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from attn_lib._checks import check_bool, check_int, check_tensor
-from attn_lib.mha import KVCache, MultiHeadAttention
+from attn_lib.kv_cache import KVCache
+from attn_lib.mha import MultiHeadAttention
 
 __all__ = ["AttnLibLlama"]
 
