@@ -218,3 +218,15 @@ def test_a_crash_points_at_the_learners_line_not_the_check():
 
     msg = check_softmax(crashes).message
     assert "line" in msg and "of crashes" in msg and "of trials" not in msg
+
+
+def test_torch_rewrapping_its_own_function_is_not_a_patch():
+    """torch._dynamo wraps torch.manual_seed when first imported (FlexAttention, torch.compile): not a learner's patch."""
+    import subprocess
+    import sys
+
+    code = ("import torch, attn_lib.exercises as ex\n"
+            "import torch._dynamo\n"
+            "r = ex.check_softmax(lambda x: torch.softmax(x, -1))\n"
+            "assert r, r\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

@@ -104,7 +104,11 @@ def _undo_patches() -> list[str]:
         obj = _GUARDED_MODULES[where]
         current = vars(obj)
         for key, original in names.items():
-            if current.get(key, _MISSING) is not original:
+            now = current.get(key, _MISSING)
+            if now is not original and _torch_own_wrapper(now, original):
+                names[key] = now  # torch re-wrapped its own function (torch._dynamo wraps torch.manual_seed)
+                continue
+            if now is not original:
                 patched.append(f"{where}.{key}" if where != "builtins" else key)
                 try:
                     setattr(obj, key, original)
@@ -121,6 +125,26 @@ def _undo_patches() -> list[str]:
 
 
 _MISSING = object()
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def _torch_own_wrapper(value, original) -> bool:
+    """True for a wrapper that torch itself put around ``original``.
+
+    Importing ``torch._dynamo`` (torch.compile, FlexAttention) replaces ``torch.manual_seed`` by
+    ``torch._disable_dynamo(torch.manual_seed)``. That is not a learner's patch: the wrapper's code lives in torch's
+    own files and its ``__wrapped__`` chain leads to the original. (``functools.wraps`` in a learner's cell copies
+    ``__wrapped__`` but not the code's file name, so such a patch is still caught.)
+    """
+    seen, fn = 0, value
+    code = getattr(value, "__code__", None)
+    if code is None or not os.path.abspath(code.co_filename).startswith(_TORCH_DIR):
+        return False
+    while fn is not None and seen < 10:
+        if fn is original:
+            return True
+        fn, seen = getattr(fn, "__wrapped__", None), seen + 1
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
