@@ -320,36 +320,43 @@ class Sampler(threading.Thread):
     def __init__(self, hub: ClassHub, names: list[str], interval_s: float = 1.0, limit_s: float = 900):
         super().__init__(daemon=True)
         self.hub, self.names, self.interval_s, self.limit_s = hub, names, interval_s, limit_s
-        self.peak_student: dict[str, int] = {n: 0 for n in names}
-        self.peak_total = 0
+        # RSS counts the shared libraries (torch) in full for each student, as a container's memory
+        # limit roughly does; PSS shares them out, and its sum is what the machine really holds.
+        self.peak_student: dict[str, int] = {n: 0 for n in names}  # RSS
+        self.peak_student_pss: dict[str, int] = {n: 0 for n in names}
+        self.peak_total = 0  # sum of PSS
         self.hub_cpu: list[float] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         hub_proc = psutil.Process(self.hub.proc.pid)
         hub_proc.cpu_percent(None)
         start = time.monotonic()
-        while not self._stop.is_set() and time.monotonic() - start < self.limit_s:
+        while not self._halt.is_set() and time.monotonic() - start < self.limit_s:
             uids = {self.hub.uid_of(n): n for n in self.names}
             rss = {n: 0 for n in self.names}
-            for p in psutil.process_iter(["uids", "memory_info"]):
+            pss = {n: 0 for n in self.names}
+            for p in psutil.process_iter(["uids"]):
                 try:
                     n = uids.get(p.info["uids"].real) if p.info["uids"] else None
-                    if n is not None and p.info["memory_info"] is not None:
-                        rss[n] += p.info["memory_info"].rss
-                except (psutil.NoSuchProcess, AttributeError):
+                    if n is not None:
+                        mem = p.memory_full_info()
+                        rss[n] += mem.rss
+                        pss[n] += mem.pss
+                except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
                     pass
-            for n, v in rss.items():
-                self.peak_student[n] = max(self.peak_student[n], v)
-            self.peak_total = max(self.peak_total, sum(rss.values()))
+            for n in self.names:
+                self.peak_student[n] = max(self.peak_student[n], rss[n])
+                self.peak_student_pss[n] = max(self.peak_student_pss[n], pss[n])
+            self.peak_total = max(self.peak_total, sum(pss.values()))
             try:
                 self.hub_cpu.append(hub_proc.cpu_percent(None))
             except psutil.NoSuchProcess:
                 break
-            self._stop.wait(self.interval_s)
+            self._halt.wait(self.interval_s)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=10)
 
 
@@ -425,6 +432,7 @@ def report(runs: list[StudentRun], sampler: Sampler, wall_s: float) -> dict:
         "server_running_s_p50": percentile(ready, 50), "server_running_s_p95": percentile(ready, 95),
         "notebook_done_s_p50": percentile(done, 50), "notebook_done_s_p95": percentile(done, 95),
         "student_peak_mib_p50": percentile(per, 50), "student_peak_mib_max": max(per, default=float("nan")),
+        "student_peak_pss_mib_max": max((v / mib for v in sampler.peak_student_pss.values()), default=float("nan")),
         "total_peak_mib": sampler.peak_total / mib,
         "hub_cpu_percent_mean": sum(cpu) / len(cpu) if cpu else float("nan"),
         "hub_cpu_percent_max": max(cpu, default=float("nan")),
@@ -442,8 +450,9 @@ def table(rep: dict) -> str:
         ("failures (target 0)", f"{rep['failures']}"),
         ("time to a running server, p50 / p95", f"{rep['server_running_s_p50']:.1f} s / {rep['server_running_s_p95']:.1f} s"),
         ("time to notebook 03 completed, p50 / p95", f"{rep['notebook_done_s_p50']:.1f} s / {rep['notebook_done_s_p95']:.1f} s"),
-        ("peak memory per student server (p50 / max)", f"{rep['student_peak_mib_p50']:.0f} MiB / {rep['student_peak_mib_max']:.0f} MiB"),
-        ("peak memory, all student servers", f"{rep['total_peak_mib']:.0f} MiB"),
+        ("peak memory per student server, RSS (p50 / max)", f"{rep['student_peak_mib_p50']:.0f} MiB / {rep['student_peak_mib_max']:.0f} MiB"),
+        ("peak memory per student server, PSS (max)", f"{rep['student_peak_pss_mib_max']:.0f} MiB"),
+        ("peak memory, all student servers (sum of PSS)", f"{rep['total_peak_mib']:.0f} MiB"),
         ("hub CPU (mean / max of 1 s samples)", f"{rep['hub_cpu_percent_mean']:.0f} % / {rep['hub_cpu_percent_max']:.0f} %"),
         ("wall time of the class run", f"{rep['wall_s']:.0f} s"),
         ("machine", f"{rep['cpus']} CPUs, {rep['memory_gib']:.0f} GiB; load average {', '.join(f'{x:.1f}' for x in rep['load_average'])}; {rep['date']}"),

@@ -173,6 +173,14 @@ def test_a_student_in_chromium_opens_the_link_and_runs_welcome(class_hub, class_
                               timeout=300_000)
             page.wait_for_selector(".jp-NotebookPanel", timeout=120_000)
             page.screenshot(path=str(shots / "browser_student_landing.png"))
+            # As tests_browser's server does: every cell attached to the page (no windowing), so the
+            # checks see cells out of view. A JupyterLab user setting, put through the settings API.
+            token = requests.post(f"{class_hub.url}/hub/api/users/{name}/tokens",
+                                  headers=class_hub.headers(class_hub.service_token),
+                                  json={"note": "browser test settings", "expires_in": 600}, timeout=60).json()["token"]
+            r = requests.put(f"{class_hub.url}/user/{name}/lab/api/settings/@jupyterlab/notebook-extension:tracker",
+                             headers=class_hub.headers(token), json={"raw": '{"windowingMode": "none"}'}, timeout=60)
+            assert r.status_code in (200, 204), (r.status_code, r.text[:300])
             nb = read_notebook(REPO_ROOT / "notebooks" / "00_welcome.ipynb", REPO_ROOT)
             result = run_notebook(page, HubLab(), nb, shots / "browser_student_00_welcome.png")
         finally:
