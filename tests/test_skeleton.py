@@ -41,7 +41,10 @@ def _requirement_pins(lines):
 
 
 def test_environment_yml_matches_requirements():
-    req = _requirement_pins((ROOT / "requirements.txt").read_text().splitlines())
+    # environment.yml builds the user image (Binder, Zero to JupyterHub): the course plus what a hub's
+    # student server needs (requirements-hub.txt).
+    req = _requirement_pins((ROOT / "requirements.txt").read_text().splitlines()
+                            + (ROOT / "requirements-hub.txt").read_text().splitlines())
     env_lines = []
     in_pip = False
     for line in (ROOT / "environment.yml").read_text().splitlines():
