@@ -59,8 +59,14 @@ c.FirstUseAuthenticator.min_password_length = 8  # shortest password a student m
 # ---- each student's server ---------------------------------------------------------------------
 # LocalProcessSpawner runs `jupyterhub-singleuser` as the student's Unix account.
 c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"
-# The course venv (the Python running this hub): its JupyterLab, its kernel "attn-course".
-c.Spawner.cmd = [str(Path(sys.prefix) / "bin" / "jupyterhub-singleuser")]
+# The course venv (the Python running this hub): its JupyterLab, its kernel "attn-course". Where the
+# classroom venv (.venv-class: nbgrader, layered over .venv) exists, the servers run from it instead.
+COURSE_VENV = Path(sys.prefix)
+SERVER_VENV = Path(env("ATTN_HUB_SERVER_VENV", "") or (REPO / ".venv-class" if (REPO / ".venv-class" / "bin" / "python").exists() else sys.prefix))
+if SERVER_VENV == COURSE_VENV:
+    c.Spawner.cmd = [str(COURSE_VENV / "bin" / "jupyterhub-singleuser")]
+else:
+    c.Spawner.cmd = [str(SERVER_VENV / "bin" / "python"), "-m", "jupyterhub.singleuser"]
 c.Spawner.notebook_dir = "~"  # a student sees their home folder; the course is in ~/attention-course
 
 # The course handed out by nbgitpuller: any git URL or local path (default: this repository).
@@ -99,6 +105,8 @@ c.Spawner.environment = {
     "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "NBGITPULLER_APP": "lab",
+    # The course kernel is registered in the course venv; a server from another venv finds it here.
+    "JUPYTER_PATH": str(COURSE_VENV / "share" / "jupyter"),
 }
 # Servers that come up slowly when a whole class logs in at once still count as started.
 c.Spawner.start_timeout = int(env("ATTN_HUB_START_TIMEOUT", "300"))
@@ -135,11 +143,11 @@ c.Spawner.pre_spawn_hook = create_account
 # Students fetch and submit from the Assignments tab; the teacher releases, collects and autogrades
 # from the Formgrader tab. The exchange is a folder every account can write into (mode 1777, like
 # /tmp); each student's files in it are their own.
-try:
-    import nbgrader  # noqa: F401
-except ImportError:
-    nbgrader = None
-if nbgrader is not None:
+import subprocess  # noqa: E402
+
+HAS_NBGRADER = subprocess.run([str(SERVER_VENV / "bin" / "python"), "-c", "import nbgrader"],
+                              capture_output=True).returncode == 0
+if HAS_NBGRADER:
     COURSE_ID = env("ATTN_HUB_COURSE_ID", "attn-course")  # the course's name in nbgrader
     # Outside the hub's state folder (which holds the password hashes and stays root-only).
     NBGRADER_DIR = SHARED / "nbgrader"
