@@ -75,7 +75,6 @@ clicks merge the teacher's new commits and keep each student's edits):
 Stop with Ctrl-C (stops every student's server too).
 """, flush=True)
     argv = hub_command()
-    os.chdir(REPO_ROOT / "build") if (REPO_ROOT / "build").is_dir() else None
     os.execve(argv[0], argv, env)
 
 
