@@ -109,16 +109,17 @@ class ClassHub:
             remove_account(name)
         for p in range(self.port, self.port + 3 + 1 + len(self.names) + 10):
             if not port_is_free(p):
-                raise RuntimeError(f"port {p} on 127.0.0.1 is taken; the hub test needs {self.port}..{self.port + 40}")
+                raise RuntimeError(f"port {p} on 127.0.0.1 is taken; the hub test needs {self.port}..{self.port + 14 + len(self.names)}")
         # The course as the teacher publishes it: a clone of this repository's current commit, which
         # the test can add a "teacher's update" to (the nbgitpuller merge test).
-        branch = current_branch(REPO_ROOT)
+        # The commit under test, on its branch (or on a branch "course" where CI checked out a detached commit).
+        self.branch = current_branch(REPO_ROOT) or "course"
+        head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], check=True, capture_output=True,
+                              text=True).stdout.strip()
         subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO_ROOT), str(self.course_repo)],
                        check=True, capture_output=True)
-        if branch:
-            subprocess.run(["git", "-C", str(self.course_repo), "checkout", "--quiet", branch], check=True,
-                           capture_output=True)
-        self.branch = current_branch(self.course_repo) or "main"
+        subprocess.run(["git", "-C", str(self.course_repo), "checkout", "--quiet", "-B", self.branch, head], check=True,
+                       capture_output=True)
         subprocess.run(["chmod", "-R", "a+rX", str(self.course_repo)], check=True)
         # Students must reach the course's Python and venv (a pyenv Python under /root cannot be).
         for d in blocked_dirs([os.path.realpath(sys.executable), sys.prefix, REPO_ROOT, self.course_repo]):
