@@ -327,6 +327,8 @@ class Sampler(threading.Thread):
         self.peak_student_pss: dict[str, int] = {n: 0 for n in names}
         self.peak_total = 0  # sum of PSS
         self.hub_cpu: list[float] = []
+        self.min_available = int(float(os.environ.get("HUB_MIN_FREE_GIB", "1.5")) * 2**30)
+        self.out_of_memory = False
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -346,6 +348,12 @@ class Sampler(threading.Thread):
                         pss[n] += mem.pss
                 except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
                     pass
+            if psutil.virtual_memory().available < self.min_available:
+                # Safety valve: the class does not fit in this machine's memory. Stop the hub (and with it
+                # every student server) before the kernel's out-of-memory killer picks another process.
+                self.out_of_memory = True
+                self.hub.stop()
+                break
             for n in self.names:
                 self.peak_student[n] = max(self.peak_student[n], rss[n])
                 self.peak_student_pss[n] = max(self.peak_student_pss[n], pss[n])
@@ -415,6 +423,9 @@ def run_class(hub: ClassHub, names: list[str], limit_s: float = 420) -> tuple[li
         t.join(timeout=max(1, deadline - time.monotonic() + 30))
     sampler.stop()
     for r, t in zip(runs, threads):
+        if sampler.out_of_memory:
+            r.failures.append(f"stopped: less than {sampler.min_available / 2**30:.1f} GiB of memory left "
+                              f"with {len(runs)} students (set HUB_STUDENTS lower)")
         if t.is_alive():
             r.failures.append(f"still running after the {limit_s:.0f} s limit")
     return runs, sampler
