@@ -153,3 +153,22 @@ def ensure_unix_user(name: str, home_root: str = "/home"):
     os.chown(home, entry.pw_uid, entry.pw_gid)
     os.chmod(home, 0o700)
     return entry
+
+
+def seed_matplotlib_cache(entry, built: Path) -> None:
+    """Copy the hub's prebuilt matplotlib font list into a new account's ~/.cache/matplotlib.
+
+    Without it each student's first plot builds the font cache, slowly when a class starts at
+    once, and shows "Matplotlib is building the font cache" under their first cell."""
+    import shutil
+
+    target = Path(entry.pw_dir) / ".cache" / "matplotlib"
+    for src in Path(built).glob("fontlist-*.json"):
+        if (target / src.name).exists():
+            continue
+        for d in (target.parent, target):
+            d.mkdir(exist_ok=True)
+            os.chown(d, entry.pw_uid, entry.pw_gid)
+        shutil.copy2(src, target / src.name)
+        os.chown(target / src.name, entry.pw_uid, entry.pw_gid)
+

@@ -16,7 +16,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))  # the hub package next to this file (roster, Unix accounts, links)
 
-from hub.course_hub import TARGET_DIR, course_urlpath, current_branch, ensure_unix_user, git_dirs, read_roster  # noqa: E402
+from hub.course_hub import (TARGET_DIR, course_urlpath, current_branch, ensure_unix_user, git_dirs,  # noqa: E402
+                            read_roster, seed_matplotlib_cache)  # noqa: E402
 
 c = get_config()  # noqa: F821 (defined by JupyterHub when it loads this file)
 env = os.environ.get
@@ -129,10 +130,20 @@ if PORTS:
     _port_of = {m.username: first + i for i, m in enumerate(ROSTER)}
 
 
+# matplotlib's font list, built once here and copied into each new account (see create_account).
+MPL_CACHE = SHARED / "matplotlib"
+import subprocess  # noqa: E402
+
+subprocess.run([str(SERVER_VENV / "bin" / "python"), "-c", "import matplotlib.font_manager"],
+               env=dict(os.environ, MPLCONFIGDIR=str(MPL_CACHE)), capture_output=True, timeout=600)
+
+
 def create_account(spawner):
     """Before a server starts: the student's Unix account exists (created from the roster on first
-    spawn, as The Littlest JupyterHub does), with a home only they can read."""
-    ensure_unix_user(spawner.user.name)
+    spawn, as The Littlest JupyterHub does), with a home only they can read, and matplotlib's font
+    list already built (a class starting at once would otherwise each build it, slowly)."""
+    entry = ensure_unix_user(spawner.user.name)
+    seed_matplotlib_cache(entry, MPL_CACHE)
     if spawner.user.name in _port_of:
         spawner.port = _port_of[spawner.user.name]
 
@@ -143,8 +154,6 @@ c.Spawner.pre_spawn_hook = create_account
 # Students fetch and submit from the Assignments tab; the teacher releases, collects and autogrades
 # from the Formgrader tab. The exchange is a folder every account can write into (mode 1777, like
 # /tmp); each student's files in it are their own.
-import subprocess  # noqa: E402
-
 HAS_NBGRADER = subprocess.run([str(SERVER_VENV / "bin" / "python"), "-c", "import nbgrader"],
                               capture_output=True).returncode == 0
 if HAS_NBGRADER:

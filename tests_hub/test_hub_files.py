@@ -114,6 +114,27 @@ def test_jupyterhub_config_as_jupyterhub_loads_it(tmp_path):
     assert c.Spawner.environment["OMP_NUM_THREADS"] == "1"
     assert "services" not in c.JupyterHub  # no admin token unless one is asked for
     assert "--MappingKernelManager.cull_idle_timeout=3600" in c.Spawner.args
+    # matplotlib's font list is built once, for copying into each new account.
+    assert list((tmp_path / "shared" / "matplotlib").glob("fontlist-*.json"))
+
+
+def test_seed_matplotlib_cache_copies_the_font_list_once(tmp_path):
+    from types import SimpleNamespace
+
+    from hub.course_hub import seed_matplotlib_cache
+
+    built = tmp_path / "built"
+    built.mkdir()
+    (built / "fontlist-v390.json").write_text('{"fonts": 1}')
+    home = tmp_path / "home"
+    home.mkdir()
+    entry = SimpleNamespace(pw_dir=str(home), pw_uid=os.getuid(), pw_gid=os.getgid())
+    seed_matplotlib_cache(entry, built)
+    copied = home / ".cache" / "matplotlib" / "fontlist-v390.json"
+    assert copied.read_text() == '{"fonts": 1}'
+    copied.write_text('{"fonts": "the student\'s own"}')
+    seed_matplotlib_cache(entry, built)  # an existing cache is left alone
+    assert "own" in copied.read_text()
 
 
 def test_jupyterhub_config_nbgrader_exchange_when_nbgrader_is_installed(tmp_path):
