@@ -80,9 +80,9 @@ test-browser: install $(VENV)/.browser-installed
 # The class on one hub (hub/, docs/hub.md): JupyterHub, configurable-http-proxy (npm, installed into
 # build/hub-node/) and a local process spawner; each student a Unix account. Run as root:
 #   make hub HUB_ARGS="--ip 0.0.0.0 --port 8000 --roster hub/roster.csv --repo https://github.com/OWNER/REPO"
-# The load test: HUB_STUDENTS students at once (default 10: docs/hub.md says why) plus one in Chromium; results in test-results/hub/.
+# The load test: HUB_STUDENTS students at once (default 20; docs/hub.md has the figures) plus one in Chromium; results in test-results/hub/.
 HUB_ARGS ?=
-HUB_STUDENTS ?= 10
+HUB_STUDENTS ?= 20
 CHP := build/hub-node/node_modules/.bin/configurable-http-proxy
 .PHONY: hub test-hub
 $(VENV)/.hub-installed: requirements-hub.txt | $(STAMP)

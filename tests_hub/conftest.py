@@ -1,7 +1,7 @@
 """The class hub fixture: one hub for the session, the class run once, everything removed at the end.
 
 Environment:
-    HUB_STUDENTS   students in the load run (default 10, as make test-hub); one more logs in through Chromium.
+    HUB_STUDENTS   students in the load run (default 20, as make test-hub); one more logs in through Chromium.
     HUB_PORT       first of the ~40 loopback ports the test uses (default 18100).
     HUB_LIMIT_S    time limit of the class run (default 600 s).
 Results: test-results/hub/loadtest.json and loadtest.md (the table printed at the end).
@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def class_hub():
-    n = int(os.environ.get("HUB_STUDENTS", "10"))
+    n = int(os.environ.get("HUB_STUDENTS", "20"))
     hub = ClassHub(n, port=int(os.environ.get("HUB_PORT", "18100")), extra_students=1)
     try:
         hub.start()
