@@ -44,6 +44,8 @@ def student_name(i: int) -> str:
 
 def port_is_free(port: int) -> bool:
     with socket.socket() as s:
+        # As the hub and the proxy bind (SO_REUSEADDR): a port left in TIME_WAIT by a previous run is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
