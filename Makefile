@@ -88,3 +88,30 @@ $(VENV)/.book-installed: requirements-book.txt | $(STAMP)
 
 book: install $(VENV)/.book-installed
 	$(BIN)/python scripts/build_book.py
+
+# The class on one hub (hub/, docs/hub.md): JupyterHub, configurable-http-proxy (npm, installed into
+# build/hub-node/) and a local process spawner; each student a Unix account. Run as root:
+#   make hub HUB_ARGS="--ip 0.0.0.0 --port 8000 --roster hub/roster.csv --repo https://github.com/OWNER/REPO"
+# The load test: HUB_STUDENTS students at once (default 20; docs/hub.md has the figures) plus one in Chromium; results in test-results/hub/.
+HUB_ARGS ?=
+HUB_STUDENTS ?= 20
+CHP := build/hub-node/node_modules/.bin/configurable-http-proxy
+.PHONY: hub test-hub
+$(VENV)/.hub-installed: requirements-hub.txt | $(STAMP)
+	$(BIN)/python -m pip install -r requirements-hub.txt
+	touch $@
+
+$(CHP):
+	npm install --no-save --no-audit --no-fund --no-package-lock --prefix build/hub-node configurable-http-proxy@5.3.0
+
+# repo2docker (only to print the user image's Dockerfile: --no-build needs no Docker) in a venv of its own.
+build/r2d-venv/bin/repo2docker:
+	$(PYTHON) -m venv build/r2d-venv
+	build/r2d-venv/bin/python -m pip install jupyter-repo2docker==2026.4.0
+
+hub: install $(VENV)/.hub-installed $(CHP)
+	$(BIN)/python -m hub.launch $(HUB_ARGS)
+
+test-hub: install $(VENV)/.hub-installed $(VENV)/.browser-installed $(CHP) build/r2d-venv/bin/repo2docker
+	HUB_STUDENTS=$(HUB_STUDENTS) $(BIN)/python -m pytest tests_hub -v -s -W ignore::UserWarning \
+		--durations=0 --timeout=900

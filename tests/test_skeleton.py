@@ -41,9 +41,11 @@ def _requirement_pins(lines):
 
 
 def test_environment_yml_matches_requirements():
-    # environment.yml (Binder) also holds the website's packages (requirements-book.txt: `make book`)
+    # environment.yml (Binder, Zero to JupyterHub) builds the user image: the course, its website's packages
+    # (requirements-book.txt) and what a hub's student server needs (requirements-hub.txt).
     req = _requirement_pins((ROOT / "requirements.txt").read_text().splitlines()
-                            + (ROOT / "requirements-book.txt").read_text().splitlines())
+                            + (ROOT / "requirements-book.txt").read_text().splitlines()
+                            + (ROOT / "requirements-hub.txt").read_text().splitlines())
     env_lines = []
     in_pip = False
     for line in (ROOT / "environment.yml").read_text().splitlines():
