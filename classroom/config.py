@@ -28,6 +28,9 @@ c.ClearSolutions.text_stub = ""
 c.Execute.timeout = int(os.environ.get("{timeout_env}", "{timeout}"))
 c.Execute.interrupt_on_timeout = True
 c.Execute.allow_errors = True
+# nbgrader's default waits 4 s for a cell's last output after its reply and then fails the whole notebook;
+# on a busy 2-core machine (a class's submissions graded at once) outputs can lag longer than that.
+c.Execute.iopub_timeout = 60
 
 # A deleted graded cell is put back (and graded), so its points are not silently lost; edits to locked cells
 # are undone from the gradebook (checksums) and listed in the gradebook's flags by classroom/autograde.py.
@@ -76,9 +79,25 @@ def _alembic_on_path() -> None:
         os.environ["PATH"] = f"{shim_dir}{os.pathsep}{path}"
 
 
+def _jupyter_path_of_layers() -> None:
+    """Add the share/jupyter of the venvs this one is layered over to JUPYTER_PATH: nbconvert's HTML templates
+    (for the feedback) are installed in .venv, not in .venv-class."""
+    import sys
+
+    shares = []
+    for entry in sys.path:
+        if entry.endswith("site-packages"):
+            share = Path(entry).parents[2] / "share" / "jupyter"
+            if share.is_dir() and Path(sys.prefix) not in share.parents:
+                shares.append(str(share))
+    current = [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(current + shares))
+
+
 def api(course_dir: Path):
     """An ``nbgrader.apps.NbGraderAPI`` for ``course_dir`` with its configuration."""
     _alembic_on_path()
+    _jupyter_path_of_layers()
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
