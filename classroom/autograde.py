@@ -192,7 +192,8 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout: float = 1800) -> list[Row]:
+def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout: float = 1800,
+              jobs: int = 1) -> list[Row]:
     from nbgrader.api import Gradebook
 
     release_dir = course_dir / "release"
@@ -209,37 +210,44 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
     worker, sock = _start_recheck_worker(env)
     env["ATTN_RECHECK_SOCKET"] = sock
 
+    def grade_one(student: str, notebooks: dict[str, Path]) -> list[Row]:
+        for sub in ("submitted", "autograded", "feedback"):
+            shutil.rmtree(course_dir / sub / student, ignore_errors=True)
+        student_rows = {}
+        for assignment, path in notebooks.items():
+            dest = course_dir / "submitted" / student / assignment / f"{assignment}.ipynb"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest)
+            row = Row(student, assignment)
+            released = _read(release_dir / assignment / f"{assignment}.ipynb")
+            try:
+                row.flags += check_integrity(_read(dest), released)
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                row.flags.append(f"not a readable notebook ({type(e).__name__})")
+            student_rows[assignment] = row
+        started = time.monotonic()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "classroom.autograde", "--grade-student", student,
+                                   "--course-dir", str(course_dir), *notebooks], env=env, timeout=student_timeout,
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                for row in student_rows.values():
+                    row.flags.append("nbgrader could not grade (part of) this submission")
+                sys.stderr.write(proc.stderr[-5000:])
+        except subprocess.TimeoutExpired:
+            for row in student_rows.values():
+                row.flags.append(f"grading stopped after {student_timeout:g} s")
+        print(f"graded {student} ({', '.join(notebooks)}) in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        return list(student_rows.values())
+
     rows: list[Row] = []
     try:
-        for student, notebooks in found.items():
-            for sub in ("submitted", "autograded", "feedback"):
-                shutil.rmtree(course_dir / sub / student, ignore_errors=True)
-            student_rows = {}
-            for assignment, path in notebooks.items():
-                dest = course_dir / "submitted" / student / assignment / f"{assignment}.ipynb"
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, dest)
-                row = Row(student, assignment)
-                released = _read(release_dir / assignment / f"{assignment}.ipynb")
-                try:
-                    row.flags += check_integrity(_read(dest), released)
-                except (ValueError, KeyError, TypeError, AttributeError) as e:
-                    row.flags.append(f"not a readable notebook ({type(e).__name__})")
-                student_rows[assignment] = row
-            started = time.monotonic()
-            try:
-                proc = subprocess.run([sys.executable, "-m", "classroom.autograde", "--grade-student", student,
-                                       "--course-dir", str(course_dir), *notebooks], env=env, timeout=student_timeout,
-                                      capture_output=True, text=True)
-                if proc.returncode != 0:
-                    for row in student_rows.values():
-                        row.flags.append("nbgrader could not grade (part of) this submission")
-                    sys.stderr.write(proc.stderr[-5000:])
-            except subprocess.TimeoutExpired:
-                for row in student_rows.values():
-                    row.flags.append(f"grading stopped after {student_timeout:g} s")
-            print(f"graded {student} ({', '.join(notebooks)}) in {time.monotonic() - started:.0f} s", file=sys.stderr)
-            rows += student_rows.values()
+        # jobs > 1: students graded side by side (each in its own process, SQLite serialises the gradebook's writes)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for student_rows in pool.map(lambda item: grade_one(*item), found.items()):
+                rows += student_rows
     finally:
         _stop(worker)
 
@@ -325,6 +333,8 @@ def main(argv=None) -> int:
     p.add_argument("--course-dir", type=Path, default=ROOT / "build" / "class")
     p.add_argument("--out", type=Path, default=ROOT / "grades")
     p.add_argument("--student-timeout", type=float, default=float(os.environ.get("ATTN_STUDENT_TIMEOUT", 1800)))
+    p.add_argument("--jobs", type=int, default=int(os.environ.get("ATTN_GRADE_JOBS", 1)),
+                   help="students graded at once (default 1; each runs one kernel)")
     p.add_argument("--grade-student", help=argparse.SUPPRESS)
     p.add_argument("assignments", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -332,7 +342,8 @@ def main(argv=None) -> int:
         return grade_student(args.course_dir, args.grade_student, [str(args.submissions), *args.assignments])
     if args.submissions is None or not args.submissions.is_dir():
         p.error("give the folder of submissions (one folder per student): make autograde SUBMISSIONS=dir")
-    rows = autograde(args.submissions, args.course_dir, args.out, student_timeout=args.student_timeout)
+    rows = autograde(args.submissions, args.course_dir, args.out, student_timeout=args.student_timeout,
+                     jobs=args.jobs)
     print(f"graded {len({r.student for r in rows})} students, {len(rows)} notebooks: {args.out / 'gradebook.csv'}, "
           f"feedback in {args.out / 'feedback'}")
     return 0

@@ -193,7 +193,7 @@ def graded(course):
                                     "answer_check_self_attention": IMPORTS + SOLVED_SELF})
     (tmp / "submissions" / "s5_patched" / "notes.ipynb").write_text("{}")  # not a course notebook: ignored
     started = time.monotonic()
-    rows = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=240)
+    rows = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=300, jobs=2)
     print(f"autograde of 5 students: {time.monotonic() - started:.0f} s")
     with (tmp / "grades" / "gradebook.csv").open() as f:
         table = {r["student"]: r for r in csv.DictReader(f)}
