@@ -115,3 +115,43 @@ hub: install $(VENV)/.hub-installed $(CHP)
 test-hub: install $(VENV)/.hub-installed $(VENV)/.browser-installed $(CHP) build/r2d-venv/bin/repo2docker
 	HUB_STUDENTS=$(HUB_STUDENTS) $(BIN)/python -m pytest tests_hub -v -s -W ignore::UserWarning \
 		--durations=0 --timeout=900
+
+# Classroom (docs/teaching.md): a student release of every notebook, built with nbgrader, and autograding.
+# nbgrader lives in .venv-class, a venv layered over .venv (a .pth file puts .venv's packages on its path),
+# so nbgrader's JupyterLab/server extensions never reach the learner's `make lab`. The course directory
+# (nbgrader's source/, gradebook.db, submitted/, autograded/) is build/class; the student notebooks go to release/.
+#   make release                        student notebooks into release/<notebook>/<notebook>.ipynb
+#   make autograde SUBMISSIONS=dir      dir/<student>/...ipynb -> grades/gradebook.csv, grades/feedback/<student>/
+CLASS_VENV   := .venv-class
+CLASS_BIN    := $(CLASS_VENV)/bin
+CLASS_STAMP  := $(CLASS_VENV)/.installed
+COURSE_DIR   ?= build/class
+GRADES       ?= grades
+SUBMISSIONS  ?=
+.PHONY: release autograde test-class
+$(CLASS_STAMP): requirements-class.txt | $(STAMP)
+	$(BIN)/python -m venv $(CLASS_VENV)
+	$(BIN)/python -c 'import sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_paths()["purelib"])' \
+		> "$$($(CLASS_BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/course-venv.pth"
+	$(CLASS_BIN)/python -m pip install -r requirements-class.txt
+	$(CLASS_BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Attention course (.venv)"
+	touch $@
+
+release autograde test-class $(COURSE_DIR)/.released: export OMP_NUM_THREADS := 1
+release autograde test-class $(COURSE_DIR)/.released: export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+
+# Rebuilt when a notebook, a solution or the tooling changes.
+$(COURSE_DIR)/.released: notebooks/*.ipynb notebooks/solutions/*.ipynb classroom/*.py | $(CLASS_STAMP)
+	$(CLASS_BIN)/python -m classroom.release --course-dir $(COURSE_DIR) --out release
+	touch $@
+
+release: install $(CLASS_STAMP) $(COURSE_DIR)/.released
+
+autograde: release
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=dir (one folder per student)"; exit 2; }
+	$(CLASS_BIN)/python -m classroom.autograde "$(SUBMISSIONS)" --course-dir $(COURSE_DIR) --out $(GRADES)
+
+# End to end in a temporary course directory: release, five synthetic students, autograde, the gradebook.
+# The per-cell limit is short here so that the endless-loop student costs 30 s, not the default 120 s.
+test-class: install $(CLASS_STAMP)
+	ATTN_CELL_TIMEOUT=30 $(CLASS_BIN)/python -m pytest tests_class -v --durations=0 -p no:cacheprovider

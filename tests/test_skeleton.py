@@ -41,11 +41,13 @@ def _requirement_pins(lines):
 
 
 def test_environment_yml_matches_requirements():
-    # environment.yml (Binder, Zero to JupyterHub) builds the user image: the course, its website's packages
-    # (requirements-book.txt) and what a hub's student server needs (requirements-hub.txt).
+    # environment.yml (Binder, Zero to JupyterHub) is one environment: the course, its website's packages
+    # (requirements-book.txt), what a hub's student server needs (requirements-hub.txt) and the classroom's
+    # nbgrader (requirements-class.txt).
     req = _requirement_pins((ROOT / "requirements.txt").read_text().splitlines()
                             + (ROOT / "requirements-book.txt").read_text().splitlines()
-                            + (ROOT / "requirements-hub.txt").read_text().splitlines())
+                            + (ROOT / "requirements-hub.txt").read_text().splitlines()
+                            + (ROOT / "requirements-class.txt").read_text().splitlines())
     env_lines = []
     in_pip = False
     for line in (ROOT / "environment.yml").read_text().splitlines():
@@ -56,7 +58,7 @@ def test_environment_yml_matches_requirements():
         if in_pip and stripped.startswith("- "):
             env_lines.append(stripped[2:])
     env = _requirement_pins(env_lines)
-    assert env == req, f"environment.yml and requirements.txt drifted apart: only in requirements {set(req.items()) - set(env.items())}, only in environment.yml {set(env.items()) - set(req.items())}"
+    assert env == req, f"environment.yml and requirements.txt drifted apart: only in requirements(-class) {set(req.items()) - set(env.items())}, only in environment.yml {set(env.items()) - set(req.items())}"
 
 
 def test_requirements_name_the_course_packages():

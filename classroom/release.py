@@ -1,0 +1,72 @@
+"""``make release``: the student version of every course notebook, built with nbgrader.
+
+    python -m classroom.release [--course-dir build/class] [--out release] [--notebooks notebooks]
+
+1. :func:`classroom.source.write_sources` derives ``<course-dir>/source/<nb>/<nb>.ipynb`` (solutions marked,
+   cells locked, graded checks with hidden tests) from ``notebooks/`` and ``notebooks/solutions/``;
+2. ``nbgrader generate_assignment`` (through its API) writes ``<course-dir>/release/<nb>/<nb>.ipynb`` and
+   records every cell's checksum in ``<course-dir>/gradebook.db``, which ``make autograde`` grades against;
+3. the release is copied to ``--out`` (``release/``, not committed), one folder per notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from classroom.config import api, write_config
+from classroom.source import write_sources
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def release(notebooks: Path, course_dir: Path, out: Path | None, *, points_file: Path | None = None) -> list:
+    course_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(course_dir / "source", ignore_errors=True)
+    assignments = write_sources(notebooks, course_dir / "source", points_file=points_file)
+    write_config(course_dir)
+    nbg = api(course_dir)
+    for a in assignments:
+        result = nbg.generate_assignment(a.name, force=True, create=True)
+        if not result["success"]:
+            raise RuntimeError(f"nbgrader generate_assignment {a.name} failed:\n{result.get('error') or result.get('log')}")
+    if out is not None:
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(course_dir / "release", out)
+    return assignments
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--notebooks", type=Path, default=ROOT / "notebooks")
+    p.add_argument("--course-dir", type=Path, default=ROOT / "build" / "class")
+    p.add_argument("--out", type=Path, default=ROOT / "release")
+    p.add_argument("--points", type=Path, default=ROOT / "classroom" / "points.toml")
+    p.add_argument("--points-table", action="store_true", help="print the points per exercise (Markdown) and stop")
+    args = p.parse_args(argv)
+    if args.points_table:
+        from classroom.source import course_assignments
+
+        print(points_table(course_assignments(args.notebooks, points_file=args.points)))
+        return 0
+    assignments = release(args.notebooks, args.course_dir, args.out, points_file=args.points)
+    total = sum(e.points for a in assignments for e in a.exercises)
+    print(f"released {len(assignments)} notebooks, {sum(len(a.exercises) for a in assignments)} graded exercises "
+          f"({total} points) into {args.out}")
+    return 0
+
+
+def points_table(assignments) -> str:
+    """The teacher's guide's table: notebook, graded check (its grade id), points."""
+    lines = ["| notebook | graded check (grade id) | points |", "|---|---|---:|"]
+    for a in assignments:
+        for e in a.exercises:
+            lines.append(f"| `{a.name}` | `{e.key}` | {e.points} |")
+        lines.append(f"| `{a.name}` | **total** | **{sum(e.points for e in a.exercises)}** |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
