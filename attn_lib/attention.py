@@ -31,7 +31,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import check_attn_mask, check_bool, check_number, check_qkv, shape_of as _shape
+from attn_lib._checks import all_finite, check_attn_mask, check_bool, check_number, check_qkv, shape_of as _shape
 from attn_lib.masks import causal_mask
 
 __all__ = ["scaled_dot_product_attention"]
@@ -129,7 +129,7 @@ def scaled_dot_product_attention(
 
     # scores = Q Kᵀ · scale                                      (..., L, S)
     scores = torch.matmul(query.to(compute), key.to(compute).transpose(-2, -1)) * scale
-    if not bool(torch.isfinite(scores).all()):
+    if not all_finite(scores):
         # finite inputs (checked above) whose products overflow: the softmax would give NaN or silent zeros
         big = max(float(query.abs().max()), float(key.abs().max()))
         raise ValueError(

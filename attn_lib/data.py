@@ -366,9 +366,9 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torc
 
     lengths = [len(s) for s in seqs]
     mask = padding_mask(lengths)  # (B, T) True = real
-    ids = torch.full(mask.shape, pad_id, dtype=torch.long)
-    for b, s in enumerate(seqs):
-        ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
+    width = mask.shape[1]
+    # one tensor from padded lists (one torch call per batch, not one per sequence: collate runs every step)
+    ids = torch.tensor([list(s) + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long).reshape(mask.shape)
     return ids, mask
 
 
