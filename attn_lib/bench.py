@@ -16,6 +16,9 @@ the ceiling. Writes ``docs/benchmarks_gpu.json``. Takes about 2-3 minutes on one
 
 Both print a table. ``--sizes``, ``--repeats`` and ``--out`` shrink or redirect a run (the tests
 run the CLI at tiny sizes).
+
+Why one module of over 400 lines: it is one command, ``python -m attn_lib.bench cpu|gpu``; the two halves
+share the record format of docs/benchmarks_*.json.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ Test Long" (ALiBi, 2022).
 The functions below the main one (:func:`online_softmax_update`, :func:`online_softmax_trace`,
 :func:`causal_tiles`, :func:`plot_online_softmax_step`, :func:`measure_peak_memory`) are the small
 pieces notebook 09 explains and its widget and exercises use.
+
+Why one module of over 400 lines: the tiled algorithm, its backward pass and the small pieces notebook 09
+teaches with it (one online-softmax update, causal tiles, memory) are one idea, read side by side.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ Pre-tokenization (shared by training and tokenizing): the text is first cut into
 GPT-2's rule (:data:`WORD_PATTERN`): runs of letters, of digits, or of other symbols, each
 keeping the single space in front of it, so ``"the cat sat."`` -> ``["the", " cat", " sat", "."]``.
 Merges never cross these boundaries, and joining the pieces gives back the text exactly.
+
+Why one module of over 400 lines: text to tokens is one idea; BPE (training, encoding, byte level) and
+WordPiece share the pre-tokenizers and the normalisation that make them equal to the real tokenizers.
 """
 
 from __future__ import annotations

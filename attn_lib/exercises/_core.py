@@ -28,6 +28,9 @@ Every call of the learner's function goes through :func:`call`, which guards the
 For a grader: :func:`fresh_check` returns a private copy of a check, built from the source files
 and unaffected by anything a notebook rebinds in ``attn_lib.exercises``; :func:`integrity_report`
 lists what differs between the loaded checks and their source files (empty list: unpatched).
+
+Why one module of over 400 lines: every check goes through this machinery (the guarded call, the time
+limit, the patch detection, the comparisons); keeping it in one place leaves no check a way around it.
 """
 
 from __future__ import annotations

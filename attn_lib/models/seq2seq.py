@@ -12,6 +12,9 @@ All three take token ids (long tensors) and bool padding masks (True = real toke
 logits. The models know nothing of any task: the date task's text-in, text-out path
 (:func:`attn_lib.train.translate`) and its attention measure (:func:`attn_lib.train.span_hit_rate`)
 live in :mod:`attn_lib.train`.
+
+Why one module of (just) over 400 lines: the three architectures of notebook 07 are built from the same
+blocks and compared in one table; they are read together.
 """
 
 from __future__ import annotations
