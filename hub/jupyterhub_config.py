@@ -108,6 +108,9 @@ c.Spawner.environment = {
     "NBGITPULLER_APP": "lab",
     # The course kernel is registered in the course venv; a server from another venv finds it here.
     "JUPYTER_PATH": str(COURSE_VENV / "share" / "jupyter"),
+    # ... and the course venv's server extensions (nbgitpuller's git-pull handler is enabled by a file in
+    # <venv>/etc/jupyter, which a layered venv such as .venv-class does not read by itself).
+    "JUPYTER_CONFIG_PATH": str(COURSE_VENV / "etc" / "jupyter"),
 }
 # Servers that come up slowly when a whole class logs in at once still count as started.
 c.Spawner.start_timeout = int(env("ATTN_HUB_START_TIMEOUT", "300"))
@@ -176,7 +179,8 @@ if HAS_NBGRADER:
     )
     os.chmod(jupyter_config, 0o755)
     os.chmod(jupyter_config / "nbgrader_config.py", 0o644)
-    c.Spawner.environment["JUPYTER_CONFIG_PATH"] = str(jupyter_config)
+    c.Spawner.environment["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
+        [str(jupyter_config), c.Spawner.environment["JUPYTER_CONFIG_PATH"]])
 
 # ---- for scripts: an API token with admin rights (the load test sets it; unset: none) -----------
 if env("ATTN_HUB_SERVICE_TOKEN"):

@@ -26,7 +26,9 @@ from classroom.release import points_table, release
 
 ROOT = Path(__file__).resolve().parent.parent
 NB = "03_scaled_dot_product_attention"
-KEYS = ["check_attention_weights", "check_attention", "check_self_attention"]
+# notebook 03's graded checks in notebook order: the predict-then-check question comes first
+P = "check_prediction_03_scale_by_dk"
+KEYS = [P, "check_attention_weights", "check_attention", "check_self_attention"]
 
 # ---- the students' answers (notebook 03): one string per answer cell
 SOLVED_ATTENTION = '''\
@@ -52,10 +54,15 @@ RAISES = '''\
 def attention_weights(query, key):
     raise ValueError("I give up")
 '''
+# An endless loop in the cell itself (a function that never returns is stopped by the check's own time limit
+# instead, with its own message): nbgrader's per-cell time limit stops it, and `attention` is never defined.
 LOOPS = '''\
+while True:
+    pass
+
+
 def attention(query, key, value):
-    while True:
-        pass
+    return value
 '''
 PATCHED_CHECK = '''\
 def attention_weights(query, key):
@@ -207,12 +214,13 @@ def test_gradebook_header(graded):
 
 
 @pytest.mark.parametrize("student, points, failed, flags", [
-    ("s1_solutions", [1, 1, 1], [], []),
-    ("s2_wrong", [0, 1, 0], ["check_attention_weights", "check_self_attention"], []),
-    ("s3_raises_loops", [0, 0, 1], ["check_attention_weights", "check_attention"], ["1 cell(s) ran past the time limit"]),
-    ("s4_edited_locked", [0, 1, 1], ["check_attention_weights"], ["locked cell check_attention_weights edited",
-                                                                  "locked cell locked_", "deleted"]),
-    ("s5_patched", [0, 0, 1], ["check_attention_weights", "check_attention"],
+    ("s1_solutions", [1, 1, 1, 1], [], []),
+    ("s2_wrong", [0, 0, 1, 0], [P, "check_attention_weights", "check_self_attention"], []),
+    ("s3_raises_loops", [0, 0, 0, 1], [P, "check_attention_weights", "check_attention"],
+     ["1 cell(s) ran past the time limit"]),
+    ("s4_edited_locked", [0, 0, 1, 1], [P, "check_attention_weights"], ["locked cell check_attention_weights edited",
+                                                                       "locked cell locked_", "deleted"]),
+    ("s5_patched", [0, 0, 0, 1], [P, "check_attention_weights", "check_attention"],
      ["own code assigns into attn_lib", "own code assigns into torch/math/numpy"]),
 ])
 def test_gradebook_cell_by_cell(graded, student, points, failed, flags):
@@ -220,7 +228,7 @@ def test_gradebook_cell_by_cell(graded, student, points, failed, flags):
     row = table[student]
     assert row["notebook"] == NB
     assert [int(row[k]) for k in KEYS] == points
-    assert (int(row["total"]), int(row["max_total"])) == (sum(points), 3)
+    assert (int(row["total"]), int(row["max_total"])) == (sum(points), len(KEYS))
     assert row["failed"] == ";".join(failed)
     if not flags:
         assert row["flags"] == ""

@@ -143,7 +143,7 @@ def test_a_student_in_chromium_opens_the_link_and_runs_welcome(class_hub, class_
     from playwright.sync_api import sync_playwright
 
     from hub.course_hub import REPO_ROOT, nbgitpuller_link
-    from tests_browser.cdn import OfflineRouter
+    from tests_browser.network import OfflineRouter
     from tests_browser.conftest import CHROMIUM_ARGS, VIEWPORT, chromium_path
     from tests_browser.driver import run_notebook
     from tests_browser.expectations import read_notebook
@@ -155,7 +155,7 @@ def test_a_student_in_chromium_opens_the_link_and_runs_welcome(class_hub, class_
         def lab_url(self, rel):
             return f"{class_hub.url}/user/{name}/lab/tree/{TARGET_DIR}/{rel}?reset"
 
-    router = OfflineRouter(files={}, serve_cdn=False)
+    router = OfflineRouter()
     shots = REPO_ROOT / "test-results" / "hub"
     shots.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:

@@ -142,7 +142,7 @@ def test_jupyterhub_config_nbgrader_exchange_when_nbgrader_is_installed(tmp_path
     server_python = Path(c.Spawner.cmd[0]).parent / "python"
     if subprocess.run([str(server_python), "-c", "import nbgrader"], capture_output=True).returncode != 0:
         pytest.skip("nbgrader is not installed where the student servers run (requirements-class.txt)")
-    config_dir = Path(c.Spawner.environment["JUPYTER_CONFIG_PATH"])
+    config_dir = Path(c.Spawner.environment["JUPYTER_CONFIG_PATH"].split(os.pathsep)[0])  # nbgrader's, then the venv's
     text = (config_dir / "nbgrader_config.py").read_text()
     exchange = tmp_path / "shared" / "nbgrader" / "exchange"
     assert f"c.Exchange.root = {str(exchange)!r}" in text
