@@ -60,10 +60,11 @@ c.FirstUseAuthenticator.min_password_length = 8  # shortest password a student m
 # ---- each student's server ---------------------------------------------------------------------
 # LocalProcessSpawner runs `jupyterhub-singleuser` as the student's Unix account.
 c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"
-# The course venv (the Python running this hub): its JupyterLab, its kernel "attn-course". Where the
-# classroom venv (.venv-class: nbgrader, layered over .venv) exists, the servers run from it instead.
+# The course venv (the Python running this hub): its JupyterLab, its kernel "attn-course". For nbgrader's
+# Assignments tab, point ATTN_HUB_SERVER_VENV at the classroom venv (.venv-class: nbgrader, layered over .venv);
+# that setup is configured below but has not been tested end to end with students' accounts (docs/hub.md).
 COURSE_VENV = Path(sys.prefix)
-SERVER_VENV = Path(env("ATTN_HUB_SERVER_VENV", "") or (REPO / ".venv-class" if (REPO / ".venv-class" / "bin" / "python").exists() else sys.prefix))
+SERVER_VENV = Path(env("ATTN_HUB_SERVER_VENV", "") or sys.prefix)
 if SERVER_VENV == COURSE_VENV:
     c.Spawner.cmd = [str(COURSE_VENV / "bin" / "jupyterhub-singleuser")]
 else:
