@@ -33,16 +33,17 @@ def softmax_b(x):
 
 
 def merges_a(word, merges):
+    # written differently from tests/test_exercises_01_02.py's merges_right: one pass that glues each symbol
+    # onto the one before it, never onto a symbol this pass has just made (so "aaa" gives ["aa", "a"])
     symbols = list(word)
     for a, b in merges:
-        out, i = [], 0
-        while i < len(symbols):
-            if i + 1 < len(symbols) and symbols[i] == a and symbols[i + 1] == b:
-                out.append(a + b)
-                i += 2
+        out, just_made = [], False
+        for s in symbols:
+            if out and not just_made and out[-1] == a and s == b:
+                out[-1], just_made = a + b, True
             else:
-                out.append(symbols[i])
-                i += 1
+                out.append(s)
+                just_made = False
         symbols = out
     return symbols
 

@@ -1,22 +1,13 @@
-"""Notebook 09's predict-then-check questions: the right answer passes, every wrong choice gets its own hint."""
+"""Notebook 09's predict-then-check answers, derived. (The right-answer / wrong-hint test of every question is in
+tests/test_predictions.py.)"""
 
 from __future__ import annotations
 
-import pytest
-
-from attn_lib.exercises.concepts import QUESTIONS, check_prediction
+from attn_lib.exercises.concepts import QUESTIONS, questions_for
 from attn_lib.tiled import causal_tiles
 
 
-@pytest.mark.parametrize("qid", ["09.causal_tiles", "09.gqa_dk"])
-def test_right_answer_passes_and_wrong_ones_get_their_hint(qid):
-    check_prediction(qid, ...)  # loads the questions
-    q = QUESTIONS[qid]
-    assert check_prediction(qid, q.answer).passed
-    for key in q.choices:
-        if key != q.answer:
-            res = check_prediction(qid, key)
-            assert not res.passed and q.hints[key] in str(res.message)
+questions_for(9)  # loads predict_09.py
 
 
 def test_causal_tiles_answer_is_derived():
