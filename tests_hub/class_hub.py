@@ -32,6 +32,8 @@ import requests
 from hub.course_hub import REPO_ROOT, TARGET_DIR, blocked_dirs, current_branch
 from tests_hub.kernel_ws import RemoteKernel
 
+RESULTS = REPO_ROOT / "test-results" / "hub"
+
 STUDENT_PREFIX = "attnstu"
 TEACHER = "attnteach"
 CHP = REPO_ROOT / "build" / "hub-node" / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -87,6 +89,7 @@ class StudentRun:
     t_pull: float = float("nan")
     t_notebook: float = float("nan")  # server running -> notebook 03 completed and checked (s)
     failures: list[str] = field(default_factory=list)
+    reconnects: list[tuple[float, str]] = field(default_factory=list)  # kernel websocket drops, reconnected
 
 
 class ClassHub:
@@ -178,6 +181,12 @@ class ClassHub:
 
     def cleanup(self) -> None:
         self.stop()
+        # The hub's log holds every student server's log too (LocalProcessSpawner's output): keep it.
+        try:
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            shutil.copy(self.log_path, RESULTS / "hub.log")
+        except OSError:
+            pass
         for name in [TEACHER, *self.names]:
             remove_account(name)
         for d, mode in reversed(self._chmodded):
@@ -299,11 +308,16 @@ def compare_cell(index: int, saved: dict, outputs: list[dict]) -> list[str]:
     return problems
 
 
-def run_notebook_remote(hub: ClassHub, name: str, token: str, path: str, timeout_s: float = 300) -> list[str]:
-    """Execute every code cell of the student's copy of ``path`` in a kernel of their server; problems found."""
+def run_notebook_remote(hub: ClassHub, name: str, token: str, path: str, timeout_s: float = 300,
+                        reconnects: list | None = None) -> list[str]:
+    """Execute every code cell of the student's copy of ``path`` in a kernel of their server; problems found.
+    Websocket reconnects (see kernel_ws) are appended to ``reconnects``."""
     nb = hub.contents(name, token, path)["content"]
     problems = []
-    with RemoteKernel(hub.url, name, token, timeout_s=timeout_s) as kernel:
+    kernel = RemoteKernel(hub.url, name, token, timeout_s=timeout_s)
+    if reconnects is not None:
+        kernel.reconnects = reconnects
+    with kernel:
         for i, cell in enumerate(nb["cells"]):
             if cell["cell_type"] != "code":
                 continue
@@ -409,7 +423,8 @@ def run_class(hub: ClassHub, names: list[str], limit_s: float = 420) -> tuple[li
             hub.pull(run.name, run.token, timeout_s=max(10, deadline - time.monotonic()))
             run.t_pull = time.monotonic() - t0 - run.t_server
             problems = run_notebook_remote(hub, run.name, run.token, f"{TARGET_DIR}/{NOTEBOOK}",
-                                           timeout_s=max(10, deadline - time.monotonic()))
+                                           timeout_s=max(10, deadline - time.monotonic()),
+                                           reconnects=run.reconnects)
             run.failures += [f"notebook: {p}" for p in problems]
             if not problems:
                 run.t_notebook = time.monotonic() - t0
@@ -443,6 +458,11 @@ def report(runs: list[StudentRun], sampler: Sampler, wall_s: float) -> dict:
         "students": len(runs),
         "failures": sum(1 for r in runs if r.failures),
         "failure_details": {r.name: r.failures for r in runs if r.failures},
+        # A dropped kernel websocket that the client reconnected (as JupyterLab does) with every output
+        # replayed: not a failure, but counted, with the time and what was seen.
+        "websocket_reconnects": sum(len(r.reconnects) for r in runs),
+        "reconnect_details": {r.name: [(time.strftime("%H:%M:%S", time.gmtime(t)), what) for t, what in r.reconnects]
+                              for r in runs if r.reconnects},
         "server_running_s_p50": percentile(ready, 50), "server_running_s_p95": percentile(ready, 95),
         "notebook_done_s_p50": percentile(done, 50), "notebook_done_s_p95": percentile(done, 95),
         "student_peak_mib_p50": percentile(per, 50), "student_peak_mib_max": max(per, default=float("nan")),
@@ -462,6 +482,7 @@ def table(rep: dict) -> str:
     rows = [
         ("students", f"{rep['students']}"),
         ("failures (target 0)", f"{rep['failures']}"),
+        ("kernel websocket drops, reconnected with outputs replayed", f"{rep.get('websocket_reconnects', 0)}"),
         ("time to a running server, p50 / p95", f"{rep['server_running_s_p50']:.1f} s / {rep['server_running_s_p95']:.1f} s"),
         ("time to notebook 03 completed, p50 / p95", f"{rep['notebook_done_s_p50']:.1f} s / {rep['notebook_done_s_p95']:.1f} s"),
         ("peak memory per student server, RSS (p50 / max)", f"{rep['student_peak_mib_p50']:.0f} MiB / {rep['student_peak_mib_max']:.0f} MiB"),

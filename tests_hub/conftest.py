@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -51,4 +52,21 @@ def class_run(class_hub):
     (RESULTS / "loadtest.json").write_text(json.dumps(rep, indent=2))
     (RESULTS / "loadtest.md").write_text(table(rep) + "\n")
     print("\n" + table(rep))
+    if rep["failures"] or rep["websocket_reconnects"]:
+        # What the hub, the proxy and the servers said about it (their warnings and errors).
+        print(json.dumps({"failures": rep["failure_details"], "reconnects": rep["reconnect_details"]}, indent=1))
+        print("\n".join(hub_warnings(class_hub.log_path)[-80:]))
     return runs, rep
+
+
+NOISE = ("Kernel is running over TCP", "--depth is ignored", "api_request to the proxy failed")
+
+
+def hub_warnings(log_path) -> list[str]:
+    """Warning and error lines of the hub's log (hub, proxy, student servers), known noise left out."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    pick = re.compile(r"^\[[WEC] |warn|error|Traceback|ping timeout|died|Restoring connection|Replaying", re.I)
+    return [ln[:300] for ln in lines if pick.search(ln) and not any(n in ln for n in NOISE)]

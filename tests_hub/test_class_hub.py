@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import time
 
@@ -25,6 +26,22 @@ def test_the_class_runs_notebook_03_without_failures(class_run):
     runs, rep = class_run
     assert rep["failures"] == 0, json.dumps(rep["failure_details"], indent=1)[:6000]
     assert all(r.t_notebook == r.t_notebook for r in runs)  # every student has a completion time
+
+
+def test_a_dropped_connection_reconnects_and_gets_the_cells_output(class_hub, class_run):
+    """A student's network drops in the middle of a cell: the client reconnects (as JupyterLab does) and the
+    server, which buffered the kernel's messages for that session, replays them: the output is not lost."""
+    run = class_run[0][0]
+    with RemoteKernel(class_hub.url, run.name, run.token, timeout_s=120) as kernel:
+        msg_id = kernel._send("execute_request", {"code": "import time\ntime.sleep(4)\nprint('after the drop')",
+                                                  "silent": False, "store_history": True, "user_expressions": {},
+                                                  "allow_stdin": False, "stop_on_error": True}, channel="shell")
+        time.sleep(1.0)
+        kernel.ws.sock.shutdown(socket.SHUT_RDWR)  # the connection is cut, without a close frame
+        reply, outputs = kernel.collect(msg_id)
+        assert len(kernel.reconnects) == 1, kernel.reconnects
+    assert reply["status"] == "ok", reply
+    assert [o.get("text") for o in outputs] == ["after the drop\n"], outputs
 
 
 def test_student_cannot_reach_another_students_server(class_hub, class_run):
