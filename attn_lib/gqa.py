@@ -9,8 +9,10 @@
   This is the convention of ``torch.nn.functional.scaled_dot_product_attention(enable_gqa=True)``
   and of HuggingFace's ``repeat_kv`` (``transformers.models.llama.modeling_llama``).
 - **Converting a trained model** instead of training a new one: :func:`to_gqa` mean-pools the key
-  and value projection heads of each group (GQA paper, section 2.1; the paper then "uptrains" for
-  about 5% of the pre-training steps, which this course does not do, so it measures the drop).
+  and value projection heads of each group (GQA paper, section 2.1), and :func:`model_to_gqa` does it
+  for every attention layer of a model. The paper then "uptrains" for about 5% of the pre-training
+  steps (section 3.1): notebook 08 measures the drop on MiniLM, and the drop and the recovery on the
+  course's own date model (``attn_lib.train.GQA_UPTRAIN_CONFIG``).
 
 What the cache costs and how to shrink it further live beside this module: :mod:`attn_lib.kv_cache`
 (the caches and their size) and :mod:`attn_lib.quantization` (8- and 4-bit keys and values);
@@ -38,6 +40,7 @@ __all__ = [
     "grouped_query_attention",
     "mean_pool_kv_heads",
     "to_gqa",
+    "model_to_gqa",
     "plot_groups",
 ]
 
@@ -272,6 +275,45 @@ def to_gqa(mha, num_kv_heads: int):
                 lin.bias.copy_(mean_pool_kv_heads(old.bias, old_kv, num_kv_heads))
         setattr(new, name, lin)
     new.num_kv_heads = num_kv_heads
+    return new
+
+
+def model_to_gqa(model: nn.Module, num_kv_heads: int) -> nn.Module:
+    """A copy of ``model`` in which every :class:`attn_lib.mha.MultiHeadAttention` layer is converted by
+    :func:`to_gqa` (mean-pooled key/value heads; everything else copied unchanged).
+
+    For :class:`attn_lib.models.Seq2SeqTransformer` that is the encoder's self-attention and the
+    decoder's self- and cross-attention. The copy is the starting point of the GQA paper's uptraining
+    (Ainslie et al. 2023, §3.1): train it for a small fraction of the original steps (notebook 08).
+
+    Args:
+        model: an nn.Module holding at least one MultiHeadAttention. num_kv_heads: int dividing the
+            num_kv_heads of every such layer.
+
+    Returns:
+        a new module (``model`` is not changed), in ``model``'s train/eval mode.
+
+    Raises:
+        TypeError: model is not an nn.Module, or num_kv_heads not an int.
+        ValueError: no MultiHeadAttention inside, or num_kv_heads does not divide a layer's (names the layer).
+    """
+    from attn_lib.mha import MultiHeadAttention
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    _check_int("num_kv_heads", num_kv_heads, minimum=1)
+    new = copy.deepcopy(model)
+    layers = [(name, m) for name, m in new.named_modules() if isinstance(m, MultiHeadAttention)]
+    if not layers:
+        raise ValueError(f"model ({type(model).__name__}) has no attn_lib MultiHeadAttention layer to convert")
+    if layers[0][0] == "":  # the model is itself one attention layer
+        return to_gqa(new, num_kv_heads)
+    for name, layer in layers:
+        parent_name, _, child = name.rpartition(".")
+        try:
+            setattr(new.get_submodule(parent_name), child, to_gqa(layer, num_kv_heads))
+        except ValueError as e:
+            raise ValueError(f"layer {name!r}: {e}") from None
     return new
 
 
