@@ -117,7 +117,7 @@ def run_cpu(sizes=(1024, 2048, 4096, 8192), heads: int = 8, head_dim: int = 64, 
     """Time and peak memory of naive, tiled and torch attention on the CPU (float32, batch 1).
 
     For each N: one profiled call per method measures the peak memory (and warms up), then
-    ``repeats`` timed calls give the median time. ``threads``: torch's intra-op threads during the
+    ``repeats`` rounds of timed calls, one per method in turn, give the median times. ``threads``: torch's intra-op threads during the
     run (default 1: on a shared, busy machine multi-threaded timings of code made of many small
     operations, like the tiled loop, mostly measure the other processes; None keeps torch's setting).
     Returns the result dict (also saved as JSON).
@@ -142,7 +142,7 @@ def _run_cpu(sizes, heads, head_dim, repeats, out, seed) -> dict:
         "command": " ".join(["python -m attn_lib.bench", *sys.argv[1:]]) if sys.argv[1:2] == ["cpu"] else None,
         "config": {"batch": 1, "heads": heads, "head_dim": head_dim, "dtype": "float32", "is_causal": False,
                    "repeats": repeats, "tiled_blocks": [BLOCK_Q, BLOCK_K]},
-        "time_method": "median over repeats of process CPU time (time.process_time) and of wall time "
+        "time_method": "methods timed in turn, repeats rounds; median over rounds of process CPU time (time.process_time) and of wall time "
                        "(time.perf_counter) per call; with one torch thread, CPU time is the compute time "
                        "even when other processes compete for the cores, wall time is not",
         "memory_method": "peak of the running total of allocations minus frees through PyTorch's CPU allocator "
@@ -154,16 +154,21 @@ def _run_cpu(sizes, heads, head_dim, repeats, out, seed) -> dict:
         q, k, v = (torch.randn(1, heads, n, head_dim) for _ in range(3))
         row = {"n": n}
         outs = {}
+        peaks = {}
         for name, fn in CPU_METHODS.items():
-            peak, outs[name] = measure_peak_memory(fn, q, k, v)
-            walls, cpus = [], []
-            for _ in range(repeats):
+            peaks[name], outs[name] = measure_peak_memory(fn, q, k, v)  # also the warm-up call
+        # Timed calls round-robin (naive, tiled, torch, naive, ...): the speed of a shared machine drifts by
+        # tens of percent within minutes, and interleaving makes the drift hit the three methods alike.
+        walls, cpus = ({name: [] for name in CPU_METHODS} for _ in range(2))
+        for _ in range(repeats):
+            for name, fn in CPU_METHODS.items():
                 t0, c0 = time.perf_counter(), time.process_time()
                 fn(q, k, v)
-                walls.append(time.perf_counter() - t0)
-                cpus.append(time.process_time() - c0)
-            row[name] = {"cpu_s": statistics.median(cpus), "wall_s": statistics.median(walls),
-                         "cpu_s_all": cpus, "wall_s_all": walls, "peak_bytes": peak}
+                walls[name].append(time.perf_counter() - t0)
+                cpus[name].append(time.process_time() - c0)
+        for name in CPU_METHODS:
+            row[name] = {"cpu_s": statistics.median(cpus[name]), "wall_s": statistics.median(walls[name]),
+                         "cpu_s_all": cpus[name], "wall_s_all": walls[name], "peak_bytes": peaks[name]}
         # the three must agree, or the comparison means nothing
         row["max_abs_diff_vs_torch"] = {
             name: float((outs[name] - outs["torch"]).abs().max()) for name in ("naive", "tiled")

@@ -194,6 +194,19 @@ def test_padding_mask_is_never_copied_per_head():
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
+def test_peak_memory_is_the_output_plus_one_tile_and_no_input_copy():
+    # One (N, G*Bq, Bk) tile of scores (probabilities are computed in place over it), the output, and
+    # small per-row vectors: nothing input-sized. The argument checks once made a float64 copy of each
+    # input (a float64 sum of a float32 tensor converts it first): +2x the input, caught by this bound.
+    # Besides those: a contiguous K tile, the scaled query block and the accumulators, ~1 MiB here.
+    B, H, N, D, bq, bk = 1, 8, 4096, 64, 128, 256
+    q, k, v = _qkv((B, H, N, D), N, dtype=torch.float32)
+    with torch.no_grad():
+        peak, _ = measure_peak_memory(tiled_attention, q, k, v, block_q=bq, block_k=bk)
+    out_bytes, tile_bytes = q.nbytes, B * H * bq * bk * 4  # 8 MiB, 1 MiB
+    assert out_bytes + tile_bytes <= peak < out_bytes + tile_bytes + q.nbytes // 4, (peak, out_bytes, tile_bytes)
+
+
 def test_no_grad_path_saves_nothing():
     q, k, v = (t.requires_grad_() for t in _qkv((1, 4, 4), 4))
     with torch.no_grad():
