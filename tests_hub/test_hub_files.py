@@ -90,6 +90,13 @@ def _load_config(tmp_path, **env):
 
 
 def test_jupyterhub_config_as_jupyterhub_loads_it(tmp_path):
+    # Take the course's JupyterLab setting out of the server venv first: loading the config must put it back.
+    server_prefix = Path(os.environ.get("ATTN_HUB_SERVER_VENV") or sys.prefix)
+    overrides_file = server_prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    if overrides_file.exists():
+        kept = json.loads(overrides_file.read_text())
+        kept.pop("@jupyterlab/apputils-extension:notification", None)
+        overrides_file.write_text(json.dumps(kept))
     c = _load_config(tmp_path)
     assert c.JupyterHub.bind_url == "http://127.0.0.1:18300"
     assert c.Authenticator.allowed_users == {"prof", "ann", "ben"}
@@ -116,6 +123,9 @@ def test_jupyterhub_config_as_jupyterhub_loads_it(tmp_path):
     assert "--MappingKernelManager.cull_idle_timeout=3600" in c.Spawner.args
     # matplotlib's font list is built once, for copying into each new account.
     assert list((tmp_path / "shared" / "matplotlib").glob("fontlist-*.json"))
+    # The servers' JupyterLab has the course's settings (no news popup), as `make lab` does.
+    overrides = json.loads(overrides_file.read_text())
+    assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
 
 
 def test_seed_matplotlib_cache_copies_the_font_list_once(tmp_path):
@@ -248,3 +258,5 @@ def test_postbuild_installs_attn_lib_and_the_kernel_in_a_clean_venv(tmp_path):
     origin = subprocess.run([str(py), "-c", "import importlib.util as u; print(u.find_spec('attn_lib').origin)"],
                             capture_output=True, text=True, cwd=tmp_path, env=env)
     assert origin.stdout.strip() == str(src / "attn_lib" / "__init__.py"), origin.stderr
+    overrides = json.loads((venv / "share" / "jupyter" / "lab" / "settings" / "overrides.json").read_text())
+    assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"  # no news popup
