@@ -310,17 +310,22 @@ def train_date_model(seed: int = 0, *, progress: bool = True, stop_after: int | 
     Returns:
         (model in eval mode, :class:`TrainResult`).
     """
-    from attn_lib.data import load_splits
     from attn_lib.models.seq2seq import Seq2SeqTransformer
 
     cfg = {**DATE_TRAIN_CONFIG, **overrides}
     torch.manual_seed(seed)
     model = Seq2SeqTransformer(len(SOURCE_VOCAB), len(TARGET_VOCAB), **DATE_MODEL_CONFIG)
-    splits = load_splits()
-    result = train(model, endless_batches(splits["train"], cfg["batch_size"], seed=seed), seq2seq_loss,
-                   steps=cfg["steps"], lr=cfg["lr"], warmup_steps=cfg["warmup_steps"], progress=progress,
-                   desc="encoder-decoder", stop_after=stop_after, fused=cfg.get("fused", False))
-    return model, result
+    return model, _train_on_dates(model, cfg, seed=seed, progress=progress, desc="encoder-decoder",
+                                  stop_after=stop_after)
+
+
+def _train_on_dates(model, cfg: dict, *, seed: int, progress: bool, desc: str, stop_after: int | None = None):
+    """:func:`train` on the date task's train split with a config dict (steps, batch_size, lr, warmup_steps, fused)."""
+    from attn_lib.data import load_splits
+
+    return train(model, endless_batches(load_splits()["train"], cfg["batch_size"], seed=seed), seq2seq_loss,
+                 steps=cfg["steps"], lr=cfg["lr"], warmup_steps=cfg["warmup_steps"], progress=progress,
+                 desc=desc, stop_after=stop_after, fused=cfg.get("fused", False))
 
 
 def uptrain_date_model(model, *, seed: int = 1, progress: bool = True, **overrides) -> TrainResult:
@@ -336,13 +341,8 @@ def uptrain_date_model(model, *, seed: int = 1, progress: bool = True, **overrid
     Returns:
         :class:`TrainResult`; the model is left in eval mode.
     """
-    from attn_lib.data import load_splits
-
-    cfg = {**GQA_UPTRAIN_CONFIG, **overrides}
     torch.manual_seed(seed)
-    return train(model, endless_batches(load_splits()["train"], cfg["batch_size"], seed=seed), seq2seq_loss,
-                 steps=cfg["steps"], lr=cfg["lr"], warmup_steps=cfg["warmup_steps"], progress=progress,
-                 desc="uptraining", fused=cfg.get("fused", False))
+    return _train_on_dates(model, {**GQA_UPTRAIN_CONFIG, **overrides}, seed=seed, progress=progress, desc="uptraining")
 
 
 def save_model(model, path: Path | str = CHECKPOINT, *, losses: Sequence[float] | None = None) -> Path:

@@ -135,10 +135,15 @@ class RemoteKernel:
                         outputs.append(out)
         return reply, _merge_streams(outputs)
 
+    def send_execute(self, code: str) -> str:
+        """Send a cell without waiting for it; its msg_id (for :meth:`collect`)."""
+        return self._send("execute_request", {"code": code, "silent": False, "store_history": True,
+                                              "user_expressions": {}, "allow_stdin": False,
+                                              "stop_on_error": True}, channel="shell")
+
     def execute(self, code: str) -> tuple[dict, list[dict]]:
-        return self._request("execute_request", {"code": code, "silent": False, "store_history": True,
-                                                  "user_expressions": {}, "allow_stdin": False,
-                                                  "stop_on_error": True}, channel="shell")
+        """Run a cell: its shell reply and outputs."""
+        return self.collect(self.send_execute(code))
 
     def stop(self) -> None:
         if self.ws is not None:

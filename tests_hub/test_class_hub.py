@@ -33,9 +33,7 @@ def test_a_dropped_connection_reconnects_and_gets_the_cells_output(class_hub, cl
     server, which buffered the kernel's messages for that session, replays them: the output is not lost."""
     run = class_run[0][0]
     with RemoteKernel(class_hub.url, run.name, run.token, timeout_s=120) as kernel:
-        msg_id = kernel._send("execute_request", {"code": "import time\ntime.sleep(4)\nprint('after the drop')",
-                                                  "silent": False, "store_history": True, "user_expressions": {},
-                                                  "allow_stdin": False, "stop_on_error": True}, channel="shell")
+        msg_id = kernel.send_execute("import time\ntime.sleep(4)\nprint('after the drop')")
         time.sleep(1.0)
         kernel.ws.sock.shutdown(socket.SHUT_RDWR)  # the connection is cut, without a close frame
         reply, outputs = kernel.collect(msg_id)
