@@ -21,7 +21,7 @@ import torch
 __all__ = [
     "check_int", "check_bool", "check_number", "check_choice", "check_callable", "check_tensor",
     "check_finite", "check_dtype", "check_device", "check_same_device", "check_same_dtype",
-    "check_attn_mask", "check_qkv", "shape_of", "all_finite", "check_heads",
+    "check_attn_mask", "check_qkv", "shape_of", "all_finite", "check_heads", "scores_overflow_error",
 ]
 
 
@@ -338,9 +338,23 @@ def check_qkv(query, key, value, *, enable_gqa: bool = False, min_ndim: int = 2)
             raise ValueError("enable_gqa=True needs a heads dim at -3: query (..., H, L, E) and key/value "
                              f"(..., Hkv, S, E); got query shape {shape_of(query)}, key shape {shape_of(key)}")
         hq, hkv = query.shape[-3], key.shape[-3]
-        if hkv == 0 or hq % hkv != 0:
+        if (hkv == 0 and hq != 0) or (hkv != 0 and hq % hkv != 0):
             raise ValueError(f"enable_gqa=True needs the number of query heads H={hq} to be a multiple of the number "
                              f"of key/value heads Hkv={hkv} (query shape {shape_of(query)}, key shape {shape_of(key)})")
+
+
+def scores_overflow_error(query: torch.Tensor, key: torch.Tensor, scale: float, dtype: torch.dtype) -> ValueError:
+    """The one error for finite query/key whose scores scale * query @ keyᵀ overflow ``dtype``.
+
+    Raised (not returned as NaN) by scaled_dot_product_attention, tiled_attention and flash_attention alike.
+    """
+    E = query.shape[-1]
+    big = max(float(query.detach().abs().amax()), float(key.detach().abs().amax()))
+    return ValueError(
+        f"the scores query @ keyᵀ * scale overflow {dtype} (max {torch.finfo(dtype).max:.3g}): the largest "
+        f"|query| or |key| entry is {big:.3g} with E={E} and scale={scale:.3g}; expected scores of a moderate "
+        f"scale -- normalise the inputs (e.g. LayerNorm) or compute in float64"
+    )
 
 
 def check_heads(num_heads, num_kv_heads) -> int:

@@ -31,7 +31,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import all_finite, check_attn_mask, check_bool, check_number, check_qkv, shape_of as _shape
+from attn_lib._checks import (all_finite, check_attn_mask, check_bool, check_number, check_qkv,
+                              scores_overflow_error, shape_of as _shape)
 from attn_lib.masks import causal_mask
 
 __all__ = ["scaled_dot_product_attention"]
@@ -131,12 +132,7 @@ def scaled_dot_product_attention(
     scores = torch.matmul(query.to(compute), key.to(compute).transpose(-2, -1)) * scale
     if not all_finite(scores):
         # finite inputs (checked above) whose products overflow: the softmax would give NaN or silent zeros
-        big = max(float(query.abs().max()), float(key.abs().max()))
-        raise ValueError(
-            f"the scores query @ keyᵀ * scale overflow {compute} (max {torch.finfo(compute).max:.3g}): the largest "
-            f"|query| or |key| entry is {big:.3g} with E={E} and scale={scale:.3g}; expected scores of a moderate "
-            f"scale -- normalise the inputs (e.g. LayerNorm) or compute in float64"
-        )
+        raise scores_overflow_error(query, key, scale, compute)
 
     if is_causal:
         # top-left causal like torch's: query i may attend to keys j <= i

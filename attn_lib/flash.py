@@ -26,8 +26,8 @@ The kernels (long by nature; each is one screen of arithmetic with the paper's l
 - :func:`_tile_logits` (shared): the causal mask (either alignment), ``attn_mask`` (bool or additive
   float, any broadcast: strides 0) and the ALiBi bias ``-m_h |i + S - L - j|`` computed in registers.
 
-Scores are kept in base 2: ``exp(x * scale) = exp2(x * scale * log2(e))``, so the kernels call the cheap
-``exp2``. K and V are read through ``h // (H / Hkv)``: never repeated in memory for GQA.
+The logits stay in natural units, so a finite bias near float32's maximum cannot overflow; the kernels
+call the cheap ``exp2`` on the max-subtracted logits, ``exp(x - m) = exp2((x - m) * log2(e))``. K and V are read through ``h // (H / Hkv)``: never repeated in memory for GQA.
 
 Written with plain pointer arithmetic and masked loads/stores (no block pointers: they were removed in
 Triton 3.9), so it runs on Triton 3.6 through 3.9. Sources: Dao (2023), "FlashAttention-2",
@@ -59,9 +59,11 @@ except ImportError:  # pragma: no cover - triton is in the course's Linux requir
     triton = None
     tl = None
 
-__all__ = ["flash_attention", "triton_available", "kernel_source", "compile_kernel", "BACKENDS", "KERNELS"]
+__all__ = ["flash_attention", "triton_available", "kernel_source", "compile_kernel", "BACKENDS", "KERNELS", "ARCHS"]
 
 BACKENDS = ("auto", "triton", "tiled", "cuda")
+# The compute capabilities compile_kernel accepts: what Triton 3.9's NVIDIA backend supports (8.0 and newer).
+ARCHS = (80, 86, 87, 89, 90, 100, 103, 110, 120, 121)
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * ln(2)
 MASK_NONE, MASK_BOOL, MASK_FLOAT = 0, 1, 2  # the kernels' MASK_KIND
@@ -76,41 +78,48 @@ def triton_available() -> bool:
 
 
 if triton is not None:
+    _LOG2E = tl.constexpr(LOG2E)  # the kernels' copies: a jitted function reads only constexpr globals
+    _LN2 = tl.constexpr(LN2)
 
     @triton.jit
     def _tile_logits(
-        qk,  # (BLOCK_M, BLOCK_N) scores q . k * scale * log2(e), float32, base 2
+        qk,  # (BLOCK_M, BLOCK_N) scores scale * q . k, float32, natural units
         rows, cols,  # (BLOCK_M,) query positions, (BLOCK_N,) key positions
         L, S, causal_offset,  # key c is visible from query r iff c <= r + causal_offset (0 or S - L)
         m_ptr, stride_ml, stride_ms,  # this (batch, head)'s attn_mask, row and column strides (0: broadcast)
         slope,  # this head's ALiBi slope m_h (unused without ALiBi)
         IS_CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, HAS_ALIBI: tl.constexpr,
     ):
-        """Apply ALiBi, the float or bool attn_mask and the causal mask to one tile of logits (base 2)."""
-        if HAS_ALIBI:  # -m_h |(r + S - L) - c|, query r at position r + S - L (flash-attn's convention)
+        """Apply ALiBi, the float or bool attn_mask and the causal mask to one tile of logits.
+
+        The logits stay in natural units here (log2(e) is applied inside exp2, after the max is subtracted),
+        so a finite bias near float32's maximum (a mask of 3e38, a slope of 3e38) cannot overflow to inf.
+        """
+        if HAS_ALIBI:  # -m_h |(r + S - L) - c|, query r at position r + S - L (the padded tensor's positions)
             dist = tl.abs((rows[:, None] + (S - L) - cols[None, :]).to(tl.float32))
-            qk = qk - slope * 1.4426950408889634 * dist
+            qk = qk - slope * dist
         keep = (rows[:, None] < L) & (cols[None, :] < S)  # ragged tails do not exist
         if MASK_KIND != 0:
             m = tl.load(m_ptr + rows[:, None] * stride_ml + cols[None, :] * stride_ms, mask=keep, other=0)
             if MASK_KIND == 1:  # bool (stored as uint8): True = may attend
                 keep = keep & (m != 0)
             else:  # float, added to the logits (-inf blocks)
-                qk = qk + m.to(tl.float32) * 1.4426950408889634
+                qk = qk + m.to(tl.float32)
         if IS_CAUSAL:
             keep = keep & (cols[None, :] <= rows[:, None] + causal_offset)
         return tl.where(keep, qk, float("-inf"))
 
     @triton.jit
     def _attn_fwd_kernel(
-        Q, K, V, O, LSE, MASK, ALIBI,  # pointers: q, k, v, output, log-sum-exp (B*H, L), attn_mask, slopes (H,)
+        Q, K, V, O, LSE, MASK, ALIBI,  # pointers: q, k, v, output, log-sum-exp (B*H, L), attn_mask, slopes
         stride_qb, stride_qh, stride_ql,  # strides of q (B, H, L, E), in elements; head_dim is contiguous
         stride_kb, stride_kh, stride_ks,  # k (B, Hkv, S, E)
         stride_vb, stride_vh, stride_vs,  # v (B, Hkv, S, Ev)
         stride_ob, stride_oh, stride_ol,  # output (B, H, L, Ev)
         stride_mb, stride_mh, stride_ml, stride_ms,  # attn_mask broadcast to (B, H, L, S): 0 where broadcast
+        stride_ab,  # ALiBi slopes (B, H): H, or 0 for one (H,) row shared by the batch
         H, L, S, GROUP, causal_offset,  # query heads, queries, keys, H // Hkv, 0 or S - L
-        qk_scale,  # softmax scale * log2(e): scores in base 2
+        sm_scale,  # the softmax scale (1/sqrt(E) by default)
         HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr,  # E and Ev, the real head_dims
         BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,  # E, Ev rounded up to powers of two (>= 16): tl.arange needs one
         BLOCK_M: tl.constexpr,  # query rows per program
@@ -136,11 +145,11 @@ if triton is not None:
         m_ptr = MASK + b * stride_mb + h * stride_mh
         slope = 0.0
         if HAS_ALIBI:
-            slope = tl.load(ALIBI + h)
+            slope = tl.load(ALIBI + b * stride_ab + h)
         # --- online-softmax state, float32, one entry per query row (line 5) -------------------
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max (base-2 scores)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(score - m_i)
-        acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)  # running sum of exp2(score - m_i) * v
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max of the logits
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp(logit - m_i)
+        acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)  # running sum of exp(logit - m_i) * v
         # causal: keys after the tile's last row + offset are above the diagonal, never visited
         hi = S
         if IS_CAUSAL:
@@ -150,13 +159,13 @@ if triton is not None:
             cols = start_n + offs_n  # (BLOCK_N,) key positions of this step
             k = tl.load(k_base + cols[:, None] * stride_ks, mask=(cols[:, None] < S) & d_ok[None, :], other=0.0)
             v = tl.load(v_base + cols[:, None] * stride_vs, mask=(cols[:, None] < S) & dv_ok[None, :], other=0.0)
-            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # S_ij, base 2 (line 8)
+            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale  # S_ij = scale Q_i K_j^T (line 8)
             qk = _tile_logits(qk, offs_m, cols, L, S, causal_offset, m_ptr, stride_ml, stride_ms, slope,
                               IS_CAUSAL, MASK_KIND, HAS_ALIBI)
             m_new = tl.maximum(m_i, tl.max(qk, 1))  # m_new = max(m_old, rowmax(S_ij))  (line 9)
             m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: avoid -inf - -inf
-            alpha = tl.exp2(m_i - m_ref)  # 2^(m_old - m_new): rescales what was summed so far
-            p = tl.exp2(qk - m_ref[:, None])  # P_ij = 2^(S_ij - m_new), (BLOCK_M, BLOCK_N)  (line 9)
+            alpha = tl.exp2((m_i - m_ref) * _LOG2E)  # e^(m_old - m_new) = 2^((m_old - m_new) log2 e): the rescale
+            p = tl.exp2((qk - m_ref[:, None]) * _LOG2E)  # P_ij = e^(S_ij - m_new), (BLOCK_M, BLOCK_N)  (line 9)
             l_i = l_i * alpha + tl.sum(p, 1)  # l_new = alpha l_old + rowsum(P_ij)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)  # (line 10)
             m_i = m_new
@@ -164,7 +173,7 @@ if triton is not None:
         empty = l_i == 0.0  # rows that saw no key (all masked, or L > S bottom-right): output 0, lse -inf
         l_safe = tl.where(empty, 1.0, l_i)
         out = acc / l_safe[:, None]  # O_i = acc / l  (line 12)
-        lse = tl.where(empty, float("-inf"), (m_i + tl.log2(l_safe)) * 0.6931471805599453)  # L_i, natural log (line 13)
+        lse = tl.where(empty, float("-inf"), m_i + tl.log2(l_safe) * _LN2)  # L_i = m + log l, natural log (line 13)
         row_ok = offs_m < L
         o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ol + offs_dv[None, :]
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
@@ -193,8 +202,8 @@ if triton is not None:
         stride_kb, stride_kh, stride_ks,  # k and dk (B, Hkv, S, E), contiguous
         stride_vb, stride_vh, stride_vs,  # v and dv (B, Hkv, S, Ev), contiguous
         stride_dob, stride_doh, stride_dol,
-        stride_mb, stride_mh, stride_ml, stride_ms,
-        H, HKV, L, S, GROUP, causal_offset, qk_scale, sm_scale,
+        stride_mb, stride_mh, stride_ml, stride_ms, stride_ab,
+        H, HKV, L, S, GROUP, causal_offset, sm_scale,
         HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         IS_CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -225,19 +234,19 @@ if triton is not None:
             m_ptr = MASK + b * stride_mb + h * stride_mh
             slope = 0.0
             if HAS_ALIBI:
-                slope = tl.load(ALIBI + h)
+                slope = tl.load(ALIBI + b * stride_ab + h)
             for start_m in range(lo, L, BLOCK_M):  # inner loop over query blocks (line 8)
                 rows = start_m + offs_m
                 row_ok = rows < L
                 q = tl.load(q_base + rows[:, None] * stride_ql, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
                 do = tl.load(do_base + rows[:, None] * stride_dol, mask=row_ok[:, None] & dv_ok[None, :], other=0.0)
                 lse = tl.load(LSE + (b * H + h) * L + rows, mask=row_ok, other=0.0)
-                lse = tl.where(lse == float("-inf"), 0.0, lse) * 1.4426950408889634  # base 2; empty rows: P = 0
+                lse = tl.where(lse == float("-inf"), 0.0, lse)  # rows that saw no key: P = exp(-inf) = 0
                 delta = tl.load(DELTA + (b * H + h) * L + rows, mask=row_ok, other=0.0)
-                qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # recompute S_ij (line 10)
+                qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale  # recompute S_ij (line 10)
                 qk = _tile_logits(qk, rows, cols, L, S, causal_offset, m_ptr, stride_ml, stride_ms, slope,
                                   IS_CAUSAL, MASK_KIND, HAS_ALIBI)
-                p = tl.exp2(qk - lse[:, None])  # P_ij = exp(S_ij - L_i): exact probabilities (line 11)
+                p = tl.exp2((qk - lse[:, None]) * _LOG2E)  # P_ij = exp(S_ij - L_i): exact probabilities (line 11)
                 dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)  # dV_j += P^T dO_i (line 12)
                 dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # dP_ij = dO_i V_j^T  (line 13)
                 ds = p * (dp - delta[:, None])  # dS_ij = P_ij * (dP_ij - D_i)  (line 14)
@@ -255,8 +264,8 @@ if triton is not None:
         stride_kb, stride_kh, stride_ks,
         stride_vb, stride_vh, stride_vs,
         stride_dob, stride_doh, stride_dol,
-        stride_mb, stride_mh, stride_ml, stride_ms,
-        H, L, S, GROUP, causal_offset, qk_scale, sm_scale,
+        stride_mb, stride_mh, stride_ml, stride_ms, stride_ab,
+        H, L, S, GROUP, causal_offset, sm_scale,
         HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         IS_CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -275,14 +284,14 @@ if triton is not None:
         do = tl.load(DO + b * stride_dob + h * stride_doh + rows[:, None] * stride_dol + offs_dv[None, :],
                      mask=row_ok[:, None] & dv_ok[None, :], other=0.0)
         lse = tl.load(LSE + pid_bh * L + rows, mask=row_ok, other=0.0)
-        lse = tl.where(lse == float("-inf"), 0.0, lse) * 1.4426950408889634
+        lse = tl.where(lse == float("-inf"), 0.0, lse)
         delta = tl.load(DELTA + pid_bh * L + rows, mask=row_ok, other=0.0)
         k_base = K + b * stride_kb + h_kv * stride_kh + offs_d[None, :]
         v_base = V + b * stride_vb + h_kv * stride_vh + offs_dv[None, :]
         m_ptr = MASK + b * stride_mb + h * stride_mh
         slope = 0.0
         if HAS_ALIBI:
-            slope = tl.load(ALIBI + h)
+            slope = tl.load(ALIBI + b * stride_ab + h)
         dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         hi = S
         if IS_CAUSAL:
@@ -291,10 +300,10 @@ if triton is not None:
             cols = start_n + offs_n
             k = tl.load(k_base + cols[:, None] * stride_ks, mask=(cols[:, None] < S) & d_ok[None, :], other=0.0)
             v = tl.load(v_base + cols[:, None] * stride_vs, mask=(cols[:, None] < S) & dv_ok[None, :], other=0.0)
-            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
             qk = _tile_logits(qk, rows, cols, L, S, causal_offset, m_ptr, stride_ml, stride_ms, slope,
                               IS_CAUSAL, MASK_KIND, HAS_ALIBI)
-            p = tl.exp2(qk - lse[:, None])  # P_ij recomputed (line 11)
+            p = tl.exp2((qk - lse[:, None]) * _LOG2E)  # P_ij recomputed (line 11)
             dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # dP_ij (line 13)
             ds = p * (dp - delta[:, None])  # dS_ij (line 14)
             dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)  # dQ_i += dS_ij K_j (line 15)
@@ -530,7 +539,8 @@ class _Launch:
     S: int
     mask: torch.Tensor  # (B, H, L, S) view with 0 strides where broadcast, or a dummy
     mask_kind: int
-    alibi: torch.Tensor  # (H,) float32, or a dummy
+    alibi: torch.Tensor  # (H,) or (B, H) float32, or a dummy
+    alibi_stride: int  # the slopes' batch stride: H for (B, H), 0 for (H,)
     causal_offset: int
     is_causal: bool
     scale: float
@@ -556,7 +566,7 @@ def _forward(q, k, v, la: _Launch):
     out = _tiled._new_output(B, H, L, Ev, dtype=q.dtype, device=q.device)
     lse = _tiled._new_output(B, H, L, dtype=torch.float32, device=q.device)
     args = (q, k, v, out, lse, la.mask, la.alibi, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-            *out.stride()[:3], *la.mask_strides(), H, L, la.S, H // la.Hkv, la.causal_offset, la.scale * LOG2E)
+            *out.stride()[:3], *la.mask_strides(), la.alibi_stride, H, L, la.S, H // la.Hkv, la.causal_offset, la.scale)
     _run("forward", lambda bm, bn: (triton.cdiv(L, bm), B * H), args, la.consts(E, Ev, q.dtype), la.interpret,
          la.block_m, la.block_n)
     return out, lse
@@ -574,13 +584,14 @@ def _backward(q, k, v, out, lse, d_out, d_lse, la: _Launch):
     if d_lse is not None:  # d lse / d S = P, so dS = P (dP - delta) + d_lse P = P (dP - (delta - d_lse))
         delta -= d_lse
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    common = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *d_out.stride()[:3], *la.mask_strides())
+    common = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *d_out.stride()[:3], *la.mask_strides(),
+              la.alibi_stride)
     _run("dkdv", lambda bm, bn: (triton.cdiv(S, bn), B * Hkv),
          (q, k, v, d_out, lse, delta, dk, dv, la.mask, la.alibi, *common, H, Hkv, L, S, G, la.causal_offset,
-          la.scale * LOG2E, la.scale), consts, la.interpret, la.block_m, la.block_n)
+          la.scale), consts, la.interpret, la.block_m, la.block_n)
     _run("dq", lambda bm, bn: (triton.cdiv(L, bm), B * H),
          (q, k, v, d_out, lse, delta, dq, la.mask, la.alibi, *common, H, L, S, G, la.causal_offset,
-          la.scale * LOG2E, la.scale), consts, la.interpret, la.block_m, la.block_n)
+          la.scale), consts, la.interpret, la.block_m, la.block_n)
     return dq, dk, dv
 
 
@@ -596,6 +607,10 @@ class _FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
+        if torch.is_grad_enabled():  # backward(create_graph=True): the kernels' gradients have no gradient
+            raise RuntimeError("flash_attention's Triton backward cannot be differentiated again (no double "
+                               "backward, create_graph=True); use backend='tiled', whose backward is made of "
+                               "differentiable PyTorch operations")
         q, k, v, out, lse = ctx.saved_tensors
         if d_out is None:
             d_out = torch.zeros_like(out)
@@ -631,14 +646,18 @@ def compile_kernel(
         kernel: one of :data:`KERNELS` ("forward", "preprocess", "dkdv", "dq").
         is_causal, mask_kind (0 none, 1 bool, 2 float), alibi, block_m, block_n, num_warps, num_stages:
             the kernel's compile-time settings.
-        arch: compute capability as an int: 80 (A100), 90 (H100/H200).
+        arch: compute capability as an int, one of :data:`ARCHS` (Triton 3.9 supports compute capability 8.0 and
+            newer): 80 (A100), 86/89 (RTX 30xx/40xx, L4, L40), 90 (H100/H200), 100 (B200), 120 (RTX 50xx).
+            The tests compile all four kernels for 80 and 90.
 
     Returns:
         triton.compiler.CompiledKernel.
 
     Raises:
-        RuntimeError: Triton is not installed. TypeError: unsupported dtype. ValueError: head_dim < 1,
-        an unknown kernel, block sizes that are not powers of two >= 16.
+        RuntimeError: Triton is not installed. TypeError: unsupported dtype; a flag that is not a bool; an
+        arch, a block size or num_warps that is not an int. ValueError: head_dim < 1, an unknown kernel or
+        mask_kind, an arch not in :data:`ARCHS`, block sizes that are not powers of two >= 16, num_warps not a
+        power of two in 1..32, num_stages < 1.
     """
     import inspect
 
@@ -653,9 +672,15 @@ def compile_kernel(
     check_int("head_dim", head_dim, minimum=1)
     head_dim_v = head_dim if head_dim_v is None else check_int("head_dim_v", head_dim_v, minimum=1)
     check_choice("kernel", kernel, KERNELS)
+    check_bool("is_causal", is_causal)
     check_choice("mask_kind", mask_kind, (MASK_NONE, MASK_BOOL, MASK_FLOAT))
+    check_bool("alibi", alibi)
+    # an architecture Triton's NVIDIA backend does not know aborts the whole process inside LLVM: refuse it here
+    check_choice("arch", arch, ARCHS)
     _check_tile("block_m", block_m)
     _check_tile("block_n", block_n)
+    check_choice("num_warps", num_warps, (1, 2, 4, 8, 16, 32))
+    check_int("num_stages", num_stages, minimum=1)
     fn = _kernel(kernel)
     names = list(inspect.signature(fn.fn).parameters)
     consts = dict(HEAD_DIM=head_dim, HEAD_DIM_V=head_dim_v, BLOCK_D=_block_d(head_dim), BLOCK_DV=_block_d(head_dim_v),
@@ -672,7 +697,7 @@ def compile_kernel(
             signature[name] = "*fp32" if mask_kind == MASK_FLOAT else "*u8"
         elif name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV"):
             signature[name] = "*" + ty
-        elif name in ("qk_scale", "sm_scale"):
+        elif name == "sm_scale":
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
@@ -729,14 +754,16 @@ def flash_attention(
             the last L of S positions; what a KV cache needs).
         scale: multiplies the logits; default 1/sqrt(E).
         enable_gqa: query head h reads key/value head h // (H / Hkv); K and V are never repeated.
-        alibi_slopes: (H,) ALiBi slopes; the bias -m_h |r + S - L - c| is computed inside the kernels.
+        alibi_slopes: (H,) ALiBi slopes, or (B, H) per batch element (flash-attn's two forms); the bias
+            -m_h |r + S - L - c| is computed inside the kernels, with the distance on the padded tensor
+            (flash-attn's varlen convention: ``attn_mask=attn_lib.positional.alibi_varlen_mask(...)``).
         return_lse: also return each row's log-sum-exp (natural log, float32, shape (..., H, L)).
         backend: ``"auto"``: CUDA tensors run the compiled kernels, CPU tensors run ``tiled_attention``.
             ``"triton"``: always the Triton kernels; on CPU tensors under Triton's interpreter (slow: small
             inputs only), with no environment variable to set. ``"cuda"``: the compiled kernels only (CUDA
             tensors). ``"tiled"``: always the PyTorch version.
-        block_m, block_n: tile sizes (powers of two >= 16). Default: autotuned on a GPU, 32 in the
-            interpreter, ``tiled_attention``'s defaults for "tiled".
+        block_m, block_n: tile sizes (powers of two >= 16, checked for every backend, "auto" and "tiled" too).
+            Default: autotuned on a GPU, 32 in the interpreter, ``tiled_attention``'s defaults for "tiled".
 
     Returns:
         ``output`` (..., H, L, Ev) in the inputs' dtype, or ``(output, lse)`` when ``return_lse``. Rows that
@@ -744,15 +771,19 @@ def flash_attention(
 
     Autograd: the Triton backward (delta, dK/dV and dQ kernels), which recomputes the probabilities
     from the saved log-sum-exp; with GQA, dK and dV are summed over each group of query heads. A gradient
-    through the returned lse is included (it only shifts delta).
+    through the returned lse is included (it only shifts delta). The Triton paths differentiate query, key
+    and value once: a mask or slopes that require grad, and a double backward (create_graph=True), raise
+    errors that name backend="tiled", which supports both.
 
     Notes:
         Triton's interpreter does not compute bfloat16 correctly (it treats the bit patterns as float16),
         so bfloat16 CPU inputs are upcast to float32 for the interpreted run and the output cast back.
 
     Raises:
-        TypeError / ValueError: bad inputs, as :func:`attn_lib.tiled.tiled_attention` (S = 0 and NaN/inf
-        inputs included), an unknown backend, bad tile sizes, float64 on a Triton path;
+        TypeError / ValueError: bad inputs, as :func:`attn_lib.tiled.tiled_attention` (S = 0, NaN/inf
+        inputs and overflowing scores included), an unknown backend, bad tile sizes, float64 on a Triton path;
+        ValueError: on a Triton path, an attn_mask or alibi_slopes that requires grad;
+        RuntimeError: a double backward through the Triton backward;
         ValueError: backend="cuda" without a CUDA GPU (the message suggests backend="tiled" or "triton")
         or with CPU tensors. RuntimeError: a Triton backend but Triton is not installed.
 
@@ -769,16 +800,25 @@ def flash_attention(
         if query.device.type != "cuda":
             raise ValueError(f"backend='cuda' runs on CUDA tensors, got query on {query.device}; move them with "
                              ".cuda() or use backend='triton' for the interpreter")
+    for name, b in (("block_m", block_m), ("block_n", block_n)):  # one rule for every backend, checked first
+        if b is not None:
+            _check_tile(name, b)
     on_cuda = isinstance(query, torch.Tensor) and query.device.type == "cuda"
     if backend == "tiled" or (backend == "auto" and not on_cuda):
         return tiled_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, causal_align=causal_align,
                                scale=scale, enable_gqa=enable_gqa, alibi_slopes=alibi_slopes, return_lse=return_lse,
-                               **({"block_q": block_m} if block_m else {}), **({"block_k": block_n} if block_n else {}))
+                               **({"block_q": block_m} if block_m is not None else {}),
+                               **({"block_k": block_n} if block_n is not None else {}))
     p = _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enable_gqa, alibi_slopes)
     check_bool("return_lse", return_lse)
-    for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if b is not None:
-            _check_tile(name, b)
+    if p.q.numel() == 0:  # no heads, no batch or no queries: nothing to launch; empty outputs as torch returns
+        return tiled_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, causal_align=causal_align,
+                               scale=scale, enable_gqa=enable_gqa, alibi_slopes=alibi_slopes, return_lse=return_lse)
+    if torch.is_grad_enabled():
+        for name, t in (("attn_mask", attn_mask), ("alibi_slopes", alibi_slopes)):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise ValueError(f"{name} requires grad, but the Triton kernels do not compute its gradient; expected "
+                                 f"{name}.detach(), or backend='tiled', which differentiates {name} too")
     if triton is None:
         raise RuntimeError(f"backend={backend!r} needs Triton, which is not installed (Linux only); "
                            "use backend='tiled'")
@@ -803,9 +843,13 @@ def flash_attention(
         compact = attn_mask.to(query.device)  # the caller's (small, broadcastable) mask, converted once
         compact = compact.view(torch.uint8) if kind == MASK_BOOL else compact.float()
         mask = compact.expand(*lead, L, S).reshape(B, H, L, S)  # a view with 0 strides for 4-D inputs
-    alibi = q if alibi_slopes is None else alibi_slopes.to(query.device, torch.float32).contiguous()
-    la = _Launch(B, H, Hkv, L, S, mask, kind, alibi, p.offset, is_causal, p.scale, interpret, block_m, block_n,
-                 alibi_slopes is not None)
+    alibi, alibi_stride = q, 0  # a dummy pointer without ALiBi
+    if alibi_slopes is not None:
+        alibi = alibi_slopes.detach().to(query.device, torch.float32).contiguous()
+        alibi_stride = H if alibi.dim() == 2 else 0
+    la = _Launch(B=B, H=H, Hkv=Hkv, L=L, S=S, mask=mask, mask_kind=kind, alibi=alibi, alibi_stride=alibi_stride,
+                 causal_offset=p.offset, is_causal=is_causal, scale=p.scale, interpret=interpret, block_m=block_m,
+                 block_n=block_n, has_alibi=alibi_slopes is not None)
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
         out, lse = _FlashAttentionFunction.apply(q, k, v, la)
     else:

@@ -11,7 +11,8 @@ used in practice:
 - :func:`apply_rope` -- rotates query and key vectors by angles proportional to the position, so
   that q·k depends only on the offset between the two positions (Su et al. 2021, "RoFormer",
   §3.2-3.4; used in GPT-NeoX, GPT-J, LLaMA).
-- :func:`alibi_slopes`, :func:`alibi_bias` -- no vectors at all: a penalty proportional to the
+- :func:`alibi_slopes`, :func:`alibi_bias` (and :func:`alibi_varlen_mask` for padded batches measured
+  as flash-attn's variable-length API measures them) -- no vectors at all: a penalty proportional to the
   distance is added to the attention scores, with a different slope per head (Press et al. 2022,
   "Train Short, Test Long", §3).
 
@@ -24,7 +25,7 @@ import math
 
 import torch
 from torch import nn
-from attn_lib._checks import check_device, check_dtype, check_int as _check_int
+from attn_lib._checks import check_bool, check_device, check_dtype, check_finite, check_int as _check_int, check_tensor
 
 __all__ = [
     "sinusoidal_positional_encoding",
@@ -35,6 +36,7 @@ __all__ = [
     "apply_rope",
     "alibi_slopes",
     "alibi_bias",
+    "alibi_varlen_mask",
     "rotate_2d",
     "sinusoidal_components",
 ]
@@ -457,3 +459,75 @@ def alibi_bias(num_heads: int, q_len: int, kv_len: int, *, dtype: torch.dtype = 
     distance = (q_pos[:, None] - k_pos[None, :]).abs()  # (L, S)   |i - j|
     bias = -slopes[:, None, None] * distance + 0.0  # (H, L, S); + 0.0 turns -0.0 into 0.0
     return bias.to(dtype=dtype, device=device)
+
+
+def _lengths(name: str, lengths, batch: int | None, maximum: int) -> list[int]:
+    if isinstance(lengths, torch.Tensor):
+        if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
+            raise TypeError(f"{name} must be a 1-D integer tensor or a list of ints (one length per batch element), "
+                            f"got a tensor of shape {tuple(lengths.shape)} and dtype {lengths.dtype}")
+        lengths = lengths.tolist()
+    if not isinstance(lengths, (list, tuple)):
+        raise TypeError(f"{name} must be a list of ints or a 1-D integer tensor, got {type(lengths).__name__}")
+    out = [_check_int(f"{name}[{b}]", n, minimum=1, maximum=maximum) for b, n in enumerate(lengths)]
+    if batch is not None and len(out) != batch:
+        raise ValueError(f"{name} must have one length per batch element (B = {batch}), got {len(out)} lengths")
+    return out
+
+
+def alibi_varlen_mask(slopes: torch.Tensor, q_lens, k_lens, q_len: int, kv_len: int, *,
+                      is_causal: bool = False) -> torch.Tensor:
+    """ALiBi for a right-padded batch, with distances measured as flash-attn's variable-length API does.
+
+    attn_lib's ``alibi_slopes=`` (in :func:`attn_lib.tiled.tiled_attention` and
+    :func:`attn_lib.flash.flash_attention`) measures the distance on the *padded* tensor: query i sits at
+    position ``i + S - L``, so the bias of query i and key j is ``-m_h |i + S - L - j|`` for every batch element.
+    flash-attn's ``flash_attn_varlen_func`` sees each sequence unpadded, so for sequence b with q_b real queries
+    and k_b real keys, query i sits at ``i + k_b - q_b``. The two agree when every ``k_b - q_b`` equals
+    ``S - L`` (for instance no padding, or self-attention with equal query and key padding), and differ
+    otherwise. This function builds flash-attn's version as a float ``attn_mask``: pass it as
+    ``attn_mask=`` (without ``alibi_slopes``) to get flash-attn's numbers from attn_lib's kernels.
+
+    Args:
+        slopes: (H,) or (B, H) floating ALiBi slopes m_h (:func:`alibi_slopes`), one row per batch element
+            for (B, H) as flash-attn accepts.
+        q_lens, k_lens: the real lengths q_b and k_b, a list of ints or a 1-D integer tensor of B entries,
+            1 <= q_b <= q_len, 1 <= k_b <= kv_len; the real tokens come first (right padding).
+        q_len, kv_len: L and S, the padded lengths.
+        is_causal: also hide the keys after each query, bottom-right aligned per sequence
+            (key j visible from query i iff j <= i + k_b - q_b), as flash-attn's ``causal=True``.
+
+    Returns:
+        (B, H, L, S) float tensor in slopes' dtype (float32 for float16/bfloat16 slopes): the bias
+        ``-m_h |i + k_b - q_b - j|`` where key j is real (and visible), -inf at padded or hidden keys and on
+        padded query rows (those rows then see no key: attn_lib's kernels return 0 there).
+
+    Raises:
+        TypeError: slopes not a floating tensor; lengths not ints; is_causal not a bool.
+        ValueError: slopes not (H,) or (B, H), NaN or inf in slopes; lengths outside 1..L or 1..S, or not B of
+            them.
+
+    Source: flash-attn's ``flash_attn_varlen_func(..., alibi_slopes=...)``: the bias ``-m |i + k_b - q_b - j|``
+    of its docstring, per sequence; Press et al. (2022), §3.
+    """
+    check_tensor("slopes", slopes, floating=True, ndim=(1, 2))
+    check_finite("slopes", slopes)
+    check_bool("is_causal", is_causal)
+    L = _check_int("q_len", q_len, minimum=1)
+    S = _check_int("kv_len", kv_len, minimum=1)
+    batch = slopes.shape[0] if slopes.dim() == 2 else None
+    qs = _lengths("q_lens", q_lens, batch, L)
+    ks = _lengths("k_lens", k_lens, len(qs), S)
+    B = len(qs)
+    dtype = slopes.dtype if slopes.dtype in (torch.float32, torch.float64) else torch.float32
+    m = slopes.to(dtype).expand(B, -1) if slopes.dim() == 1 else slopes.to(dtype)  # (B, H)
+    q_real = torch.tensor(qs, device=slopes.device)[:, None, None]  # (B, 1, 1)
+    k_real = torch.tensor(ks, device=slopes.device)[:, None, None]
+    i = torch.arange(L, device=slopes.device)[None, :, None]  # (1, L, 1)
+    j = torch.arange(S, device=slopes.device)[None, None, :]  # (1, 1, S)
+    rel = i + k_real - q_real - j  # (B, L, S): query i at position i + k_b - q_b, key j at j
+    visible = (i < q_real) & (j < k_real)
+    if is_causal:
+        visible = visible & (rel >= 0)
+    bias = -m[:, :, None, None] * rel.abs().to(dtype)[:, None]  # (B, H, L, S)
+    return bias.masked_fill(~visible[:, None], -math.inf) + 0.0  # + 0.0 turns -0.0 into 0.0

@@ -95,9 +95,16 @@ class QuantizedTensor:
         return self.data
 
     def dequantize(self) -> torch.Tensor:
-        """x̂ = code × scale, in the original dtype and shape."""
+        """x̂ = code × scale, computed in float32 (float64 for float64), in the original dtype and shape.
+
+        The stored scale is rounded up, so qmax × scale can pass max|x| by a hair: for float16's largest value
+        65504, 127 × 516 = 65532 would round to inf. x̂ is clamped to the original dtype's finite range, which
+        only moves it towards x (|x| never exceeds that range).
+        """
         work = torch.float64 if self.dtype == torch.float64 else torch.float32
-        return (self.codes().to(work) * self.scale.to(work)).to(self.dtype)
+        x_hat = self.codes().to(work) * self.scale.to(work)
+        big = torch.finfo(self.dtype).max
+        return x_hat.clamp(-big, big).to(self.dtype)
 
     def nbytes(self) -> int:
         """Bytes of the stored codes plus the scales."""

@@ -38,6 +38,7 @@ teaches with it (one online-softmax update, causal tiles, memory) are one idea, 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -48,10 +49,12 @@ from attn_lib._checks import (
     check_attn_mask,
     check_bool,
     check_choice,
+    check_finite,
     check_int,
     check_number,
     check_qkv,
     check_tensor,
+    scores_overflow_error,
     shape_of,
 )
 
@@ -130,7 +133,7 @@ def _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enabl
     lead, (L, E), (S, Ev) = tuple(query.shape[:-2]), query.shape[-2:], value.shape[-2:]
     H = lead[-1] if lead else 1
     hkv = key.shape[-3] if enable_gqa else H
-    G = H // hkv
+    G = H // hkv if hkv else 1  # zero heads (H = Hkv = 0): an empty problem, as torch returns an empty tensor
     n = math.prod(lead) // G
     q = query.reshape(n, G, L, E)  # (..., Hkv, G, L, E): query head h = hkv_index * G + g, as torch's enable_gqa
     k, v = key.reshape(n, S, E), value.reshape(n, S, Ev)
@@ -141,17 +144,56 @@ def _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enabl
             mask = mask.to(_acc_dtype(query.dtype))
     slopes = None
     if alibi_slopes is not None:
-        check_tensor("alibi_slopes", alibi_slopes, floating=True, ndim=1)
-        if alibi_slopes.shape[0] != H or query.dim() < 3:
-            raise ValueError(f"alibi_slopes must have shape (H,) = ({H},), one slope per query head of query "
-                             f"(..., H, L, E), got shape {shape_of(alibi_slopes)}")
-        from attn_lib._checks import check_finite
-
-        check_finite("alibi_slopes", alibi_slopes)
-        # (H,) -> (N, G): the slope of every (row group n, query head g) pair; a few numbers, not an (L, S) bias
-        slopes = alibi_slopes.to(query.device, _acc_dtype(query.dtype)).reshape(hkv, G).repeat(n // hkv, 1)
+        slopes = _alibi_rows(alibi_slopes, query, lead, n, G, hkv)
     offset = S - L if (is_causal and causal_align == "bottom_right") else 0
+    _check_scores_fit(q, k, scale)
     return _Problem(q, k, v, lead, mask, slopes, scale, is_causal, offset)
+
+
+def _alibi_rows(alibi_slopes, query, lead, n: int, G: int, hkv: int) -> torch.Tensor:
+    """(H,) slopes, or (B, H) per batch element as flash-attn accepts -> (N, G): the slope of each row group."""
+    check_tensor("alibi_slopes", alibi_slopes, floating=True, ndim=(1, 2))
+    H = lead[-1] if lead else 1
+    per_head = alibi_slopes.dim() == 1 and alibi_slopes.shape[0] == H and query.dim() >= 3
+    per_batch = alibi_slopes.dim() == 2 and query.dim() == 4 and shape_of(alibi_slopes) == lead
+    if not (per_head or per_batch):
+        raise ValueError(f"alibi_slopes must have shape (H,) = ({H},), one slope per query head, or (B, H) = "
+                         f"{lead if query.dim() == 4 else '(B, H)'} for a query (B, H, L, E), one row per batch "
+                         f"element as flash-attn takes; got shape {shape_of(alibi_slopes)} for query shape "
+                         f"{shape_of(query)}")
+    check_finite("alibi_slopes", alibi_slopes)
+    slopes = alibi_slopes.to(query.device, _acc_dtype(query.dtype))
+    if per_batch:  # (B, H) -> (B * Hkv, G): row group n = (b, kv head), its G query heads
+        return slopes.reshape(n, G)
+    # (H,) -> (N, G): the same slopes for every batch element; a few numbers, not an (L, S) bias
+    return slopes.reshape(hkv, G).repeat(n // hkv if hkv else 0, 1)
+
+
+def _check_scores_fit(q: torch.Tensor, k: torch.Tensor, scale: float) -> None:
+    """Refuse finite inputs whose scores scale * q . k overflow the accumulation dtype (one rule for all paths).
+
+    ``scaled_dot_product_attention`` raises on such scores; the tiled loop and the kernels would return NaN
+    (inf - inf in the online softmax). Cauchy-Schwarz bounds every score by scale * max|q_i| * max|k_j|
+    (row norms): when that bound is far below the dtype's maximum, which is nearly always, nothing more is
+    done (two norms, O(L E) work). Otherwise the largest score is computed exactly, in float64, one block of
+    query rows at a time (no (L, S) matrix), and a score beyond half the maximum is refused.
+    """
+    if q.numel() == 0 or k.numel() == 0:
+        return
+    acc = _acc_dtype(q.dtype)
+    big = torch.finfo(acc).max
+    q_norm = float(torch.linalg.vector_norm(q.detach(), dim=-1, dtype=acc).amax())
+    k_norm = float(torch.linalg.vector_norm(k.detach(), dim=-1, dtype=acc).amax())
+    if scale * q_norm * k_norm < big / 4:  # |scale q.k| <= scale |q| |k| (inf norms fall through)
+        return
+    n, G, L, E = q.shape
+    worst = 0.0
+    k64 = k.detach().to(torch.float64).transpose(1, 2)
+    for i0 in range(0, L, BLOCK_Q):
+        s = torch.bmm(q[:, :, i0:i0 + BLOCK_Q].detach().to(torch.float64).reshape(n, -1, E), k64) * scale
+        worst = max(worst, float(s.abs().amax()))
+    if worst > big / 2:
+        raise scores_overflow_error(q, k, scale, acc)
 
 
 # Tests set this to True: outputs are then allocated filled with NaN instead of left uninitialised,
@@ -188,10 +230,7 @@ def _tile_scores(p: _Problem, q_i, k_j, i0: int, i1: int, j0: int, j1: int):
         cols = torch.arange(j0, j1, device=s.device)[None, :]
         s.masked_fill_(cols > rows + p.offset, -math.inf)
     if p.slopes is not None:  # ALiBi: -m_h |(r + S - L) - c|, query r at position r + S - L (bottom-right)
-        S, L = p.k.shape[1], p.q.shape[2]
-        dist = (torch.arange(i0, i1, device=s.device)[:, None] + (S - L)
-                - torch.arange(j0, j1, device=s.device)[None, :]).abs().to(s.dtype)
-        s.sub_(p.slopes[:, :, None, None] * dist)
+        s.sub_(p.slopes[:, :, None, None] * _alibi_distance(p, i0, i1, j0, j1, s.dtype))
     if p.mask is not None:
         tile = p.mask[..., i0:i1, j0:j1].reshape(n, G, i1 - i0, j1 - j0)
         if tile.dtype == torch.bool:
@@ -199,6 +238,13 @@ def _tile_scores(p: _Problem, q_i, k_j, i0: int, i1: int, j0: int, j1: int):
         else:
             s.add_(tile)
     return s
+
+
+def _alibi_distance(p: _Problem, i0: int, i1: int, j0: int, j1: int, dtype) -> torch.Tensor:
+    """(Bq, Bk) |(r + S - L) - c| for the tile's rows r and keys c: ALiBi's distance on the padded tensor."""
+    S, L = p.k.shape[1], p.q.shape[2]
+    rows = torch.arange(i0, i1, device=p.q.device)[:, None] + (S - L)
+    return (rows - torch.arange(j0, j1, device=p.q.device)[None, :]).abs().to(dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,11 +293,16 @@ def _tiled_forward(p: _Problem, block_q: int, block_k: int):
 # ----------------------------------------------------------------------------------------------
 # the backward pass: FlashAttention-2, Algorithm 2 (recompute P from the log-sum-exp)
 # ----------------------------------------------------------------------------------------------
-def _tiled_backward(p: _Problem, out, lse, d_out, d_lse, block_q: int, block_k: int):
+def _tiled_backward(p: _Problem, out, lse, d_out, d_lse, block_q: int, block_k: int, *,
+                    mask_grad: bool = False, slopes_grad: bool = False):
     """Gradients of tiled attention, recomputing each probability tile from the saved log-sum-exp.
 
     ``out``, ``d_out`` (N, G, L, Ev); ``lse``, ``d_lse`` (N, G, L), ``d_lse`` may be None. Returns
-    (dq, dk, dv) shaped like p.q, p.k, p.v in their dtypes. No (L, S) matrix is ever stored.
+    (dq, dk, dv, d_mask, d_slopes): dq, dk, dv shaped like p.q, p.k, p.v in their dtypes; no (L, S) matrix is
+    stored for them. ``mask_grad``: d_mask, the gradient of a float attn_mask, shaped like p.mask (..., L, S)
+    (it is dS itself, since the mask is added to the logits; an (L, S) tensor because the mask is one);
+    ``slopes_grad``: d_slopes (N, G) = -sum over the tile of dS * |r + S - L - c| (the bias is -m_h * distance).
+    Both are None when not asked for.
 
     With P = softmax(S) and O = P V: dV = P^T dO, dP = dO V^T, dS = P * (dP - D) with
     D = rowsum(dO * O) (FlashAttention-2, section 2.3.2 and Algorithm 2, line 4), dQ = scale dS K,
@@ -271,6 +322,8 @@ def _tiled_backward(p: _Problem, out, lse, d_out, d_lse, block_q: int, block_k: 
     dq = torch.zeros(n, G, L, E, dtype=acc_t, device=q.device)
     dk = _new_output(n, S, E, dtype=acc_t, device=q.device)
     dv = _new_output(n, S, Ev, dtype=acc_t, device=q.device)
+    d_mask = torch.zeros(n, G, L, S, dtype=acc_t, device=q.device) if mask_grad else None
+    d_slopes = torch.zeros(n, G, dtype=acc_t, device=q.device) if slopes_grad else None
     for j0 in range(0, S, block_k):  # outer loop over key blocks: dK_j, dV_j accumulate on chip (line 5)
         j1 = min(j0 + block_k, S)
         k_j, v_j = k[:, j0:j1].to(acc_t), v[:, j0:j1].to(acc_t)
@@ -290,28 +343,43 @@ def _tiled_backward(p: _Problem, out, lse, d_out, d_lse, block_q: int, block_k: 
             ds = pt * (dp - delta[:, :, i0:i1].reshape(n, R, 1))  # dS_ij = P_ij * (dP_ij - D_i)  (line 14)
             dq[:, :, i0:i1] += (p.scale * (ds @ k_j)).view(n, G, i1 - i0, E)  # dQ_i += scale dS_ij K_j (line 15)
             dk_j += p.scale * (ds.transpose(1, 2) @ q_i)  # dK_j += scale dS_ij^T Q_i               (line 16)
+            if mask_grad:  # logits = ... + mask: d mask = dS
+                d_mask[:, :, i0:i1, j0:j1] = ds.view(n, G, i1 - i0, j1 - j0)
+            if slopes_grad:  # logits = ... - m_h dist: d m_h = -sum dS dist
+                dist = _alibi_distance(p, i0, i1, j0, j1, acc_t)
+                d_slopes -= (ds.view(n, G, i1 - i0, j1 - j0) * dist).sum(dim=(-2, -1))
         dk[:, j0:j1] = dk_j
         dv[:, j0:j1] = dv_j
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    if mask_grad:
+        d_mask = d_mask.view(p.mask.shape)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), d_mask, d_slopes
 
 
 class _TiledAttentionFunction(torch.autograd.Function):
-    """Autograd wrapper: forward saves only (q, k, v, out, lse); backward recomputes."""
+    """Autograd wrapper: forward saves (q, k, v, mask, slopes, out, lse) and no (L, S) matrix; backward recomputes.
+
+    Everything the backward reads goes through ``ctx.save_for_backward``, so a query, key or value changed in
+    place after the forward makes the backward raise torch's version-counter error instead of using it.
+    A float ``mask`` and the ALiBi ``slopes`` are inputs too: they get gradients when they require them.
+    """
 
     @staticmethod
-    def forward(ctx, q, k, v, problem, block_q, block_k):
+    def forward(ctx, q, k, v, mask, slopes, problem, block_q, block_k):
         out, lse = _tiled_forward(problem, block_q, block_k)
-        ctx.save_for_backward(out, lse)
+        ctx.save_for_backward(q, k, v, mask, slopes, out, lse)
         ctx.problem, ctx.blocks = problem, (block_q, block_k)
         return out, lse
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
-        out, lse = ctx.saved_tensors
+        q, k, v, mask, slopes, out, lse = ctx.saved_tensors
+        p = dataclasses.replace(ctx.problem, q=q, k=k, v=v, mask=mask, slopes=slopes)
         if d_out is None:
             d_out = torch.zeros_like(out)
-        dq, dk, dv = _tiled_backward(ctx.problem, out, lse, d_out, d_lse, *ctx.blocks)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv, d_mask, d_slopes = _tiled_backward(
+            p, out, lse, d_out, d_lse, *ctx.blocks,
+            mask_grad=ctx.needs_input_grad[3], slopes_grad=ctx.needs_input_grad[4])
+        return dq, dk, dv, d_mask, d_slopes, None, None, None
 
 
 def tiled_attention(
@@ -351,9 +419,13 @@ def tiled_attention(
         scale: multiplies the logits; default 1/sqrt(E).
         enable_gqa: grouped-query attention as in torch: query head h reads key/value head h // (H / Hkv).
             K and V are never repeated in memory.
-        alibi_slopes: None or (H,) floats m_h: adds the ALiBi bias -m_h |(r + S - L) - c| to the logit of
-            query r and key c (query r sits at position r + S - L), equal to ``attn_lib.positional.alibi_bias``
-            and flash-attn's ``alibi_slopes``. Computed per tile: no (L, S) bias tensor is built.
+        alibi_slopes: None, (H,) floats m_h, or (B, H) (one row per batch element, as flash-attn accepts, for a
+            4-D query): adds the ALiBi bias -m_h |(r + S - L) - c| to the logit of query r and key c, equal to
+            ``attn_lib.positional.alibi_bias``. Computed per tile: no (L, S) bias tensor is built. The distance is
+            measured on the padded tensor (query r sits at position r + S - L for every batch element), as
+            flash-attn's ``flash_attn_func`` does; its variable-length API measures each sequence from its own
+            real lengths instead, which differs when query and key padding differ:
+            ``attn_mask=attn_lib.positional.alibi_varlen_mask(...)`` gives that convention.
         return_lse: also return the log-sum-exp of each row's logits (natural log).
         block_q: query rows per tile (the outer loop); block_k: keys per tile (the inner loop). The last
             tiles may be shorter. The defaults were chosen for CPU speed (docs/benchmarks.md).
@@ -364,9 +436,13 @@ def tiled_attention(
         A row that may attend to no key (all masked; or L > S with bottom-right causal) gets output 0
         and lse -inf, never NaN (torch's function gives NaN there).
 
-    Gradients: differentiable in query, key and value (also through ``lse``). The backward pass saves
-    only the output and the log-sum-exp and recomputes each probability tile as exp(S_ij - lse_i)
-    (FlashAttention-2, Algorithm 2); with GQA, dK and dV are summed over each group of query heads.
+    Gradients: differentiable in query, key and value (also through ``lse``), in a float ``attn_mask`` (its
+    gradient is dS, summed over broadcast dims; an (..., L, S) tensor is then built) and in ``alibi_slopes``
+    (-sum of dS times the distance, per head), and twice differentiable (the backward is PyTorch
+    operations). The backward pass saves the inputs, the output and the log-sum-exp, no (L, S) matrix,
+    and recomputes each probability tile as exp(S_ij - lse_i) (FlashAttention-2, Algorithm 2); with GQA,
+    dK and dV are summed over each group of query heads. An input changed in place after the forward
+    makes the backward raise torch's "modified by an inplace operation" error.
 
     Equivalent to (for a bool ``attn_mask`` and rows that see at least one key)::
 
@@ -402,7 +478,11 @@ def tiled_attention(
             a flag that is not a bool, a block size that is not an int.
         ValueError: mismatched shapes or devices, S = 0 or E = 0 (as torch's function), NaN or infinity
             in query/key/value, a mask that does not broadcast, H not a multiple of Hkv, alibi_slopes
-            not (H,), an unknown causal_align, block sizes < 1, a scale that is not positive.
+            not (H,) or (B, H), an unknown causal_align, block sizes < 1, a scale that is not positive;
+            finite inputs whose scores scale * q . k overflow the accumulation dtype (the same error as
+            :func:`attn_lib.attention.scaled_dot_product_attention`, instead of NaN).
+
+    Zero heads or an empty batch give an empty output, as torch's function does.
 
     Source: Dao (2023), "FlashAttention-2", Algorithms 1 and 2; the ALiBi bias of Press et al. (2022).
     """
@@ -410,8 +490,8 @@ def tiled_attention(
     check_bool("return_lse", return_lse)
     _check_block("block_q", block_q)
     _check_block("block_k", block_k)
-    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-        out, lse = _TiledAttentionFunction.apply(p.q, p.k, p.v, p, block_q, block_k)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (p.q, p.k, p.v, p.mask, p.slopes)):
+        out, lse = _TiledAttentionFunction.apply(p.q, p.k, p.v, p.mask, p.slopes, p, block_q, block_k)
     else:
         out, lse = _tiled_forward(p, block_q, block_k)
     L, Ev = query.shape[-2], value.shape[-1]

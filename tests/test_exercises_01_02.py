@@ -108,6 +108,30 @@ def pair_counter_most_common(word_counts):  # tie goes to whichever came first i
     return _pair_counts(word_counts).most_common(1)[0][0]
 
 
+def _pair_tie_by(key):
+    """A most_frequent_pair with a wrong tie rule: the most frequent pairs, then the smallest ``key(pair)``."""
+    def most_frequent_pair(word_counts):
+        counts = _pair_counts(word_counts)
+        top = max(counts.values())
+        return min((p for p in counts if counts[p] == top), key=key)
+    return most_frequent_pair
+
+
+# Tie rules a learner plausibly writes instead of "the alphabetically first (left, right)". With symbols of
+# one character each they all agree with it on some inputs; the check's multi-character ties separate them.
+WRONG_TIE_RULES = {
+    "joined string": _pair_tie_by(lambda p: "".join(p)),
+    "right symbol first": _pair_tie_by(lambda p: (p[1], p[0])),
+    "shortest pair first": _pair_tie_by(lambda p: (len("".join(p)), p)),
+    "left symbol only, then dict order": _pair_tie_by(lambda p: p[0]),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(WRONG_TIE_RULES))
+def test_check_most_frequent_pair_rejects_every_wrong_tie_rule(rule):
+    _assert_fails_with(check_most_frequent_pair(WRONG_TIE_RULES[rule]), T.HINT_TIE)
+
+
 def test_check_most_frequent_pair():
     assert check_most_frequent_pair(pair_right)
     _assert_fails_with(check_most_frequent_pair(_stub), "not written yet")

@@ -261,6 +261,17 @@ def test_kernel_compiles_for_hopper_after_an_interpreted_run():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("arch", [80, 90])
+@pytest.mark.parametrize("kernel", ["forward", "preprocess", "dkdv", "dq"])
+def test_every_kernel_compiles_ahead_of_time_for_a100_and_h100(kernel, arch):
+    # what the README claims without a GPU: all four kernels compile for sm_80 and sm_90 (PTX and a cubin)
+    compiled = flash_mod.compile_kernel(torch.float16, 64, kernel=kernel, is_causal=True,
+                                        mask_kind=flash_mod.MASK_FLOAT, alibi=True, arch=arch)
+    assert f".target sm_{arch}" in compiled.asm["ptx"]
+    assert len(compiled.asm["cubin"]) > 1000
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["preprocess", "dkdv", "dq"])
 def test_backward_kernels_compile_for_hopper(kernel):
     compiled = flash_mod.compile_kernel(torch.bfloat16, 64, kernel=kernel, is_causal=True, mask_kind=flash_mod.MASK_BOOL,
@@ -269,6 +280,20 @@ def test_backward_kernels_compile_for_hopper(kernel):
     assert ".target sm_90a" in ptx
     if kernel != "preprocess":
         assert "wgmma.mma_async" in ptx or "mma.sync" in ptx  # the products run on tensor cores
+
+
+@pytest.mark.parametrize("kwargs,exc,words", [
+    (dict(arch=7), ValueError, "arch must be one of 80, 86"),  # aborted the whole process inside LLVM
+    (dict(arch="90"), TypeError, "arch must be one of"),
+    (dict(num_warps=0), ValueError, "num_warps must be one of 1, 2, 4"),
+    (dict(num_warps=3), ValueError, "num_warps"),
+    (dict(num_stages=0), ValueError, "num_stages must be an int >= 1"),
+    (dict(is_causal="yes"), TypeError, "is_causal must be a bool"),
+    (dict(alibi=1), TypeError, "alibi must be a bool"),
+])
+def test_compile_kernel_refuses_what_would_crash_or_give_raw_errors(kwargs, exc, words):
+    with pytest.raises(exc, match=words):
+        flash_mod.compile_kernel(torch.float16, 64, **kwargs)
 
 
 def test_compile_kernel_refuses_bad_settings():
@@ -308,6 +333,59 @@ def test_bad_arguments_raise_clear_errors(kwargs, exc, words):
     v = kwargs.pop("value", torch.ones(1, 5, 16, dtype=dtype)).to(dtype)
     with pytest.raises(exc, match=words):
         flash_attention(q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("backend", ["auto", "tiled", "triton"])
+@pytest.mark.parametrize("name,value,words", [("block_m", 0, r"block_m must be a power of two >= 16 .*got 0"),
+                                              ("block_n", 0, r"block_n must be a power of two >= 16 .*got 0"),
+                                              ("block_m", 17, "block_m must be a power of two"),
+                                              ("block_m", -1, r"block_m must be a power of two >= 16 .*got -1")])
+def test_block_sizes_follow_one_rule_in_every_backend(backend, name, value, words):
+    q = torch.ones(1, 1, 3, 16)
+    with pytest.raises(ValueError, match=words):
+        flash_attention(q, q, q, backend=backend, **{name: value})
+
+
+def test_finite_extremes_of_mask_and_slopes_are_not_nan_in_the_kernel():
+    q, k, v = _qkv(1, 2, 4, 5, 8, torch.float32)
+    mask = torch.zeros(4, 5)
+    mask[1] = 3e38  # a finite float mask: a whole row shifted, which softmax ignores
+    for kw in (dict(attn_mask=mask), dict(alibi_slopes=torch.tensor([3e38, 3e38]))):
+        out = flash_attention(q, k, v, backend="triton", **kw)
+        torch.testing.assert_close(out, tiled_attention(q, k, v, **kw), atol=1e-5, rtol=1e-5)
+        assert torch.isfinite(out).all(), kw
+
+
+def test_per_batch_alibi_slopes_in_the_kernel():
+    q, k, v = _qkv(3, 2, 5, 7, 16, torch.float32)
+    slopes = torch.rand(3, 2)
+    for kw in (dict(), dict(is_causal=True, causal_align="bottom_right")):
+        qs, ks, vs, sl = (t.clone().requires_grad_() for t in (q, k, v, slopes))
+        out = flash_attention(qs, ks, vs, alibi_slopes=slopes, backend="triton", **kw)
+        ref = tiled_attention(qs, ks, vs, alibi_slopes=slopes, **kw)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        grads = torch.autograd.grad(out.sum(), (qs, ks, vs))
+        grads_ref = torch.autograd.grad(ref.sum(), (qs, ks, vs))
+        for g, g_ref in zip(grads, grads_ref):
+            torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["attn_mask", "alibi_slopes"])
+def test_triton_refuses_a_mask_or_slopes_that_need_a_gradient(name):
+    q, k, v = _qkv(1, 2, 4, 5, 16, torch.float32)
+    t = (torch.zeros(4, 5) if name == "attn_mask" else torch.rand(2)).requires_grad_()
+    with pytest.raises(ValueError, match=f"{name} requires grad.*backend='tiled'"):
+        flash_attention(q, k, v, backend="triton", **{name: t})
+    out = flash_attention(q, k, v, backend="auto", **{name: t})  # on the CPU: tiled, which differentiates it
+    out.sum().backward()
+    assert t.grad is not None and torch.isfinite(t.grad).all()
+
+
+def test_triton_double_backward_says_it_is_not_supported():
+    q, k, v = (t.requires_grad_() for t in _qkv(1, 1, 4, 4, 16, torch.float32))
+    out = flash_attention(q, k, v, backend="triton")
+    with pytest.raises(RuntimeError, match="no double backward.*backend='tiled'"):
+        torch.autograd.grad(out.sum(), q, create_graph=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -153,3 +153,17 @@ def test_int4_pack_unpack_round_trip_and_errors():
         pack_int4(torch.tensor([0, 9]))
     with pytest.raises(ValueError, match=r"last_dim=9 needs ceil\(last_dim / 2\) = 5 bytes"):
         unpack_int4(packed, 9)
+
+
+def test_float16_at_its_maximum_dequantizes_finite():
+    # the float16 scale 65504 / 127 rounds up to 516, and 127 * 516 = 65532 would round to inf in float16
+    x = torch.tensor([65504.0, -65504.0, 1.0]).half()
+    for bits in (8, 4):
+        x_hat = quantize_absmax(x, bits).dequantize()
+        assert torch.isfinite(x_hat).all(), x_hat
+        assert x_hat[0] == 65504 and x_hat[1] == -65504
+    from attn_lib.kv_cache import QuantizedKVCache
+
+    kv = x.reshape(1, 1, 1, 3)
+    keys, values = QuantizedKVCache().update(kv, kv)
+    assert torch.isfinite(keys).all() and torch.isfinite(values).all()

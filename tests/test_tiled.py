@@ -555,3 +555,147 @@ def test_recorded_cpu_benchmark_is_what_the_docs_quote():
     naive_8k = result["rows"][-1]["naive"]["peak_bytes"]
     assert naive_8k >= 2 * 8 * 8192 * 8192 * 4  # scores and their softmax, float32
     assert result["targets"]["tiled_memory_within_1.5x_of_torch"] and result["targets"]["tiled_memory_at_most_quarter_of_naive"]
+
+
+# ----------------------------------------------------------------------------------------------
+# silent wrong answers that became right answers or clear errors (issue 22)
+# ----------------------------------------------------------------------------------------------
+def _alibi_reference_bias(slopes, L, S):
+    """-m |i + S - L - j| from the slopes themselves (differentiable in them); slopes (H,) or (B, H)."""
+    dist = (torch.arange(L)[:, None] + S - L - torch.arange(S)[None, :]).abs().double()
+    return -slopes.double()[..., None, None] * dist
+
+
+@pytest.mark.parametrize("case", ["scale", "large inputs"])
+def test_overflowing_scores_raise_one_error_in_every_function(case):
+    from attn_lib.attention import scaled_dot_product_attention
+    from attn_lib.flash import flash_attention
+
+    q, k, v = _qkv((1, 2, 5, 64), 6, dtype=torch.float32)
+    kw = {"scale": 1e38} if case == "scale" else {}
+    if case == "large inputs":  # finite entries whose dot products pass float32's 3.4e38
+        q, k = q * 1e19, k * 1e19
+    for fn in (scaled_dot_product_attention, tiled_attention,
+               lambda *a, **kw_: flash_attention(*a, backend="triton", **kw_)):
+        with pytest.raises(ValueError, match="overflow torch.float32"):
+            fn(q, k, v, **kw)
+
+
+def test_huge_but_orthogonal_inputs_are_not_refused():
+    # |q| |k| = 1e40 passes the Cauchy-Schwarz bound, but every score is 0: the exact check lets it through
+    q = torch.zeros(1, 1, 3, 4)
+    k = torch.zeros(1, 1, 5, 4)
+    q[..., 0], k[..., 1] = 1e20, 1e20
+    v = torch.randn(1, 1, 5, 4)
+    assert torch.allclose(tiled_attention(q, k, v), v.mean(dim=-2, keepdim=True).expand(1, 1, 3, 4), atol=1e-6)
+
+
+@pytest.mark.parametrize("mask_shape", [(5, 7), (2, 1, 1, 7), (2, 3, 5, 7)])
+@pytest.mark.parametrize("only_mask", [False, True])
+def test_float_mask_gets_torchs_gradient(mask_shape, only_mask):
+    q, k, v = _qkv((2, 3, 5, 8), 7)
+    q.requires_grad_(not only_mask)
+    mask = torch.randn(*mask_shape, dtype=torch.float64, requires_grad=True)
+    mask_ref = mask.detach().clone().requires_grad_()
+    d_out = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    out = tiled_attention(q, k, v, attn_mask=mask, block_q=2, block_k=3)
+    ref = F.scaled_dot_product_attention(q.detach(), k, v, attn_mask=mask_ref)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    (out * d_out).sum().backward()
+    (ref * d_out).sum().backward()
+    torch.testing.assert_close(mask.grad, mask_ref.grad, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("per_batch", [False, True])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_alibi_slopes_get_their_gradient(per_batch, is_causal):
+    B, H, L, S = 2, 4, 5, 9
+    q, k, v = _qkv((B, H, L, 8), S)
+    shape = (B, H) if per_batch else (H,)
+    slopes = (torch.rand(*shape, dtype=torch.float64) + 0.1).requires_grad_()
+    slopes_ref = slopes.detach().clone().requires_grad_()
+    bias = _alibi_reference_bias(slopes_ref, L, S)
+    if is_causal:
+        bias = bias.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(S - L), -math.inf)
+    out = tiled_attention(q, k, v, alibi_slopes=slopes, is_causal=is_causal, causal_align="bottom_right",
+                          block_q=2, block_k=4)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    d_out = torch.randn_like(out)
+    (out * d_out).sum().backward()
+    (ref * d_out).sum().backward()
+    torch.testing.assert_close(slopes.grad, slopes_ref.grad, atol=1e-11, rtol=0)
+
+
+def test_key_changed_in_place_after_the_forward_is_an_error():
+    q, k, v = (t.requires_grad_() for t in _qkv((1, 2, 4, 8), 6))
+    out = tiled_attention(q, k, v)
+    with torch.no_grad():
+        k.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+@pytest.mark.parametrize("shape_q,shape_kv,gqa", [((1, 0, 4, 8), (1, 0, 6, 8), False),
+                                                  ((1, 0, 4, 8), (1, 0, 6, 8), True),
+                                                  ((0, 2, 4, 8), (0, 2, 6, 8), False),
+                                                  ((2, 3, 0, 8), (2, 3, 6, 8), False)])
+def test_empty_heads_or_batch_give_torchs_empty_output(shape_q, shape_kv, gqa):
+    from attn_lib.flash import flash_attention
+
+    q, k, v = torch.randn(shape_q), torch.randn(shape_kv), torch.randn(shape_kv)
+    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa).shape
+    assert tiled_attention(q, k, v, enable_gqa=gqa).shape == want
+    out, lse = tiled_attention(q, k, v, enable_gqa=gqa, return_lse=True)
+    assert lse.shape == want[:-1]
+    assert flash_attention(q, k, v, enable_gqa=gqa, backend="triton").shape == want
+
+
+def test_tiled_backward_is_twice_differentiable():
+    q, k, v = (t.requires_grad_() for t in _qkv((1, 2, 3, 4), 5))
+    mask = torch.randn(3, 5, dtype=torch.float64)
+    fn = lambda q, k, v: tiled_attention(q, k, v, attn_mask=mask, block_q=2, block_k=2)  # noqa: E731
+    assert torch.autograd.gradgradcheck(fn, (q, k, v))
+
+
+@pytest.mark.parametrize("Hkv", [4, 2])
+def test_per_batch_alibi_slopes_match_the_bias(Hkv):
+    B, H, L, S = 3, 4, 6, 6
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(B, H, L, 8, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(B, Hkv, S, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    slopes = torch.rand(B, H, generator=g, dtype=torch.float64)
+    out = tiled_attention(q, k, v, alibi_slopes=slopes, enable_gqa=Hkv != H, block_q=4, block_k=4)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=_alibi_reference_bias(slopes, L, S), enable_gqa=Hkv != H)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match=r"\(B, H\)"):
+        tiled_attention(q, k, v, alibi_slopes=slopes[:2], enable_gqa=Hkv != H)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_alibi_distance_padded_and_flash_attn_varlen_conventions(is_causal):
+    """attn_lib measures the distance on the padded tensor; alibi_varlen_mask gives flash-attn's varlen one.
+
+    flash-attn's varlen API runs each sequence unpadded: the reference here is tiled_attention on each
+    sequence cut to its real lengths (where the two conventions coincide, since L = q_b and S = k_b).
+    """
+    from attn_lib.masks import padding_mask
+    from attn_lib.positional import alibi_varlen_mask
+
+    B, H, L, S, E = 3, 2, 5, 8, 4
+    q_lens, k_lens = [5, 3, 2], [8, 6, 3]  # k_b - q_b = 3, 3, 1 against S - L = 3: sequence 2 differs
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(B, H, L, E, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(B, H, S, E, generator=g, dtype=torch.float64) for _ in range(2))
+    slopes = torch.tensor([0.5, 0.25], dtype=torch.float64)
+    varlen = tiled_attention(q, k, v, attn_mask=alibi_varlen_mask(slopes, q_lens, k_lens, L, S, is_causal=is_causal))
+    keys = padding_mask(torch.tensor(k_lens), S)[:, None, None, :]  # (B, 1, 1, S), True = real key
+    padded = tiled_attention(q, k, v, attn_mask=keys, alibi_slopes=slopes, is_causal=is_causal,
+                             causal_align="bottom_right")
+    for b, (lq, lk) in enumerate(zip(q_lens, k_lens)):
+        alone = tiled_attention(q[b:b + 1, :, :lq], k[b:b + 1, :, :lk], v[b:b + 1, :, :lk], alibi_slopes=slopes,
+                                is_causal=is_causal, causal_align="bottom_right")
+        torch.testing.assert_close(varlen[b:b + 1, :, :lq], alone, atol=1e-12, rtol=0)
+        assert (varlen[b, :, lq:] == 0).all()  # padded query rows see no key
+        same = lk - lq == S - L
+        assert torch.allclose(padded[b:b + 1, :, :lq], alone, atol=1e-12) == same, (b, same)

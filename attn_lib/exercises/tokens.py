@@ -195,6 +195,14 @@ def _pair_cases(trial: int):
     # symbols of several characters: ("h", "ug") must be counted as the pair (h, ug), not as h-u, u-g
     ug = c + d
     cases.append({(a, ug): 5, (b, ug): 3, (c, d, a): 2})
+    # ties between symbols of several characters, w < x < y < z: the alphabetically first pair compares the
+    # left symbols first ("w" < "wx": a prefix comes first), so the answer is (w, zyx). Every other plausible
+    # tie rule answers something else here: joined strings ("wxy" < "wzyx") give (wx, y); right symbols first,
+    # the shortest pair, or the last pair give (x, w); the first pair seen (dict order, Counter.most_common)
+    # gives (wx, y). The second case ties two pairs with the same left symbol: (w, x) before (w, zy).
+    w, x, y, z = sorted((a, b, c, d))
+    cases.append({(w + x, y): 5, (w, z + y + x): 5, (x, w): 5})
+    cases.append({(w, z + y): 4, (y, w, x): 4})
     letters = [a, b, c, d]
     for _ in range(4):
         wc = {}
@@ -239,11 +247,11 @@ def check_most_frequent_pair(most_frequent_pair) -> CheckResult:
                     text = "".join(w)
                     for p in zip(text, text[1:]):
                         joined[p] += f
+                if got in tied:  # a most frequent pair, the wrong one of the tie
+                    raise Mismatch(f"{HINT_TIE} Tied pairs: {tied}; expected {want}, got {got}.")
                 if any(len(s_) > 1 for w in wc for s_ in w) and \
                         got in [p for p, cnt in joined.items() if cnt == max(joined.values())]:
                     raise Mismatch(f"{HINT_JOINED_CHARS} (word counts {wc}: expected {want}, got {got})")
-                if got in tied:
-                    raise Mismatch(f"{HINT_TIE} Tied pairs: {tied}; expected {want}, got {got}.")
                 if got in [p for p, cnt in unweighted.items() if cnt == max(unweighted.values())]:
                     raise Mismatch(f"{HINT_UNWEIGHTED} (word counts {wc}: expected {want}, got {got})")
                 if got in [p for p, cnt in per_word_set.items() if cnt == max(per_word_set.values())]:
