@@ -153,7 +153,7 @@ def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAI
     return model.eval(), losses
 
 
-def run_recall_curve(steps: int = 3000, out=None) -> dict:
+def run_recall_curve(steps: int = 600, out=None) -> dict:
     """Train the four kinds and measure accuracy at every pair count; write the JSON to ``out`` if given."""
     torch.set_num_threads(1)
     result = {"steps": steps, "batch_size": 64, "pair_counts": list(PAIR_COUNTS), "num_keys": NUM_KEYS,
@@ -181,4 +181,4 @@ if __name__ == "__main__":  # pragma: no cover
 
     from attn_lib._setup import DATA_DIR
 
-    run_recall_curve(int(sys.argv[1]) if len(sys.argv) > 1 else 3000, DATA_DIR / "recall_curve.json")
+    run_recall_curve(int(sys.argv[1]) if len(sys.argv) > 1 else 600, DATA_DIR / "recall_curve.json")
