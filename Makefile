@@ -64,6 +64,12 @@ train-dates: install
 	$(BIN)/python -m attn_lib.data
 	$(BIN)/python -m attn_lib.train
 
+# Notebook 12: train the four associative-recall models (softmax, linear, Gated DeltaNet, hybrid; 600 steps each,
+# one CPU thread, about 2 minutes of CPU time) and rewrite data/recall_curve.json, the curve the notebook plots.
+.PHONY: train-recall
+train-recall: install
+	OMP_NUM_THREADS=1 $(BIN)/python -m attn_lib.recall
+
 # The course as a learner sees it: JupyterLab in headless Chromium, driven by Playwright (tests_browser/).
 # Needs the system Chromium (Debian/Ubuntu: apt-get install chromium). The network is cut: only the local
 # JupyterLab and the website's local server answer. It also checks the website in build/book/ (run

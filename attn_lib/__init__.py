@@ -23,6 +23,9 @@ Modules (one idea each):
 - ``attn_lib.flash``          the same algorithm as Triton kernels, forward and backward (notebook 09)
 - ``attn_lib.heads``          measuring what the heads of a real model do: offsets, shuffles, head gates (06)
 - ``attn_lib.capstone``       a tiny decoder assembled from the course's pieces (10)
+- ``attn_lib.linear``         linear attention (parallel, recurrent, chunked), Mamba-2's SSD, FFT long convolutions (12)
+- ``attn_lib.deltanet``       the gated delta rule and a Qwen3-Next Gated DeltaNet layer, recomputed (12)
+- ``attn_lib.recall``         the associative-recall task and its softmax / linear / DeltaNet / hybrid models (12)
 - ``attn_lib.viz``            heatmaps, widgets and bertviz wrappers; PALETTE and the colour maps
 - ``attn_lib.exercises``      ``check_*`` functions for the exercises at the end of each notebook
 
@@ -61,8 +64,8 @@ _LAZY = {
 # No submodule shares a name with an entry of _LAZY (a submodule import would overwrite the attribute:
 # the old tiled_attention/flash_attention clash); tests/test_layout.py checks this.
 _SUBMODULES = {
-    "attention", "bench", "data", "env", "capstone", "exercises", "flash", "gqa", "heads", "hf", "kv_cache", "lab", "masks", "mha", "models",
-    "positional", "pretrained", "quantization", "tiled", "tokenization", "train", "viz",
+    "attention", "bench", "data", "deltanet", "env", "capstone", "exercises", "flash", "gqa", "heads", "hf", "kv_cache", "lab", "linear", "masks", "mha", "models",
+    "positional", "pretrained", "quantization", "recall", "tiled", "tokenization", "train", "viz",
 }
 
 __all__ = ["setup", "load_pretrained", "DATA_DIR", "REPO_ROOT", *_LAZY]

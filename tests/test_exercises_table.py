@@ -313,6 +313,24 @@ def tiles_b(q_len, kv_len, bq, bk):  # from the mask itself, as lists
             if mask[i * bq:(i + 1) * bq, j * bk:(j + 1) * bk].any()]
 
 
+def step_a(state, query, key, value, log_decay):
+    new = torch.exp(log_decay)[..., None, None] * state + key.unsqueeze(-1) * value.unsqueeze(-2)
+    return (new * query.unsqueeze(-1)).sum(-2), new
+
+
+def step_b(state, query, key, value, log_decay):  # einsum, a list
+    new = torch.einsum("...,...ev->...ev", log_decay.exp(), state) + torch.einsum("...e,...v->...ev", key, value)
+    return [torch.einsum("...ev,...e->...v", new, query), new]
+
+
+def state_bytes_a(num_heads, head_k_dim, head_v_dim, seq_len, batch_size, bytes_per_element):
+    return num_heads * head_k_dim * head_v_dim * batch_size * bytes_per_element
+
+
+def state_bytes_b(num_heads, head_k_dim, head_v_dim, seq_len, batch_size, bytes_per_element):
+    return torch.tensor(float(math.prod([num_heads, head_k_dim, head_v_dim, batch_size]) * bytes_per_element))
+
+
 RIGHT = {
     "check_softmax": (softmax_a, softmax_b),
     "check_apply_merges": (merges_a, merges_b),
@@ -341,6 +359,8 @@ RIGHT = {
     "check_online_softmax_update": (update_a, update_b),
     "check_merge_states": (merge_a, merge_b),
     "check_causal_tiles": (tiles_a, tiles_b),
+    "check_recurrent_step": (step_a, step_b),
+    "check_state_bytes": (state_bytes_a, state_bytes_b),
 }
 ALL_CHECKS = sorted(RIGHT)
 

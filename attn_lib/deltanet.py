@@ -1,0 +1,170 @@
+"""Gated DeltaNet: the delta rule with a decay gate, the linear-time layers of Qwen3-Next (notebook 12).
+
+Shapes follow :mod:`attn_lib.attention`'s legend: B batch, H heads, L positions, E key dim, Ev value dim.
+
+The state S (E × Ev per head) is a linear map from keys to values. Each token does one step of online regression on
+it (the delta rule, Widrow-Hoff): first the gate decays the memory, S ← exp(g_t) S; then S moves towards storing
+k_t -> v_t with learning rate β_t, S ← S + β_t k_t (v_t - Sᵀk_t)ᵀ, which is one gradient step on ½‖Sᵀk_t - v_t‖²;
+the output reads o_t = Sᵀ q_t. Source: Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks"
+(https://arxiv.org/abs/2412.06464), §2-3; the chunked form is their §3.3 (the WY / UT transform of Yang et al.
+2024, "Parallelizing Linear Transformers with the Delta Rule", https://arxiv.org/abs/2406.06484, §3).
+
+- :func:`gated_delta_rule` ``form="recurrent"`` / ``"chunked"``: equal to ``transformers``'
+  ``torch_recurrent_gated_delta_rule`` / ``torch_chunk_gated_delta_rule`` (models/qwen3_next; tests/test_linear.py).
+- :func:`gated_deltanet_forward`: a whole ``Qwen3NextGatedDeltaNet`` layer recomputed from its weights.
+- :func:`in_float64`: run such a ``transformers`` function, whose source converts everything to float32, in float64.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.nn.functional as F
+
+from attn_lib._checks import check_choice, check_finite, check_int, check_tensor, shape_of
+
+__all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltanet_forward", "in_float64"]
+
+
+def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x / sqrt(Σx² + eps) over the last dim, as ``transformers``' and flash-linear-attention's ``l2norm``."""
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def delta_rule_step(state, query, key, value, log_decay, beta):
+    """One token of the gated delta rule: decay, correct, read.
+
+    Args:
+        state: (..., E, Ev); query, key: (..., E) (query already scaled); value: (..., Ev);
+        log_decay: (...) <= 0; beta: (...) in [0, 1], the step's learning rate.
+
+    Returns:
+        ``(out, new_state)``: out (..., Ev) = new_stateᵀ query, new_state (..., E, Ev).
+    """
+    state = torch.exp(log_decay)[..., None, None] * state
+    predicted = (state * key[..., :, None]).sum(-2)  # Sᵀ k: what the memory says k maps to
+    delta = beta[..., None] * (value - predicted)  # the correction, scaled by the learning rate
+    state = state + key[..., :, None] * delta[..., None, :]
+    return (state * query[..., :, None]).sum(-2), state
+
+
+def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, log_decay: torch.Tensor,
+                     beta: torch.Tensor, *, form: str = "recurrent", chunk_size: int = 64, scale: float | None = None,
+                     initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule over a sequence, token by token or chunk by chunk.
+
+    Args:
+        query, key: (B, H, L, E); value: (B, H, L, Ev); log_decay (the gate g), beta: (B, H, L).
+        form: ``"recurrent"`` (:func:`delta_rule_step` L times) or ``"chunked"`` (WY/UT form: inside a chunk, the
+            C sequential corrections become one triangular solve; across chunks, the state is carried).
+        chunk_size: positions per chunk.
+        scale: multiplies the queries; default E ** -0.5, as ``transformers`` does.
+        initial_state: (B, H, E, Ev) or None (zeros).
+
+    Returns:
+        ``(out, final_state)``: (B, H, L, Ev) and (B, H, E, Ev), in the inputs' dtype.
+
+    Raises:
+        TypeError / ValueError: naming the argument (dims, shapes, a positive log_decay, an unknown form).
+    """
+    for n, t in (("query", query), ("key", key), ("value", value)):
+        check_tensor(n, t, floating=True, ndim=4)
+        check_finite(n, t)
+    for n, t in (("log_decay", log_decay), ("beta", beta)):
+        check_tensor(n, t, floating=True, ndim=3)
+        if t.shape != key.shape[:-1]:
+            raise ValueError(f"{n} must have shape (B, H, L) = {shape_of(key)[:-1]}, got {shape_of(t)}")
+    if query.shape != key.shape or value.shape[:-1] != key.shape[:-1]:
+        raise ValueError(f"query and key must be (B, H, L, E) and value (B, H, L, Ev) with the same B, H, L; got "
+                         f"query {shape_of(query)}, key {shape_of(key)}, value {shape_of(value)}")
+    if bool((log_decay > 0).any()):
+        raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
+    check_choice("form", form, ("recurrent", "chunked"))
+    C = check_int("chunk_size", chunk_size, minimum=1)
+    Bt, H, L, E = key.shape
+    q = query * (E ** -0.5 if scale is None else scale)
+    state = torch.zeros(Bt, H, E, value.shape[-1], dtype=value.dtype, device=value.device) \
+        if initial_state is None else initial_state.to(value.dtype)
+    outs = []
+    if form == "recurrent":
+        for t in range(L):
+            o, state = delta_rule_step(state, q[:, :, t], key[:, :, t], value[:, :, t], log_decay[:, :, t],
+                                       beta[:, :, t])
+            outs.append(o[:, :, None])
+        return torch.cat(outs, dim=2), state
+    for s in range(0, L, C):
+        qc, kc, vc = q[:, :, s:s + C], key[:, :, s:s + C], value[:, :, s:s + C]
+        bc = beta[:, :, s:s + C, None]
+        cum = log_decay[:, :, s:s + C].cumsum(-1)  # log decay from the chunk's start to each position
+        n = kc.shape[2]
+        lower = torch.ones(n, n, dtype=torch.bool, device=key.device).tril()
+        decay = torch.where(lower, cum[..., :, None] - cum[..., None, :], -torch.inf).exp()  # exp(cum_i - cum_j), j<=i
+        # Token i's correction uses the state after tokens < i: A = I + strictly-lower(β_i (k_i·k_j) decay_ij)
+        # couples them; solving A u = β v (and A w = β Γ k) gives all the chunk's corrections at once.
+        system = ((bc * kc) @ kc.transpose(-1, -2) * decay).tril(-1) + torch.eye(n, dtype=key.dtype)
+        u = torch.linalg.solve_triangular(system, bc * vc, upper=False, unitriangular=True)
+        w = torch.linalg.solve_triangular(system, bc * kc * cum.exp()[..., None], upper=False, unitriangular=True)
+        v_new = u - w @ state  # the corrections, once the carried state is accounted for
+        outs.append((qc * cum.exp()[..., None]) @ state + ((qc @ kc.transpose(-1, -2)) * decay) @ v_new)
+        carry = (cum[..., -1:] - cum).exp()[..., None]  # decay from each position to the chunk's end
+        state = cum[..., -1].exp()[..., None, None] * state + (kc * carry).transpose(-1, -2) @ v_new
+    return torch.cat(outs, dim=2), state
+
+
+def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "chunked") -> torch.Tensor:
+    """A ``transformers`` ``Qwen3NextGatedDeltaNet`` (no cache, no padding), recomputed from its weights.
+
+    in_proj_qkvz and in_proj_ba (their outputs interleaved per key head, as the layer stores them) -> q, k, v, z, b, a;
+    depthwise causal conv1d + silu on (q, k, v); q, k L2-normalised; beta = sigmoid(b); g = -exp(A_log)·softplus(a +
+    dt_bias); each key head serves num_v_heads / num_k_heads value heads; :func:`gated_delta_rule`; RMS norm of each
+    head's output times silu(z); out_proj. Mirrors transformers 5.24, models/qwen3_next/modeling_qwen3_next.py.
+
+    Args:
+        layer: a ``Qwen3NextGatedDeltaNet``; hidden_states: (B, L, hidden_size).
+
+    Returns:
+        (B, L, hidden_size).
+    """
+    check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
+    Bt, L, _ = hidden_states.shape
+    Hk, Hv, Dk, Dv = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
+    r = Hv // Hk
+    qkvz = layer.in_proj_qkvz(hidden_states).view(Bt, L, Hk, 2 * Dk + 2 * r * Dv)
+    q, k, v, z = qkvz.split([Dk, Dk, r * Dv, r * Dv], dim=-1)
+    b, a = layer.in_proj_ba(hidden_states).view(Bt, L, Hk, 2 * r).split([r, r], dim=-1)
+    mixed = torch.cat([q.reshape(Bt, L, -1), k.reshape(Bt, L, -1), v.reshape(Bt, L, -1)], dim=-1).transpose(1, 2)
+    mixed = F.silu(F.conv1d(mixed, layer.conv1d.weight, None, padding=layer.conv_kernel_size - 1,
+                            groups=layer.conv_dim)[..., :L]).transpose(1, 2)
+    q, k, v = mixed.split([layer.key_dim, layer.key_dim, layer.value_dim], dim=-1)
+
+    def heads(t, n, d, rep=1):  # (B, L, n*d) -> (B, n*rep, L, d)
+        return t.reshape(Bt, L, n, d).transpose(1, 2).repeat_interleave(rep, dim=1)
+
+    q, k = l2_normalize(heads(q, Hk, Dk, r)), l2_normalize(heads(k, Hk, Dk, r))
+    beta = b.reshape(Bt, L, Hv).sigmoid().transpose(1, 2)
+    g = (-layer.A_log.exp() * F.softplus(a.reshape(Bt, L, Hv) + layer.dt_bias)).transpose(1, 2)
+    out, _ = gated_delta_rule(q, k, heads(v, Hv, Dv), g.to(q.dtype), beta, form=form)
+    out = out.transpose(1, 2)  # (B, L, Hv, Dv)
+    out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + layer.norm.variance_epsilon)
+    out = layer.norm.weight * out * F.silu(z.reshape(Bt, L, Hv, Dv))
+    return layer.out_proj(out.reshape(Bt, L, -1))
+
+
+def in_float64(fn):
+    """A copy of a ``transformers`` function whose ``torch.float32`` means ``torch.float64``.
+
+    ``torch_recurrent_gated_delta_rule`` and ``torch_chunk_gated_delta_rule`` convert their inputs to float32 in
+    their source (``x.to(torch.float32)``), so they agree with any float64 code only to about 1e-6. The copy runs
+    the same code object, line for line, with a ``torch`` whose ``float32`` is float64: a 1e-10 comparison becomes
+    possible, and nothing of the algorithm is changed. ``fn``'s decorator wrapper, if any, is skipped.
+    """
+    inner = getattr(fn, "__wrapped__", fn)
+    if not isinstance(inner, types.FunctionType):
+        raise TypeError(f"fn must be a Python function, got {type(fn).__name__}")
+    fake_torch = types.SimpleNamespace(**{n: getattr(torch, n) for n in dir(torch) if not n.startswith("__")})
+    fake_torch.float32 = torch.float64
+    glob = dict(inner.__globals__, torch=fake_torch)
+    copy = types.FunctionType(inner.__code__, glob, inner.__name__, inner.__defaults__, inner.__closure__)
+    copy.__kwdefaults__ = inner.__kwdefaults__
+    return copy

@@ -1,0 +1,293 @@
+"""Linear attention and state-space models: attention whose cost grows linearly with the length (notebook 12).
+
+Shapes follow :mod:`attn_lib.attention`'s legend: B batch, H heads, L positions, E query/key dim, Ev value dim.
+Every function here is causal: position i reads positions 0..i.
+
+- :func:`linear_attention`: Katharopoulos et al. 2020, "Transformers are RNNs" (https://arxiv.org/abs/2006.16236),
+  §3.2 (kernel feature map φ(x) = elu(x) + 1) and §3.4 (the causal form as an RNN), in three faces: ``"parallel"``
+  (an (L, L) masked product), ``"recurrent"`` (a state of E × Ev per head) and ``"chunked"`` (parallel inside a chunk,
+  recurrent across chunks, as the kernels of flash-linear-attention compute it).
+- :func:`decayed_step`: one step of the recurrence with a scalar decay, S_t = exp(g_t) S_{t-1} + k_t v_tᵀ,
+  o_t = S_tᵀ q_t. With g = 0 it is linear attention's step (without normaliser); with g = dt·A it is Mamba-2's.
+- :func:`ssd`: Mamba-2's state-space duality (Dao & Gu 2024, https://arxiv.org/abs/2405.21060, §3-§5): a scalar-decay
+  SSM equals masked attention with the 1-semiseparable mask L_ij = exp(g_{j+1} + ... + g_i); equal to the torch path of
+  ``transformers``' ``mamba2_chunk_scan`` (tests/test_linear.py). :func:`mamba2_mixer_forward` rebuilds a whole
+  ``Mamba2Mixer`` around it.
+- :func:`fft_long_conv` / :func:`direct_long_conv`: a causal long convolution (S4's convolution mode, Hyena's filters;
+  Gu et al. 2022 §3.3, Poli et al. 2023 §3) in O(L log L) through the FFT, and the O(L²) direct sum it equals.
+- :func:`recurrent_state_bytes`: the memory of a recurrent state, which does not grow with the context.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attn_lib._checks import check_choice, check_finite, check_int, check_number, check_tensor, shape_of
+
+__all__ = [
+    "elu_feature_map", "linear_attention", "decayed_step", "decayed_attention", "ssd", "mamba2_mixer_forward",
+    "fft_long_conv", "direct_long_conv", "recurrent_state_bytes",
+]
+
+FORMS = ("parallel", "recurrent", "chunked")
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """φ(x) = elu(x) + 1 > 0, the feature map of Katharopoulos et al. 2020 (§3.2): φ(q)·φ(k) replaces exp(q·k)."""
+    return F.elu(x) + 1
+
+
+def _check_qkv_seq(q, k, v, log_decay=None):
+    for n, t in (("query", q), ("key", k), ("value", v)):
+        check_tensor(n, t, floating=True, min_ndim=2)
+        check_finite(n, t)
+    if q.shape != k.shape:
+        raise ValueError(f"query and key must have the same shape (..., L, E), got query {shape_of(q)} and key {shape_of(k)}")
+    if v.shape[:-1] != k.shape[:-1]:
+        raise ValueError(f"value must have shape (..., L, Ev) with the key's (..., L) = {shape_of(k)[:-1]}, got {shape_of(v)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"query, key and value must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if log_decay is not None:
+        check_tensor("log_decay", log_decay, floating=True)
+        check_finite("log_decay", log_decay)
+        if log_decay.shape != k.shape[:-1]:
+            raise ValueError(f"log_decay must have shape (..., L) = {shape_of(k)[:-1]}, got {shape_of(log_decay)}")
+        if bool((log_decay > 0).any()):
+            raise ValueError("log_decay must be <= 0 everywhere (the state is multiplied by exp(log_decay) <= 1), "
+                             f"got a maximum of {float(log_decay.max()):.3g}")
+
+
+def decayed_step(state: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 log_decay: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One recurrent step: ``state = exp(log_decay) * state + key ⊗ value``, then ``out = stateᵀ query``.
+
+    Args:
+        state: (..., E, Ev), the memory before this token.
+        query, key: (..., E); value: (..., Ev); log_decay: (...) <= 0 (0: no decay, plain linear attention).
+
+    Returns:
+        ``(out, new_state)``: out (..., Ev) read from the **updated** state (the token sees itself, as the causal
+        mask's diagonal lets it), new_state (..., E, Ev). Same dtype as the inputs.
+
+    Source: Katharopoulos et al. 2020 eq. (18)-(20) with g = 0; Mamba-2's SSM recurrence (Dao & Gu 2024 eq. (1),
+    with key = B_t, query = C_t, value = dt_t x_t, log_decay = dt_t A).
+    """
+    check_tensor("state", state, floating=True, min_ndim=2)
+    decay = torch.exp(log_decay)[..., None, None]
+    new_state = decay * state + key[..., :, None] * value[..., None, :]
+    return (new_state * query[..., :, None]).sum(-2), new_state
+
+
+def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, log_decay: torch.Tensor | None = None,
+                      *, form: str = "parallel", chunk_size: int = 16, initial_state: torch.Tensor | None = None,
+                      return_state: bool = False):
+    """Causal attention without softmax, with an optional scalar decay: out_i = Σ_{j<=i} exp(g_{j+1}+...+g_i) (q_i·k_j) v_j.
+
+    Args:
+        query, key: (..., L, E); value: (..., L, Ev); log_decay: (..., L) <= 0, or None (no decay).
+        form: ``"parallel"`` ((L, L) masked matrix), ``"recurrent"`` (:func:`decayed_step` L times) or ``"chunked"``.
+        chunk_size: positions per chunk of the chunked form (the last chunk may be shorter).
+        initial_state: (..., E, Ev) state before position 0 (zeros if None); ``"parallel"`` allows none.
+        return_state: also return the state after the last position (not for ``"parallel"``).
+
+    Returns:
+        out (..., L, Ev), or ``(out, state)`` with ``return_state``.
+
+    Raises:
+        TypeError / ValueError: shapes, dtypes or non-finite values (the message names the argument); a positive
+            log_decay; an unknown form; a state with the parallel form.
+    """
+    _check_qkv_seq(query, key, value, log_decay)
+    check_choice("form", form, FORMS)
+    chunk_size = check_int("chunk_size", chunk_size, minimum=1)
+    if log_decay is None:
+        log_decay = torch.zeros(key.shape[:-1], dtype=key.dtype, device=key.device)
+    E, Ev, L = key.shape[-1], value.shape[-1], key.shape[-2]
+    if initial_state is not None:
+        check_tensor("initial_state", initial_state, floating=True)
+        if initial_state.shape[-2:] != (E, Ev):
+            raise ValueError(f"initial_state must have shape (..., E, Ev) = (..., {E}, {Ev}), got {shape_of(initial_state)}")
+    if form == "parallel":
+        if initial_state is not None or return_state:
+            raise ValueError("form='parallel' keeps no state: use form='recurrent' or 'chunked' with "
+                             "initial_state / return_state")
+        return _masked_weights(query, key, log_decay.cumsum(-1)) @ value
+    state = initial_state if initial_state is not None else \
+        torch.zeros(*key.shape[:-2], E, Ev, dtype=key.dtype, device=key.device)
+    outs = []
+    if form == "recurrent":
+        for t in range(L):
+            o, state = decayed_step(state, query[..., t, :], key[..., t, :], value[..., t, :], log_decay[..., t])
+            outs.append(o[..., None, :])
+    else:
+        for s in range(0, L, chunk_size):
+            q, k, v = query[..., s:s + chunk_size, :], key[..., s:s + chunk_size, :], value[..., s:s + chunk_size, :]
+            b = log_decay[..., s:s + chunk_size].cumsum(-1)  # log decay from the chunk's start to each position
+            inter = (q * b.exp()[..., None]) @ state  # the past chunks, through the state
+            outs.append(inter + _masked_weights(q, k, b) @ v)  # + the chunk itself, in parallel
+            carry = (b[..., -1:] - b).exp()[..., None]  # decay from each position to the chunk's end
+            state = b[..., -1].exp()[..., None, None] * state + (k * carry).transpose(-1, -2) @ v
+    out = torch.cat(outs, dim=-2)
+    return (out, state) if return_state else out
+
+
+def _masked_weights(q, k, cum):
+    """(..., L, S) weights (q_i·k_j) exp(cum_i - cum_j) for j <= i, else 0: the 1-semiseparable mask."""
+    diff = cum[..., :, None] - cum[..., None, :]
+    causal = torch.ones(diff.shape[-2:], dtype=torch.bool, device=q.device).tril()
+    return (q @ k.transpose(-1, -2)) * torch.where(causal, diff, -torch.inf).exp()
+
+
+def linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, form: str = "parallel",
+                     chunk_size: int = 16, feature_map=elu_feature_map, normalize: bool = True,
+                     eps: float = 1e-12) -> torch.Tensor:
+    """Causal linear attention (Katharopoulos et al. 2020, §3.2-3.4): softmax's exp(q·k) replaced by φ(q)·φ(k).
+
+    out_i = Σ_{j<=i} (φ(q_i)·φ(k_j)) v_j / Σ_{j<=i} φ(q_i)·φ(k_j) (the denominator only with ``normalize``).
+    The recurrent form keeps S = Σ φ(k_j) v_jᵀ (E × Ev) and z = Σ φ(k_j) (E) per head: a fixed-size state.
+
+    Args:
+        query, key: (..., L, E); value: (..., L, Ev); float dtypes.
+        form: ``"parallel"``, ``"recurrent"`` or ``"chunked"`` (all three equal, to round-off).
+        chunk_size: chunk length of the chunked form.
+        feature_map: φ, applied to query and key (default elu + 1); ``None`` for φ(x) = x.
+        normalize: divide by the sum of the weights (the paper's form); False for the unnormalised form of
+            modern layers (RetNet, GLA, DeltaNet), which normalise the output instead.
+        eps: added to the denominator.
+
+    Returns:
+        (..., L, Ev), the dtype of the inputs.
+
+    Raises:
+        TypeError / ValueError: as :func:`decayed_attention`.
+    """
+    _check_qkv_seq(query, key, value)
+    check_number("eps", eps, minimum=0)
+    fq, fk = (query, key) if feature_map is None else (feature_map(query), feature_map(key))
+    if not normalize:
+        return decayed_attention(fq, fk, value, form=form, chunk_size=chunk_size)
+    ones = torch.ones(*value.shape[:-1], 1, dtype=value.dtype, device=value.device)
+    both = decayed_attention(fq, fk, torch.cat([value, ones], dim=-1), form=form, chunk_size=chunk_size)
+    return both[..., :-1] / (both[..., -1:] + eps)  # the last column carries the normaliser z·φ(q)
+
+
+def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+        D: torch.Tensor | None = None, *, form: str = "parallel", chunk_size: int = 16) -> torch.Tensor:
+    """Mamba-2's selective SSM with scalar decay per head, as masked attention (state-space duality).
+
+    h_t = exp(dt_t A) h_{t-1} + B_t (dt_t x_t)ᵀ,  y_t = h_tᵀ C_t + D x_t — that is :func:`decayed_attention` with
+    query = C, key = B, value = dt·x and log_decay = dt·A (Dao & Gu 2024, §3.1 and eq. (16)).
+
+    Args:
+        x: (Bt, H, L, P) inputs per head (P = head_dim, the "value" dim).
+        dt: (Bt, H, L) step sizes > 0 (already through softplus and the bias, as Mamba-2 computes them).
+        A: (H,) negative decay rates (``-exp(A_log)``).
+        B, C: (Bt, H, L, N) input and output matrices (N = state size), already repeated per head.
+        D: (H,) skip connection, or None.
+        form: ``"parallel"``, ``"recurrent"`` or ``"chunked"``.
+
+    Returns:
+        y (Bt, H, L, P).
+
+    Raises:
+        TypeError / ValueError: naming the argument (dt <= 0, A >= 0, mismatched shapes).
+    """
+    for n, t in (("x", x), ("dt", dt), ("A", A)):
+        check_tensor(n, t, floating=True)
+    if dt.shape != x.shape[:-1]:
+        raise ValueError(f"dt must have shape (Bt, H, L) = {shape_of(x)[:-1]}, got {shape_of(dt)}")
+    if A.shape != (x.shape[-3],):
+        raise ValueError(f"A must have shape (H,) = ({x.shape[-3]},), got {shape_of(A)}")
+    if bool((dt <= 0).any()) or bool((A >= 0).any()):
+        raise ValueError("ssd needs dt > 0 and A < 0 (a decay exp(dt A) < 1), "
+                         f"got min dt {float(dt.min()):.3g} and max A {float(A.max()):.3g}")
+    y = decayed_attention(C, B, x * dt[..., None], dt * A[:, None], form=form, chunk_size=chunk_size)
+    return y if D is None else y + D[:, None, None] * x
+
+
+def mamba2_mixer_forward(mixer, hidden_states: torch.Tensor, *, form: str = "parallel") -> torch.Tensor:
+    """A ``transformers`` ``Mamba2Mixer`` (no cache, no padding mask), recomputed from its weights with :func:`ssd`.
+
+    in_proj -> (gate, xBC, dt); depthwise causal conv1d + activation on xBC; dt = clamp(softplus(dt + dt_bias));
+    y = ssd(x, dt, -exp(A_log), B, C, D); grouped RMS norm of y · silu(gate); out_proj. Mirrors
+    ``Mamba2Mixer.forward``'s torch path (transformers 5.24, models/mamba2/modeling_mamba2.py).
+
+    Args:
+        mixer: a ``transformers.models.mamba2.modeling_mamba2.Mamba2Mixer``.
+        hidden_states: (Bt, L, hidden_size).
+
+    Returns:
+        (Bt, L, hidden_size).
+    """
+    check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
+    Bt, L, _ = hidden_states.shape
+    H, P, G, N = mixer.num_heads, mixer.head_dim, mixer.n_groups, mixer.ssm_state_size
+    proj = mixer.in_proj(hidden_states)
+    gate, xbc, dt = proj.split([mixer.intermediate_size, mixer.conv_dim, H], dim=-1)
+    xbc = F.conv1d(xbc.transpose(1, 2), mixer.conv1d.weight, mixer.conv1d.bias,
+                   padding=mixer.conv_kernel_size - 1, groups=mixer.conv_dim)[..., :L]
+    xbc = mixer.act(xbc).transpose(1, 2)
+    x, b, c = xbc.split([mixer.intermediate_size, G * N, G * N], dim=-1)
+    lo, hi = mixer.time_step_limit
+    dt = F.softplus(dt + mixer.dt_bias).clamp(lo, hi)
+
+    def heads(t, d):  # (Bt, L, groups*d) -> (Bt, H, L, d), each group repeated over its heads
+        t = t.reshape(Bt, L, -1, d).transpose(1, 2)
+        return t.repeat_interleave(H // t.shape[1], dim=1)
+
+    y = ssd(heads(x, P), dt.transpose(1, 2), -torch.exp(mixer.A_log), heads(b, N), heads(c, N), mixer.D, form=form)
+    y = y.transpose(1, 2).reshape(Bt, L, -1) * F.silu(gate)
+    groups = y.reshape(Bt, L, G, -1)
+    y = (groups * torch.rsqrt(groups.pow(2).mean(-1, keepdim=True) + mixer.norm.variance_epsilon)).reshape(Bt, L, -1)
+    return mixer.out_proj(mixer.norm.weight * y)
+
+
+def direct_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Causal convolution y_t = Σ_{s=0..t} k_s u_{t-s}, summed directly: O(L²) per channel.
+
+    u (..., L) signals, k (..., L) filters as long as the signal (broadcast over leading dims). Returns (..., L).
+    """
+    check_tensor("u", u, floating=True, min_ndim=1)
+    check_tensor("k", k, floating=True, min_ndim=1)
+    L = u.shape[-1]
+    idx = torch.arange(L, device=u.device)
+    lag = idx[:, None] - idx[None, :]  # (t, s): lag t - s
+    toeplitz = torch.where(lag >= 0, k[..., lag.clamp(min=0)], torch.zeros((), dtype=k.dtype))
+    return (toeplitz @ u[..., None])[..., 0]
+
+
+def fft_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The same causal convolution in O(L log L): zero-pad both to 2L (so the circular FFT product does not wrap
+    around), multiply the spectra, transform back, keep the first L values. S4's convolution mode (Gu et al. 2022,
+    §3.3) and Hyena (Poli et al. 2023, §3.3) compute their long filters this way.
+
+    u (..., L), k (..., L) real floating. Returns (..., L), the dtype of u.
+
+    Raises:
+        TypeError: not floating tensors. ValueError: the filter is longer than the signal.
+    """
+    check_tensor("u", u, floating=True, min_ndim=1)
+    check_tensor("k", k, floating=True, min_ndim=1)
+    L = u.shape[-1]
+    if k.shape[-1] > L:
+        raise ValueError(f"k must be at most as long as u (L={L}), got length {k.shape[-1]}")
+    n = 2 * L
+    return torch.fft.irfft(torch.fft.rfft(u, n=n) * torch.fft.rfft(k, n=n), n=n)[..., :L].to(u.dtype)
+
+
+def recurrent_state_bytes(num_heads: int, head_k_dim: int, head_v_dim: int, batch_size: int = 1,
+                          bytes_per_element: float = 2) -> float:
+    """Bytes of one layer's recurrent state: num_heads × head_k_dim × head_v_dim matrices per sequence.
+
+    Unlike a KV cache it has no sequence length: the same at 1 token and at 1 million. (Layers with a short
+    convolution, like Mamba-2 and Gated DeltaNet, also keep its last kernel-1 inputs: a few rows, not counted.)
+
+    Raises:
+        TypeError / ValueError: a count that is not an int >= 1, bytes_per_element not > 0.
+    """
+    for n, v in (("num_heads", num_heads), ("head_k_dim", head_k_dim), ("head_v_dim", head_v_dim),
+                 ("batch_size", batch_size)):
+        check_int(n, v, minimum=1)
+    check_number("bytes_per_element", bytes_per_element, minimum=0.125)
+    return num_heads * head_k_dim * head_v_dim * batch_size * bytes_per_element

@@ -1,0 +1,287 @@
+"""Notebook 12's library (attn_lib.linear, attn_lib.deltanet, attn_lib.recall) against brute force and transformers.
+
+Every expected value is computed independently: by explicit loops over positions, by ``transformers``' own code
+(Mamba-2's ``mamba2_chunk_scan`` and ``Mamba2Mixer``, Qwen3-Next's gated-delta-rule functions and
+``Qwen3NextGatedDeltaNet``), or from the shipped training results' definition.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_lib import DATA_DIR
+from attn_lib.deltanet import gated_delta_rule, gated_deltanet_forward, in_float64, l2_normalize
+from attn_lib.linear import (FORMS, decayed_attention, decayed_step, direct_long_conv, elu_feature_map,
+                             fft_long_conv, linear_attention, mamba2_mixer_forward, recurrent_state_bytes, ssd)
+
+qwen = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
+mamba = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
+D64 = torch.float64
+
+
+def _rand(*shape, g, dtype=D64):
+    return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+# ------------------------------------------------------------------ linear attention, three faces
+def _brute_linear(q, k, v):  # out_i = Σ_{j<=i} φq_i·φk_j v_j / Σ_{j<=i} φq_i·φk_j, one position at a time
+    fq, fk = elu_feature_map(q), elu_feature_map(k)
+    out = torch.empty(*v.shape, dtype=v.dtype)
+    for i in range(q.shape[-2]):
+        w = (fq[..., i:i + 1, :] * fk[..., :i + 1, :]).sum(-1)  # (..., i+1)
+        out[..., i, :] = (w[..., None] * v[..., :i + 1, :]).sum(-2) / w.sum(-1, keepdim=True)
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(b=st.integers(1, 2), h=st.integers(1, 3), L=st.integers(1, 40), E=st.integers(1, 9), Ev=st.integers(1, 7),
+       chunk=st.integers(1, 17), seed=st.integers(0, 10_000))
+def test_linear_attention_three_faces_equal_brute_force(b, h, L, E, Ev, chunk, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = _rand(b, h, L, E, g=g), _rand(b, h, L, E, g=g), _rand(b, h, L, Ev, g=g)
+    want = _brute_linear(q, k, v)
+    for form in FORMS:
+        got = linear_attention(q, k, v, form=form, chunk_size=chunk)
+        assert (got - want).abs().max() < 1e-10, form
+
+
+@settings(max_examples=25, deadline=None)
+@given(L=st.integers(1, 40), E=st.integers(1, 8), Ev=st.integers(1, 6), chunk=st.integers(1, 17),
+       seed=st.integers(0, 10_000))
+def test_decayed_attention_three_faces_equal_an_explicit_double_sum(L, E, Ev, chunk, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = _rand(2, L, E, g=g), _rand(2, L, E, g=g), _rand(2, L, Ev, g=g)
+    ld = -torch.rand(2, L, generator=g, dtype=D64) * 2
+    want = torch.zeros(2, L, Ev, dtype=D64)
+    for i in range(L):
+        for j in range(i + 1):
+            want[:, i] += math.e ** 0 * torch.exp(ld[:, j + 1:i + 1].sum(-1))[:, None] * (q[:, i] * k[:, j]).sum(-1,
+                                                                                              keepdim=True) * v[:, j]
+    for form in FORMS:
+        assert (decayed_attention(q, k, v, ld, form=form, chunk_size=chunk) - want).abs().max() < 1e-10, form
+
+
+def test_chunked_state_equals_recurrent_state_and_continues_a_sequence():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = _rand(2, 30, 4, g=g), _rand(2, 30, 4, g=g), _rand(2, 30, 5, g=g)
+    ld = -torch.rand(2, 30, generator=g, dtype=D64)
+    _, s_rec = decayed_attention(q, k, v, ld, form="recurrent", return_state=True)
+    _, s_chk = decayed_attention(q, k, v, ld, form="chunked", chunk_size=7, return_state=True)
+    assert (s_rec - s_chk).abs().max() < 1e-10
+    whole = decayed_attention(q, k, v, ld)
+    _, s = decayed_attention(q[:, :12], k[:, :12], v[:, :12], ld[:, :12], form="chunked", return_state=True)
+    rest = decayed_attention(q[:, 12:], k[:, 12:], v[:, 12:], ld[:, 12:], form="recurrent", initial_state=s)
+    assert (rest - whole[:, 12:]).abs().max() < 1e-10
+
+
+def test_state_has_no_sequence_length():  # the answer of 12.state_growth, derived
+    g = torch.Generator().manual_seed(0)
+    shapes = set()
+    for L in (8, 64):
+        q, k, v = _rand(1, 4, L, 16, g=g), _rand(1, 4, L, 16, g=g), _rand(1, 4, L, 16, g=g)
+        shapes.add(tuple(decayed_attention(q, k, v, form="recurrent", return_state=True)[1].shape))
+    assert shapes == {(1, 4, 16, 16)}
+
+
+def test_decayed_step_is_the_update_then_the_read():
+    g = torch.Generator().manual_seed(1)
+    s, q, k, v = _rand(3, 2, g=g), _rand(3, g=g), _rand(3, g=g), _rand(2, g=g)
+    out, new = decayed_step(s, q, k, v, torch.tensor(-0.5, dtype=D64))
+    expected_state = math.exp(-0.5) * s + torch.outer(k, v)
+    assert torch.allclose(new, expected_state) and torch.allclose(out, expected_state.T @ q)
+
+
+def test_linear_attention_refuses_bad_input():
+    x = torch.randn(1, 5, 4)
+    with pytest.raises(ValueError, match="form must be one of"):
+        linear_attention(x, x, x, form="fast")
+    with pytest.raises(ValueError, match="query and key must have the same shape"):
+        linear_attention(x, torch.randn(1, 5, 3), x)
+    with pytest.raises(TypeError, match="query must have a floating dtype"):
+        linear_attention(x.long(), x, x)
+    with pytest.raises(ValueError, match="log_decay must be <= 0"):
+        decayed_attention(x, x, x, torch.ones(1, 5))
+    with pytest.raises(ValueError, match="keeps no state"):
+        decayed_attention(x, x, x, return_state=True)
+    with pytest.raises(ValueError, match="chunk_size must be an int >= 1"):
+        linear_attention(x, x, x, form="chunked", chunk_size=0)
+
+
+# ------------------------------------------------------------------ Mamba-2 (SSD)
+def _ssd_inputs(g, Bt=2, L=21, H=4, P=3, N=5, dtype=D64):
+    x = _rand(Bt, H, L, P, g=g, dtype=dtype)
+    dt = F.softplus(_rand(Bt, H, L, g=g, dtype=dtype))
+    A = -torch.rand(H, generator=g, dtype=dtype) * 2 - 0.1
+    B, C = _rand(Bt, H, L, N, g=g, dtype=dtype), _rand(Bt, H, L, N, g=g, dtype=dtype)
+    return x, dt, A, B, C, torch.rand(H, generator=g, dtype=dtype)
+
+
+def test_ssd_parallel_equals_its_recurrent_and_chunked_forms():
+    args = _ssd_inputs(torch.Generator().manual_seed(0))
+    ys = [ssd(*args, form=f, chunk_size=6) for f in FORMS]
+    assert max(float((y - ys[0]).abs().max()) for y in ys) < 1e-10
+
+
+def test_ssd_equals_transformers_mamba2_chunk_scan():
+    x, dt, A, B, C, D = _ssd_inputs(torch.Generator().manual_seed(1), dtype=torch.float32)
+    T = lambda t: t.transpose(1, 2)  # noqa: E731  (B, H, L, ...) -> transformers' (B, L, H, ...)
+    ref = mamba.mamba2_chunk_scan(T(x), T(dt), A, T(B), T(C), chunk_size=8, D=D)  # torch path: float32 inside
+    got = ssd(x.double(), dt.double(), A.double(), B.double(), C.double(), D.double())
+    assert (T(ref).double() - got).abs().max() < 1e-5
+    assert (T(ref).double() - got).abs().max() > 0  # float32 against float64: a real comparison, not a copy
+
+
+def _mamba2_mixer():
+    from transformers import Mamba2Config
+
+    cfg = Mamba2Config(hidden_size=16, num_heads=4, head_dim=8, state_size=8, n_groups=2, expand=2, chunk_size=8,
+                       num_hidden_layers=1, vocab_size=32, conv_kernel=4)
+    torch.manual_seed(0)
+    return mamba.Mamba2Mixer(cfg, 0).eval()
+
+
+def test_mamba2_mixer_rebuilt_from_ssd_equals_transformers():
+    mixer = _mamba2_mixer()
+    x = torch.randn(2, 19, 16, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ref = mixer(x)
+        for form in FORMS:
+            assert (mamba2_mixer_forward(mixer, x, form=form) - ref).abs().max() < 1e-5, form
+
+
+# ------------------------------------------------------------------ Gated DeltaNet
+def _gdn_inputs(g, Bt=2, H=3, L=37, E=8, Ev=6):
+    q, k = l2_normalize(_rand(Bt, H, L, E, g=g)), l2_normalize(_rand(Bt, H, L, E, g=g))
+    v = _rand(Bt, H, L, Ev, g=g)
+    return q, k, v, -torch.rand(Bt, H, L, generator=g, dtype=D64), torch.rand(Bt, H, L, generator=g, dtype=D64)
+
+
+def test_in_float64_changes_only_the_dtype():
+    q, k, v, ld, beta = (t.transpose(1, 2) for t in _gdn_inputs(torch.Generator().manual_seed(0)))
+    original = qwen.torch_recurrent_gated_delta_rule(q, k, v, ld, beta)[0]
+    copied = in_float64(qwen.torch_recurrent_gated_delta_rule)(q, k, v, ld, beta)[0]
+    assert original.dtype == torch.float64 and (original - copied).abs().max() > 1e-12  # the float32 round trip
+    assert (original - copied).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("chunk", [1, 16, 64])
+def test_gated_delta_rule_equals_transformers_to_1e_10(chunk):
+    q, k, v, ld, beta = _gdn_inputs(torch.Generator().manual_seed(chunk))
+    s0 = _rand(2, 3, 8, 6, g=torch.Generator().manual_seed(9))
+    T = lambda t: t.transpose(1, 2)  # noqa: E731
+    ref_r, ref_rs = in_float64(qwen.torch_recurrent_gated_delta_rule)(T(q), T(k), T(v), T(ld), T(beta),
+                                                                       initial_state=s0, output_final_state=True)
+    ref_c, ref_cs = in_float64(qwen.torch_chunk_gated_delta_rule)(T(q), T(k), T(v), T(ld), T(beta), chunk_size=chunk,
+                                                                   initial_state=s0, output_final_state=True)
+    rec, rec_s = gated_delta_rule(q, k, v, ld, beta, form="recurrent", initial_state=s0)
+    chk, chk_s = gated_delta_rule(q, k, v, ld, beta, form="chunked", chunk_size=chunk, initial_state=s0)
+    assert (rec - T(ref_r)).abs().max() < 1e-10 and (rec_s - ref_rs).abs().max() < 1e-10
+    assert (chk - T(ref_c)).abs().max() < 1e-10 and (chk_s - ref_cs).abs().max() < 1e-10
+    assert (rec - chk).abs().max() < 1e-10
+
+
+def test_delta_rule_with_beta_one_stores_a_key_exactly():
+    # one step with beta = 1, no decay, a unit key: the state then maps that key to its value (online regression)
+    g = torch.Generator().manual_seed(4)
+    k = l2_normalize(_rand(1, 1, 3, 5, g=g), eps=0.0)
+    v = _rand(1, 1, 3, 4, g=g)
+    _, s = gated_delta_rule(k, k, v, torch.zeros(1, 1, 3, dtype=D64), torch.ones(1, 1, 3, dtype=D64))
+    assert (s[0, 0].T @ k[0, 0, -1] - v[0, 0, -1]).abs().max() < 1e-12  # the last key is recalled exactly
+
+
+def test_gated_deltanet_layer_equals_transformers():
+    from transformers import Qwen3NextConfig
+
+    cfg = Qwen3NextConfig(hidden_size=32, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
+                          linear_value_head_dim=6, linear_conv_kernel_dim=4, num_hidden_layers=1,
+                          layer_types=["linear_attention"], num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                          intermediate_size=32, vocab_size=32)
+    torch.manual_seed(0)
+    layer = qwen.Qwen3NextGatedDeltaNet(cfg, 0).eval()
+    x = torch.randn(2, 70, 32, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref = layer(x)
+        for form in ("recurrent", "chunked"):
+            assert (gated_deltanet_forward(layer, x, form=form) - ref).abs().max() < 1e-5, form
+
+
+def test_gated_delta_rule_refuses_bad_input():
+    q, k, v, ld, beta = _gdn_inputs(torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="log_decay must be <= 0"):
+        gated_delta_rule(q, k, v, -ld, beta)
+    with pytest.raises(ValueError, match=r"beta must have shape \(B, H, L\)"):
+        gated_delta_rule(q, k, v, ld, beta[..., :-1])
+    with pytest.raises(ValueError, match="query must have 4 dims"):
+        gated_delta_rule(q[0], k, v, ld, beta)
+
+
+# ------------------------------------------------------------------ long convolutions
+@settings(max_examples=20, deadline=None)
+@given(L=st.integers(1, 300), seed=st.integers(0, 10_000))
+def test_fft_convolution_equals_the_direct_sum(L, seed):
+    g = torch.Generator().manual_seed(seed)
+    u, k = _rand(2, L, g=g), _rand(2, L, g=g)
+    assert (fft_long_conv(u, k) - direct_long_conv(u, k)).abs().max() < 1e-9
+
+
+def test_direct_convolution_is_the_textbook_sum_and_the_padding_matters():
+    g = torch.Generator().manual_seed(0)
+    u, k = _rand(12, g=g), _rand(12, g=g)
+    want = torch.stack([sum(k[s] * u[t - s] for s in range(t + 1)) for t in range(12)])
+    assert (direct_long_conv(u, k) - want).abs().max() < 1e-12
+    circular = torch.fft.irfft(torch.fft.rfft(u) * torch.fft.rfft(k), n=12)  # without zero padding: wraps around
+    assert (circular - want).abs().max() > 1e-3
+
+
+def test_fft_cost_grows_faster_than_linear():  # the answer of 12.fft_cost, derived from n log2 n
+    ratios = [(2 * n * math.log2(2 * n)) / (n * math.log2(n)) for n in (1024, 4096, 32768)]
+    assert all(2 < r < 4 for r in ratios)
+
+
+def test_recurrent_state_bytes():
+    # Qwen3-Next-80B-A3B's Gated DeltaNet: 32 value heads of 128 x 128 (config.json), bf16
+    assert recurrent_state_bytes(32, 128, 128, 1, 2) == 32 * 128 * 128 * 2 == 1_048_576
+    with pytest.raises(ValueError, match="num_heads must be an int >= 1, got 0"):
+        recurrent_state_bytes(0, 128, 128)
+    with pytest.raises(TypeError, match="head_k_dim must be an int"):
+        recurrent_state_bytes(4, 2.5, 128)
+
+
+# ------------------------------------------------------------------ associative recall
+def test_recall_batches_have_distinct_keys_and_the_right_target():
+    from attn_lib.recall import make_recall_batch
+
+    keys, values, target = make_recall_batch(50, 16, generator=torch.Generator().manual_seed(0))
+    assert keys.shape == values.shape == (50, 17)
+    for row in range(50):
+        pairs = keys[row, :-1].tolist()
+        assert len(set(pairs)) == 16
+        assert values[row, pairs.index(int(keys[row, -1]))] == target[row]
+    with pytest.raises(ValueError, match="num_pairs must be <= num_keys"):
+        make_recall_batch(2, 200, generator=torch.Generator())
+
+
+def test_shipped_recall_curve_supports_the_notebooks_claims():
+    from attn_lib.recall import KINDS, RecallModel
+
+    curve = json.loads((DATA_DIR / "recall_curve.json").read_text())
+    models = curve["models"]
+    assert sorted(models) == sorted(KINDS)
+    largest = str(max(curve["pair_counts"]))
+    acc = {k: models[k]["accuracy"][largest] for k in KINDS}
+    assert acc["softmax"] >= 0.95  # softmax recalls
+    assert acc["softmax"] - acc["linear"] >= 0.3  # linear attention's state is outgrown
+    small = str(min(curve["pair_counts"]))
+    assert models["linear"]["accuracy"][small] - acc["linear"] >= 0.3  # ... it degrades as the pairs grow
+    gap_closed = (acc["hybrid"] - acc["deltanet"]) / (acc["softmax"] - acc["deltanet"])
+    assert gap_closed >= 0.8  # one softmax layer in four closes most of the gap
+    counts = {k: sum(p.numel() for p in RecallModel(k).parameters()) for k in KINDS}
+    assert counts == {k: models[k]["parameters"] for k in KINDS}  # the file describes these models
+    assert max(counts.values()) / min(counts.values()) < 1.05  # equal parameter count within 5 %
