@@ -23,6 +23,11 @@ Modules (one idea each):
 - ``attn_lib.flash``          the same algorithm as Triton kernels, forward and backward (notebook 09)
 - ``attn_lib.heads``          measuring what the heads of a real model do: offsets, shuffles, head gates (06)
 - ``attn_lib.capstone``       a tiny decoder assembled from the course's pieces (10)
+- ``attn_lib.mla``            DeepSeek's multi-head latent attention, its latent cache and absorbed decode (11)
+- ``attn_lib.windows``        sliding-window masks, the ring-buffer KV cache, StreamingLLM sinks, local:global (11)
+- ``attn_lib.variants``       QK-norm, logit soft-capping, learned sinks, KV sharing: Qwen3/Gemma/gpt-oss layers (11)
+- ``attn_lib.kv_table``       KV-cache bytes of published models (Llama 3.1 ... DeepSeek-V3, gpt-oss) (11)
+- ``attn_lib.hf_equal``       float64 equality harness against transformers' attention modules (11)
 - ``attn_lib.viz``            heatmaps, widgets and bertviz wrappers; PALETTE and the colour maps
 - ``attn_lib.exercises``      ``check_*`` functions for the exercises at the end of each notebook
 
@@ -62,7 +67,7 @@ _LAZY = {
 # the old tiled_attention/flash_attention clash); tests/test_layout.py checks this.
 _SUBMODULES = {
     "attention", "bench", "data", "env", "capstone", "exercises", "flash", "gqa", "heads", "hf", "kv_cache", "lab", "masks", "mha", "models",
-    "positional", "pretrained", "quantization", "tiled", "tokenization", "train", "viz",
+    "positional", "mla", "windows", "variants", "kv_table", "hf_equal", "pretrained", "quantization", "tiled", "tokenization", "train", "viz",
 }
 
 __all__ = ["setup", "load_pretrained", "DATA_DIR", "REPO_ROOT", *_LAZY]
