@@ -101,8 +101,12 @@ def test_absorbed_equals_plain_on_random_weights_and_refuses_bad_input():
 def test_cache_bytes_and_decode_cost_formulas():
     # DeepSeek-V3: 61 layers, r 512, dr 64, bf16 -> 61 * 576 * 2 bytes
     assert mla_cache_bytes_per_token(61, 512, 64) == 70272
-    # the same model as MHA would cache 2 * 128 heads * (128 + 64) dims * 2 bytes per layer: 85x more
-    assert 61 * 2 * 128 * 192 * 2 / 70272 == pytest.approx(85.33, abs=0.01)
+    # the same model as MHA would cache 128 keys of 128 + 64 and 128 values of 128 per layer: 71x more
+    from attn_lib.exercises.concepts import QUESTIONS, questions_for
+
+    questions_for(11)
+    mha = 61 * 128 * (128 + 64 + 128) * 2
+    assert mha / 70272 == pytest.approx(QUESTIONS["11.mla_vs_mha"].answer, abs=0.05)
     cost = mla_decode_cost(4096, num_heads=128, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                            v_head_dim=128)
     # absorbed: no per-step expansion of the cache (2*S*r*H*(dn+dv) = 2*4096*512*128*256), but more attention work

@@ -55,6 +55,10 @@ def test_ring_buffer_decode_equals_full_cache_masked_to_the_window(window, promp
 
 
 def test_ring_slot_positions_and_local_global_saving():
+    from attn_lib.exercises.concepts import QUESTIONS, questions_for
+
+    questions_for(11)
+    assert ring_slot_positions(10001, 4096).index(10000) == QUESTIONS["11.ring_slot"].answer
     assert ring_slot_positions(7, 3) == [6, 4, 5] and ring_slot_positions(2, 4) == [0, 1, -1, -1]
     # Gemma 3 27B: 62 layers, 5 local (1024) : 1 global, 16 KV heads of 128, at 128k tokens
     r = local_global_cache_bytes(131072, num_layers=62, num_kv_heads=16, head_dim=128, window=1024, local_per_global=5)
