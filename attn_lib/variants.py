@@ -58,7 +58,7 @@ def max_logit(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> f
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share E, got {shape_of(q)} and {shape_of(k)}")
     s = q.shape[-1] ** -0.5 if scale is None else scale
-    return float((q @ k.transpose(-2, -1)).abs().max() * s)
+    return float((q.detach() @ k.detach().transpose(-2, -1)).abs().max() * s)
 
 
 def _rms_from_hf(norm: nn.Module, dim: int) -> nn.RMSNorm:
