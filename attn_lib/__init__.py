@@ -23,6 +23,11 @@ Modules (one idea each):
 - ``attn_lib.flash``          the same algorithm as Triton kernels, forward and backward (notebook 09)
 - ``attn_lib.heads``          measuring what the heads of a real model do: offsets, shuffles, head gates (06)
 - ``attn_lib.capstone``       a tiny decoder assembled from the course's pieces (10)
+- ``attn_lib.mla``            DeepSeek's multi-head latent attention, its latent cache and absorbed decode (11)
+- ``attn_lib.windows``        sliding-window masks, the ring-buffer KV cache, StreamingLLM sinks, local:global (11)
+- ``attn_lib.variants``       QK-norm, logit soft-capping, learned sinks, KV sharing: Qwen3/Gemma/gpt-oss layers (11)
+- ``attn_lib.kv_table``       KV-cache bytes of published models (Llama 3.1 ... DeepSeek-V3, gpt-oss) (11)
+- ``attn_lib.hf_equal``       float64 equality harness against transformers' attention modules (11)
 - ``attn_lib.linear``         linear attention (parallel, recurrent, chunked), Mamba-2's SSD, FFT long convolutions (12)
 - ``attn_lib.deltanet``       the gated delta rule and a Qwen3-Next Gated DeltaNet layer, recomputed (12)
 - ``attn_lib.recall``         the associative-recall task and its softmax / linear / DeltaNet / hybrid models (12)
@@ -64,8 +69,9 @@ _LAZY = {
 # No submodule shares a name with an entry of _LAZY (a submodule import would overwrite the attribute:
 # the old tiled_attention/flash_attention clash); tests/test_layout.py checks this.
 _SUBMODULES = {
-    "attention", "bench", "data", "deltanet", "env", "capstone", "exercises", "flash", "gqa", "heads", "hf", "kv_cache", "lab", "linear", "masks", "mha", "models",
-    "positional", "pretrained", "quantization", "recall", "tiled", "tokenization", "train", "viz",
+    "attention", "bench", "data", "deltanet", "env", "capstone", "exercises", "flash", "gqa", "heads", "hf", "hf_equal",
+    "kv_cache", "kv_table", "lab", "linear", "masks", "mha", "mla", "models", "positional", "pretrained", "quantization",
+    "recall", "tiled", "tokenization", "train", "variants", "viz", "windows",
 }
 
 __all__ = ["setup", "load_pretrained", "DATA_DIR", "REPO_ROOT", *_LAZY]

@@ -359,6 +359,11 @@ RIGHT = {
     "check_online_softmax_update": (update_a, update_b),
     "check_merge_states": (merge_a, merge_b),
     "check_causal_tiles": (tiles_a, tiles_b),
+    "check_mla_cache_bytes": (lambda L, H, r, dn, dr, s, e: L * s * (r + dr) * e,
+                              lambda L, H, r, dn, dr, s, e: sum(s * e * (r + dr) for _ in range(L))),
+    "check_ring_slot_positions": (lambda n, w: [max([p for p in range(n) if p % w == j], default=-1) for j in range(w)],
+                                  lambda n, w: [next((p for p in range(n - 1, -1, -1) if p % w == j), -1)
+                                                for j in range(w)]),
     "check_recurrent_step": (step_a, step_b),
     "check_state_bytes": (state_bytes_a, state_bytes_b),
 }
@@ -488,6 +493,9 @@ WRONG = [
      ["l has dtype torch.float32"]),
     ("check_causal_tiles", "all tiles", lambda q, k, bq, bk: [(i, j) for i in range(-(-q // bq)) for j in range(-(-k // bk))],
      ["all the tiles"]),
+    ("check_mla_cache_bytes", "per head", lambda L, H, r, dn, dr, s, e: H * L * s * (r + dr) * e, ["num_heads"]),
+    ("check_ring_slot_positions", "in time order", lambda n, w: list(range(max(0, n - w), n)) + [-1] * max(0, w - n),
+     ["p % window"]),
 ]
 
 

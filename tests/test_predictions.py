@@ -8,7 +8,7 @@ import torch
 
 from attn_lib.exercises.concepts import QUESTIONS, check_prediction, questions_for
 
-for n in range(11):
+for n in range(12):
     questions_for(n)  # loads every predict_NN.py
 ALL = sorted(QUESTIONS)
 

@@ -1,0 +1,139 @@
+"""KV-cache bytes per token, and at 128k tokens, of published models (notebook 11's table and plot).
+
+Each entry of :data:`PUBLISHED` holds the numbers of the model's Hugging Face ``config.json`` (its ``source``) that
+decide the cache: layers, KV heads, head_dim, sliding windows, MLA's ranks. :func:`cache_bytes` applies one formula:
+
+- a global layer keeps every token: 2 · Hkv · head_dim · bytes (keys and values) per token;
+- a sliding-window layer keeps at most ``window`` tokens (a ring buffer, :mod:`attn_lib.windows`);
+- an MLA layer keeps (kv_lora_rank + qk_rope_head_dim) · bytes per token (:mod:`attn_lib.mla`), no factor 2;
+- a linear-attention layer (Qwen3-Next's Gated DeltaNet) keeps a state of fixed size, no per-token cache; it is
+  left out of the per-token bytes (``note`` says so).
+
+bf16 (2 bytes) throughout, batch 1, no quantization. tests/test_kv_table.py checks every row against numbers derived
+by hand. Values were read from the configs as published; where a value was not re-checked, ``note`` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attn_lib._checks import check_int, check_number
+
+__all__ = ["ModelKV", "PUBLISHED", "cache_bytes", "kv_table", "format_kv_table", "plot_kv_table"]
+
+
+@dataclass(frozen=True)
+class ModelKV:
+    """The cache-deciding numbers of one model (its config.json's names in brackets).
+
+    Attributes:
+        name: the model. source: the config.json it comes from.
+        global_layers: layers attending over every token. local_layers: sliding-window layers (window ``window``).
+        num_kv_heads [num_key_value_heads], head_dim [head_dim] of the (G)QA layers.
+        kv_lora_rank, qk_rope_head_dim: MLA's cached sizes (then num_kv_heads/head_dim are unused).
+        note: what is approximated or not re-checked.
+    """
+
+    name: str
+    source: str
+    global_layers: int
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    local_layers: int = 0
+    window: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    note: str = ""
+
+    @property
+    def kind(self) -> str:
+        """"MLA", "GQA" (or "MQA"/"MHA" by heads would need num_heads: GQA here), plus "+window"/"+linear"."""
+        base = "MLA" if self.kv_lora_rank else "GQA"
+        if self.local_layers:
+            base += f" + window {self.window} ({self.local_layers}:{self.global_layers} local:global)"
+        if "linear" in self.note:
+            base += " + linear attention"
+        return base
+
+    def per_token_layer_bytes(self, bytes_per_element: float = 2) -> float:
+        """Bytes one token adds to one layer's cache."""
+        if self.kv_lora_rank:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * bytes_per_element
+        return 2 * self.num_kv_heads * self.head_dim * bytes_per_element
+
+
+_HF = "https://huggingface.co/{}/blob/main/config.json"
+
+PUBLISHED: list[ModelKV] = [
+    ModelKV("Llama 3.1 70B", _HF.format("meta-llama/Llama-3.1-70B"), global_layers=80, num_kv_heads=8, head_dim=128),
+    ModelKV("Mistral Large 2", _HF.format("mistralai/Mistral-Large-Instruct-2407"), global_layers=88, num_kv_heads=8,
+            head_dim=128),
+    # text_config: 62 layers, sliding_window 1024, sliding_window_pattern 6: layers 5, 11, ..., 59 global (10)
+    ModelKV("Gemma 3 27B", _HF.format("google/gemma-3-27b-it"), global_layers=10, local_layers=52, window=1024,
+            num_kv_heads=16, head_dim=128),
+    ModelKV("DeepSeek-V3", _HF.format("deepseek-ai/DeepSeek-V3"), global_layers=61, kv_lora_rank=512,
+            qk_rope_head_dim=64),
+    # layer_types alternate sliding_attention / full_attention over 36 layers, sliding_window 128
+    ModelKV("gpt-oss-120b", _HF.format("openai/gpt-oss-120b"), global_layers=18, local_layers=18, window=128,
+            num_kv_heads=8, head_dim=64, note="the sinks add one logit per head, nothing per token"),
+    ModelKV("Qwen3-235B-A22B", _HF.format("Qwen/Qwen3-235B-A22B"), global_layers=94, num_kv_heads=4, head_dim=128),
+    # 48 layers, full_attention_interval 4: 12 gated full-attention layers, 36 Gated DeltaNet layers
+    ModelKV("Qwen3-Next-80B-A3B", _HF.format("Qwen/Qwen3-Next-80B-A3B-Instruct"), global_layers=12, num_kv_heads=2,
+            head_dim=256, note="36 linear-attention (Gated DeltaNet) layers keep a fixed-size state instead "
+                               "(not counted); their sizes were not re-checked"),
+]
+
+
+def cache_bytes(model: ModelKV, seq_len: int, *, bytes_per_element: float = 2) -> float:
+    """KV-cache bytes of one sequence of ``seq_len`` tokens: global layers keep all, local ones min(seq_len, window).
+
+    Raises:
+        TypeError / ValueError: seq_len not an int >= 0; bytes_per_element not a number > 0.
+    """
+    S = check_int("seq_len", seq_len, minimum=0)
+    e = check_number("bytes_per_element", bytes_per_element, minimum=0.0)
+    if e <= 0:
+        raise ValueError(f"bytes_per_element must be > 0, got {e}")
+    per = model.per_token_layer_bytes(e)
+    return per * (model.global_layers * S + model.local_layers * min(S, model.window))
+
+
+def kv_table(seq_len: int = 131072, models: list[ModelKV] | None = None) -> list[dict]:
+    """One row per model: name, kind, bytes per token (every layer keeping the token), bytes at ``seq_len``, source.
+
+    Returns:
+        list of {"model", "kind", "bytes_per_token", "bytes_at", "seq_len", "source", "note"}.
+    """
+    rows = []
+    for m in PUBLISHED if models is None else models:
+        layers = m.global_layers + m.local_layers
+        rows.append({"model": m.name, "kind": m.kind, "bytes_per_token": layers * m.per_token_layer_bytes(),
+                     "bytes_at": cache_bytes(m, seq_len), "seq_len": seq_len, "source": m.source, "note": m.note})
+    return rows
+
+
+def format_kv_table(rows: list[dict]) -> str:
+    """The rows as a fixed-width text table (KiB per token, GiB at seq_len)."""
+    head = f"{'model':<20} {'KiB/token':>10} {'GiB @ ' + str(rows[0]['seq_len'] // 1024) + 'k':>11}  kind"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['model']:<20} {r['bytes_per_token'] / 1024:>10.1f} {r['bytes_at'] / 2**30:>11.2f}  {r['kind']}")
+    return "\n".join(lines)
+
+
+def plot_kv_table(rows: list[dict], *, ax=None):
+    """Horizontal bars of GiB at seq_len per model, colour-blind-safe (attn_lib.viz.PALETTE). Returns the axes."""
+    import matplotlib.pyplot as plt
+
+    from attn_lib.viz import PALETTE
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.2))
+    names = [r["model"] for r in rows][::-1]
+    gib = [r["bytes_at"] / 2**30 for r in rows][::-1]
+    colours = [PALETTE[0] if "MLA" in r["kind"] else PALETTE[2] if "window" in r["kind"] else PALETTE[1]
+               for r in rows][::-1]
+    ax.barh(names, gib, color=colours)
+    ax.set_xlabel(f"KV cache of one {rows[0]['seq_len'] // 1024}k-token sequence, GiB (bf16)")
+    ax.set_title("blue: MLA, orange: GQA, green: GQA + sliding windows")
+    return ax

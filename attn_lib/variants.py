@@ -1,0 +1,247 @@
+"""One attention layer with the switches 2024-2026 models flip: QK-norm, logit soft-capping, a sliding window,
+learned sinks and KV sharing across layers (notebook 11).
+
+:class:`VariantAttention` is grouped-query attention with RoPE (as :class:`attn_lib.mha.MultiHeadAttention`) plus:
+
+- ``qk_norm``: RMSNorm over each head's query and key before RoPE (Qwen3, OLMo 2, Gemma 3; Dehghani et al. 2023,
+  "Scaling Vision Transformers to 22 Billion Parameters", section 3.1: it keeps the logits from growing);
+- ``softcap``: scores become cap · tanh(scores / cap), before the mask (Gemma 2 report, section 2.2: 50.0);
+- ``sliding_window``: the mask of :mod:`attn_lib.windows` (Mistral; Gemma 2, 3; gpt-oss's alternate layers);
+- ``sinks``: one learned logit per head, an extra term in the softmax's denominator that takes weight from every key
+  and gives back nothing (gpt-oss model card, section 2.1). It is computed with the course's SDPA: a zero key and a
+  zero value appended, whose score the float mask sets to the sink logit;
+- KV sharing: ``forward(x, shared_kv=...)`` takes the keys and values an earlier layer returned with
+  ``return_kv=True``; such a layer has no k/v projections and caches nothing (Gemma 3n: its last layers reuse the
+  K and V of the last non-shared layer of the same kind).
+
+``from_hf`` copies transformers' ``MistralAttention``, ``Qwen3Attention``, ``Gemma2Attention``, ``Gemma3Attention``,
+``GptOssAttention`` and ``Gemma3nTextAttention``; tests/test_variants.py proves each equal in float64.
+Shapes use the legend of :mod:`attn_lib.attention`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attn_lib._checks import check_bool, check_int, check_number, check_tensor, shape_of
+from attn_lib.attention import scaled_dot_product_attention
+from attn_lib.gqa import repeat_kv
+from attn_lib.kv_cache import KVCache
+from attn_lib.positional import apply_rope
+from attn_lib.windows import RingKVCache, window_mask_from_positions
+
+__all__ = ["VariantAttention", "softcap", "max_logit"]
+
+
+def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
+    """Logit soft-capping: cap · tanh(scores / cap), smooth, odd, ~identity for |s| << cap, bounded by ±cap.
+
+    Raises:
+        TypeError: scores not a floating tensor. ValueError: cap not a finite number > 0.
+    """
+    check_tensor("scores", scores, floating=True)
+    cap = check_number("cap", cap, minimum=0.0)
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap}")
+    return cap * torch.tanh(scores / cap)
+
+
+def max_logit(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> float:
+    """The largest |q·k| · scale over all pairs: what QK-norm bounds. q (..., L, E), k (..., S, E), same heads.
+
+    Raises:
+        TypeError: not floating tensors. ValueError: E differs.
+    """
+    check_tensor("q", q, floating=True, min_ndim=2)
+    check_tensor("k", k, floating=True, min_ndim=2)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share E, got {shape_of(q)} and {shape_of(k)}")
+    s = q.shape[-1] ** -0.5 if scale is None else scale
+    return float((q.detach() @ k.detach().transpose(-2, -1)).abs().max() * s)
+
+
+def _rms_from_hf(norm: nn.Module, dim: int) -> nn.RMSNorm:
+    """transformers' RMSNorm -> torch's nn.RMSNorm: Llama/Qwen3/Gemma 3n multiply by w, Gemma 2/3 by (1 + w)."""
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+    weight = getattr(norm, "weight", None)
+    name = type(norm).__name__
+    if weight is None or (name.startswith("Gemma3n") and not getattr(norm, "with_scale", True)):
+        return nn.RMSNorm(dim, eps=eps, elementwise_affine=False)
+    new = nn.RMSNorm(dim, eps=eps, dtype=weight.dtype, device=weight.device)
+    with torch.no_grad():
+        new.weight.copy_(1.0 + weight if name.startswith(("Gemma2", "Gemma3RMS", "GemmaRMS")) else weight)
+    return new
+
+
+class VariantAttention(nn.Module):
+    """Causal grouped-query attention with RoPE and the switches of recent models (see the module's docstring).
+
+    Args:
+        d_model: model width. num_heads: H. num_kv_heads: Hkv (divides H). head_dim: E.
+        rope_base: RoPE's theta (half-split pairs, HF's ``rotate_half``).
+        bias: biases of q/k/v/o_proj. scale: score multiplier (default E^-0.5; Gemma 2 uses query_pre_attn_scalar^-0.5,
+            Gemma 3n 1.0).
+        qk_norm: RMSNorm (eps ``norm_eps``) of each query and key head before RoPE. v_norm: RMSNorm without a
+            weight on each value head (Gemma 3n).
+        softcap: None or cap > 0. sliding_window: None or the window (keys seen, itself included). sinks: learn
+            one sink logit per head (``self.sinks``, (H,)).
+        kv_shared: this layer reuses another layer's K and V (no k/v projections; pass ``shared_kv``).
+
+    Raises:
+        TypeError / ValueError: sizes not ints >= 1, Hkv not dividing H, bad flags or numbers.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int, *, rope_base: float = 10000.0,
+                 bias: bool = False, scale: float | None = None, qk_norm: bool = False, v_norm: bool = False,
+                 norm_eps: float = 1e-6, softcap: float | None = None, sliding_window: int | None = None,
+                 sinks: bool = False, kv_shared: bool = False, dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        d, H, Hkv, E = (check_int(n, v, minimum=1) for n, v in (("d_model", d_model), ("num_heads", num_heads),
+                                                               ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)))
+        if H % Hkv:
+            raise ValueError(f"num_kv_heads={Hkv} must divide num_heads={H}")
+        if E % 2:
+            raise ValueError(f"head_dim must be even for RoPE, got {E}")
+        for n, v in (("bias", bias), ("qk_norm", qk_norm), ("v_norm", v_norm), ("sinks", sinks), ("kv_shared", kv_shared)):
+            check_bool(n, v)
+        self.rope_base = check_number("rope_base", rope_base, minimum=1.0)
+        self.scale = E ** -0.5 if scale is None else check_number("scale", scale, minimum=0.0)
+        self.softcap = None if softcap is None else check_number("softcap", softcap, minimum=0.0)
+        if self.softcap == 0:
+            raise ValueError("softcap must be None or > 0, got 0")
+        self.sliding_window = None if sliding_window is None else check_int("sliding_window", sliding_window, minimum=1)
+        self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = d, H, Hkv, E
+        self.kv_shared = kv_shared
+        f = {"dtype": dtype}
+        self.q_proj = nn.Linear(d, H * E, bias=bias, **f)
+        if not kv_shared:
+            self.k_proj = nn.Linear(d, Hkv * E, bias=bias, **f)
+            self.v_proj = nn.Linear(d, Hkv * E, bias=bias, **f)
+        self.o_proj = nn.Linear(H * E, d, bias=bias, **f)
+        self.q_norm = nn.RMSNorm(E, eps=norm_eps, **f) if qk_norm else None
+        self.k_norm = nn.RMSNorm(E, eps=norm_eps, **f) if qk_norm and not kv_shared else None
+        self.v_norm = nn.RMSNorm(E, eps=norm_eps, elementwise_affine=False) if v_norm and not kv_shared else None
+        self.sinks = nn.Parameter(torch.zeros(H, **f)) if sinks else None
+
+    def extra_repr(self) -> str:
+        on = [n for n in ("q_norm", "sinks") if getattr(self, n) is not None]
+        return (f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+                f"head_dim={self.head_dim}, softcap={self.softcap}, sliding_window={self.sliding_window}, "
+                f"kv_shared={self.kv_shared}, with={on}")
+
+    def _heads(self, x, proj, norm, n):
+        B, L, _ = x.shape
+        h = proj(x).view(B, L, n, self.head_dim)  # (B, L, n, E)
+        return (norm(h) if norm is not None else h).transpose(1, 2)  # norm over E, per head -> (B, n, L, E)
+
+    def attend(self, q, k, v, keep: torch.Tensor) -> torch.Tensor:
+        """softmax(softcap(q kᵀ · scale) + mask [+ sink]) v for q (B, H, L, E), k/v (B, Hkv, S, E), keep (L, S) bool."""
+        H = self.num_heads
+        if self.softcap is None:
+            mask = keep
+            if self.sinks is not None:  # a zero key/value whose score the float mask sets to the head's sink logit
+                k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[-1])], 2)
+                v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[-1])], 2)
+                blocked = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill(~keep, float("-inf"))
+                sink = self.sinks.to(q.dtype)[:, None, None].expand(H, keep.shape[0], 1)
+                mask = torch.cat([blocked.expand(H, *keep.shape), sink], -1)  # (H, L, S + 1)
+            out, _ = scaled_dot_product_attention(q, k, v, mask, scale=self.scale,
+                                                  enable_gqa=self.num_kv_heads != H)
+            return out
+        # soft-capping is not a mask: the scores are computed here, then capped, masked and normalised
+        k, v = repeat_kv(k, H // self.num_kv_heads), repeat_kv(v, H // self.num_kv_heads)
+        scores = softcap(q @ k.transpose(-2, -1) * self.scale, self.softcap).masked_fill(~keep, float("-inf"))
+        if self.sinks is not None:
+            scores = torch.cat([scores, self.sinks.to(q.dtype)[:, None, None].expand(*scores.shape[:-1], 1)], -1)
+        return torch.softmax(scores, -1)[..., : v.shape[-2]] @ v
+
+    def forward(self, x: torch.Tensor, *, cache: KVCache | RingKVCache | None = None,
+                shared_kv: tuple[torch.Tensor, torch.Tensor] | None = None, return_kv: bool = False):
+        """Causal attention over x, continuing the tokens in ``cache``.
+
+        Args:
+            x: (B, L, d_model) floating.
+            cache: a :class:`KVCache` (all tokens) or a :class:`~attn_lib.windows.RingKVCache` (the window only);
+                the new tokens sit at positions cache.seq_len ... and are added to it.
+            shared_kv: for a ``kv_shared`` layer, the (keys, values) (B, Hkv, S, E) of the layer it shares with, at
+                positions 0..S-1, the L queries being the last L of them.
+            return_kv: also return the (keys, values) this layer attended over (after RoPE and the cache).
+
+        Returns:
+            (B, L, d_model), or (output, (keys, values)) with ``return_kv``.
+
+        Raises:
+            TypeError: x not floating; a flag not a bool. ValueError: x of the wrong width; shared_kv missing for a
+                kv_shared layer (or given to one that is not).
+        """
+        check_tensor("x", x, floating=True, ndim=3)
+        check_bool("return_kv", return_kv)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must be (B, L, d_model={self.d_model}), got shape {shape_of(x)}")
+        if self.kv_shared != (shared_kv is not None):
+            raise ValueError("a kv_shared layer needs shared_kv=(keys, values) from the layer it shares with; "
+                             f"this layer has kv_shared={self.kv_shared}, got shared_kv={type(shared_kv).__name__}")
+        B, L, _ = x.shape
+        past = 0 if cache is None else cache.seq_len
+        q_pos = torch.arange(past, past + L, device=x.device)
+        q = apply_rope(self._heads(x, self.q_proj, self.q_norm, self.num_heads), q_pos, base=self.rope_base)
+        if shared_kv is not None:
+            k, v = shared_kv
+            k_pos = torch.arange(k.shape[-2], device=x.device)
+            q_pos = q_pos + k.shape[-2] - L - past
+        else:
+            k = apply_rope(self._heads(x, self.k_proj, self.k_norm, self.num_kv_heads), q_pos, base=self.rope_base)
+            v = self._heads(x, self.v_proj, self.v_norm, self.num_kv_heads)
+            if isinstance(cache, RingKVCache):
+                k, v, k_pos = cache.update(k, v)
+            else:
+                if cache is not None:
+                    k, v = cache.update(k, v)
+                k_pos = torch.arange(k.shape[-2], device=x.device)
+        keep = window_mask_from_positions(q_pos, k_pos, window=self.sliding_window)
+        out = self.o_proj(self.attend(q, k, v, keep).transpose(1, 2).reshape(B, L, -1))
+        return (out, (k, v)) if return_kv else out
+
+    @classmethod
+    def from_hf(cls, module: nn.Module) -> "VariantAttention":
+        """A copy of a transformers attention block: Mistral, Qwen3, Gemma 2, Gemma 3, gpt-oss or Gemma 3n (text).
+
+        Copies q/k/v/o_proj (with biases), the q/k norms (Gemma 2/3's (1 + w) folded into the weight), Gemma 3n's
+        weightless v_norm, ``scaling``, ``attn_logit_softcapping``, the layer's ``sliding_window`` (Mistral: the
+        config's) and gpt-oss's ``sinks``. The RoPE angles come from outside the module in transformers; rope_base
+        is the config's ``rope_theta`` for this layer type (feed both the same angles to compare).
+
+        Raises:
+            TypeError: module has no q_proj/o_proj/config.
+        """
+        if not all(hasattr(module, n) for n in ("q_proj", "o_proj", "config", "head_dim")):
+            raise TypeError(f"from_hf expects a transformers attention block with q_proj, o_proj and config "
+                            f"(model.model.layers[i].self_attn), got {type(module).__name__}")
+        cfg = module.config
+        rope = dict(getattr(cfg, "rope_parameters", None) or {})
+        layer_type = getattr(module, "layer_type", None)
+        if layer_type in rope:
+            rope = rope[layer_type]
+        shared = bool(getattr(module, "is_kv_shared_layer", False))
+        window = getattr(module, "sliding_window", getattr(cfg, "sliding_window", None))
+        w = module.q_proj.weight
+        new = cls(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, module.head_dim,
+                  rope_base=float(rope.get("rope_theta", 10000.0)), bias=module.q_proj.bias is not None,
+                  scale=float(module.scaling), qk_norm=hasattr(module, "q_norm"), v_norm=hasattr(module, "v_norm"),
+                  softcap=getattr(module, "attn_logit_softcapping", None), sliding_window=window,
+                  sinks=hasattr(module, "sinks"), kv_shared=shared, dtype=w.dtype)
+        names = ["q_proj", "o_proj"] + ([] if shared else ["k_proj", "v_proj"])
+        with torch.no_grad():
+            for n in names:
+                getattr(new, n).load_state_dict(getattr(module, n).state_dict())
+            if new.sinks is not None:
+                new.sinks.copy_(module.sinks)
+        if new.q_norm is not None:
+            new.q_norm = _rms_from_hf(module.q_norm, module.head_dim)
+        if new.k_norm is not None:
+            new.k_norm = _rms_from_hf(module.k_norm, module.head_dim)
+        if new.v_norm is not None:
+            new.v_norm = _rms_from_hf(module.v_norm, module.head_dim)
+        new.train(module.training)
+        return new

@@ -1,0 +1,122 @@
+"""attn_lib.variants.VariantAttention equals transformers' Mistral (sliding window), Qwen3 (QK-norm), Gemma 2
+(soft-capping, windows), Gemma 3 (QK-norm with 1 + w, local RoPE base), gpt-oss (learned sinks) and Gemma 3n (KV
+sharing) attention modules in float64 to 1e-10, fed the same hidden states, RoPE angles and the masks the models
+themselves build (notebook 11, issue #25)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_lib.hf_equal import captured_attention_masks, float64_reference, hf_cos_sin
+from attn_lib.masks import causal_mask
+from attn_lib.variants import VariantAttention, max_logit, softcap
+from attn_lib.windows import sliding_window_mask
+
+TOL = {"rtol": 0, "atol": 1e-10}
+COMMON = dict(vocab_size=50, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=8, attn_implementation="eager", bos_token_id=None, eos_token_id=None,
+              pad_token_id=None)
+
+
+def _case(name):
+    import transformers as T
+
+    return {
+        "mistral": (T.MistralConfig, T.MistralForCausalLM, dict(sliding_window=3, rope_theta=100.0)),
+        "qwen3": (T.Qwen3Config, T.Qwen3ForCausalLM, dict(rope_theta=100.0)),
+        "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM, dict(sliding_window=3, attn_logit_softcapping=2.0,
+                                                            query_pre_attn_scalar=6, rope_theta=100.0)),
+        "gemma3": (T.Gemma3TextConfig, T.Gemma3ForCausalLM, dict(sliding_window=3, query_pre_attn_scalar=6,
+                                                                 rope_theta=100.0, sliding_window_pattern=2)),
+        "gpt_oss": (T.GptOssConfig, T.GptOssForCausalLM, dict(sliding_window=3, num_local_experts=2,
+                                                             num_experts_per_tok=1, rope_theta=100.0)),
+    }[name]
+
+
+@pytest.mark.parametrize("name", ["mistral", "qwen3", "gemma2", "gemma3", "gpt_oss"])
+def test_variant_attention_equals_transformers(name):
+    config_cls, model_cls, extra = _case(name)
+    torch.manual_seed(0)
+    model = model_cls(config_cls(**COMMON, **extra)).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n or "sinks" in n:
+                p.normal_(0, 0.5)  # the init (ones, zeros) would hide a missing norm weight or sink
+    masks = captured_attention_masks(model, torch.randint(0, 50, (2, 9)))  # the masks the model builds (float32 model:
+    model = model.double()  # gpt-oss's grouped-mm experts refuse float64)
+    kinds = set()
+    for i, layer in enumerate(model.model.layers):
+        hf = layer.self_attn
+        ours = VariantAttention.from_hf(hf)
+        kinds.add((ours.sliding_window, ours.softcap, ours.q_norm is not None, ours.sinks is not None))
+        x = torch.randn(2, 9, 32, dtype=torch.float64)
+        cos, sin = hf_cos_sin(torch.arange(9), 8, base=ours.rope_base, batch=2, half=name == "gpt_oss")
+        with torch.no_grad():
+            with float64_reference():
+                ref = hf(x, position_embeddings=(cos, sin), attention_mask=masks[i])[0]
+            torch.testing.assert_close(ours(x), ref, **TOL)
+            if ours.sliding_window is not None:  # the window matters here: without it the result differs
+                ours.sliding_window = None
+                assert (ours(x) - ref).abs().max() > 1e-6
+    expected = {"mistral": {(3, None, False, False)}, "qwen3": {(None, None, True, False)},
+                "gemma2": {(3, 2.0, False, False), (None, 2.0, False, False)},
+                "gemma3": {(3, None, True, False), (None, None, True, False)},
+                "gpt_oss": {(3, None, False, True), (None, None, False, True)}}[name]
+    assert kinds == expected
+
+
+def test_gemma3n_kv_sharing_equals_transformers():
+    import transformers as T
+    from transformers.models.gemma3n.modeling_gemma3n import Gemma3nTextAttention
+
+    torch.manual_seed(0)
+    cfg = T.Gemma3nTextConfig(vocab_size=50, hidden_size=32, intermediate_size=32, num_hidden_layers=4,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=3,
+                              layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+                              attn_implementation="eager")
+    assert cfg.kv_sharing_modes == ["store", "store", "reuse", "reuse"]
+    layers = [Gemma3nTextAttention(cfg, i).double().eval() for i in range(4)]
+    with torch.no_grad():
+        for layer in layers:
+            for p in layer.parameters():
+                p.normal_(0, 0.4)
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    theirs_shared, ours_shared = {}, {}
+    for layer in layers:
+        ours = VariantAttention.from_hf(layer)
+        assert ours.kv_shared == layer.is_kv_shared_layer and ours.scale == 1.0
+        assert not hasattr(ours, "k_proj") or not ours.kv_shared  # a sharing layer has no k/v weights
+        keep = sliding_window_mask(9, window=3) if layer.is_sliding else causal_mask(9)
+        mask = torch.zeros(1, 1, 9, 9, dtype=torch.float64).masked_fill(~keep, torch.finfo(torch.float64).min)
+        cos, sin = hf_cos_sin(torch.arange(9), 8, base=ours.rope_base, batch=2)
+        with torch.no_grad(), float64_reference():
+            ref = layer(x, (cos, sin), mask, shared_kv_states=theirs_shared)[0]
+            if ours.kv_shared:
+                out = ours(x, shared_kv=ours_shared[layer.layer_type])
+            else:
+                out, ours_shared[layer.layer_type] = ours(x, return_kv=True)
+        torch.testing.assert_close(out, ref, **TOL)
+    with pytest.raises(ValueError, match="shared_kv"):
+        VariantAttention.from_hf(layers[3])(x)
+
+
+def test_sinks_are_one_more_term_in_the_denominator_and_softcap_bounds():
+    torch.manual_seed(0)
+    m = VariantAttention(8, 2, 1, 4, sinks=True, dtype=torch.float64)
+    with torch.no_grad():
+        m.sinks.copy_(torch.tensor([0.5, -1.0], dtype=torch.float64))
+    q, k, v = (torch.randn(1, h, 5, 4, dtype=torch.float64) for h in (2, 1, 1))
+    keep = causal_mask(5)
+    scores = (q @ k.transpose(-2, -1) / 2).masked_fill(~keep, float("-inf"))
+    e = scores.exp()
+    by_hand = (e / (e.sum(-1, keepdim=True) + m.sinks.exp()[:, None, None])) @ v
+    torch.testing.assert_close(m.attend(q, k, v, keep), by_hand, **TOL)
+    s = torch.linspace(-10, 10, 11, dtype=torch.float64)
+    assert softcap(s, 5.0).abs().max() < 5.0 and (softcap(s, 5.0).diff() > 0).all()
+    assert softcap(torch.tensor([1e4], dtype=torch.float64), 5.0).item() <= 5.0  # bounded, saturating
+    assert max_logit(q, k) == pytest.approx(float((q @ k.transpose(-2, -1)).abs().max()) / 2)
+    with pytest.raises(ValueError, match="cap"):
+        softcap(s, 0.0)
+    with pytest.raises(ValueError, match="num_kv_heads=3 must divide num_heads=4"):
+        VariantAttention(8, 4, 3, 2)
