@@ -91,7 +91,7 @@ def _grade_id(cell) -> str | None:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
 
 
-STUDENT_ID = re.compile(r"[^\W][\w .@+-]*", re.UNICODE)  # a letter, digit or _ first; no '/', no leading dot
+STUDENT_ID = re.compile(r"[\w@+-][\w .@+-]*", re.UNICODE)  # no "/", no leading dot or space
 
 
 def student_id(folder_name: str) -> str | None:
