@@ -127,7 +127,7 @@ test-hub: install $(VENV)/.hub-installed $(VENV)/.browser-installed $(CHP) build
 # so nbgrader's JupyterLab/server extensions never reach the learner's `make lab`. The course directory
 # (nbgrader's source/, gradebook.db, submitted/, autograded/) is build/class; the student notebooks go to release/.
 #   make release                        student notebooks into release/<notebook>/<notebook>.ipynb
-#   make autograde SUBMISSIONS=dir      dir/<student>/...ipynb -> grades/gradebook.csv, grades/feedback/<student>/
+#   make autograde SUBMISSIONS=dir [JOBS=n]  dir/<student>/...ipynb -> grades/gradebook.csv, feedback/, summary.txt
 CLASS_VENV   := .venv-class
 CLASS_BIN    := $(CLASS_VENV)/bin
 CLASS_STAMP  := $(CLASS_VENV)/.installed
@@ -155,9 +155,11 @@ release: install $(CLASS_STAMP) $(COURSE_DIR)/.released
 
 autograde: release
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=dir (one folder per student)"; exit 2; }
-	$(CLASS_BIN)/python -m classroom.autograde "$(SUBMISSIONS)" --course-dir $(COURSE_DIR) --out $(GRADES)
+	$(CLASS_BIN)/python -m classroom.autograde "$(SUBMISSIONS)" --course-dir $(COURSE_DIR) --out $(GRADES) \
+		--jobs $(or $(AUTOGRADE_JOBS),$(JOBS))
 
-# End to end in a temporary course directory: release, five synthetic students, autograde, the gradebook.
-# The per-cell limit is short here so that the endless-loop student costs 30 s, not the default 120 s.
+# End to end in a temporary course directory: release, synthetic and attacking students, sandboxed autograde
+# (needs bubblewrap: apt-get install bubblewrap). The per-cell limit is short here so that the endless-loop
+# students cost 30-45 s, not the default 120 s.
 test-class: install $(CLASS_STAMP)
 	ATTN_CELL_TIMEOUT=30 $(CLASS_BIN)/python -m pytest tests_class -v --durations=0 -p no:cacheprovider

@@ -7,11 +7,11 @@ either as nbgrader collects them (``<student>/<notebook>/<notebook>.ipynb``) or 
 a notebook is recognised by its file name (``03_scaled_dot_product_attention.ipynb``). Run ``make release`` first:
 grading compares against the release recorded in ``<course-dir>/gradebook.db``.
 
-For each student, in a process of its own with a time limit (``--student-timeout``): ``nbgrader autograde`` of
-each of the student's notebooks (every cell under a time limit, ``ATTN_CELL_TIMEOUT``; locked cells restored from
-the gradebook), then ``nbgrader generate_feedback``. A failure of one student's grading is that student's
-problem: it is flagged and the others are graded as usual. The hidden tests talk to one pristine re-check worker
-(:mod:`classroom.recheck`) started before any student code runs.
+Each submitted notebook is graded in a process of its own (:mod:`classroom.grade`) that runs the student's code in
+a bubblewrap sandbox (:mod:`classroom.sandbox`) and the checks in its own process; ``--jobs n`` grades n at once.
+Student ids are the folder names (:func:`student_id`); invalid or colliding ids and two copies of one notebook are
+errors, listed in ``summary.txt`` (and the exit status is 1). Each result is kept in ``--out/.state`` as it comes:
+a run that is stopped and started again grades only what is left (or what changed).
 
 Outputs in ``--out``:
 
@@ -19,15 +19,19 @@ Outputs in ``--out``:
   (one column per check, by grade id), ``total, max_total``, ``failed`` (the checks that scored 0, ``;``-separated)
   and ``flags`` (what the teacher should look at: edited or deleted locked cells, timeouts, code that touches the
   grading machinery, a grading failure);
-- ``feedback/<student>/index.html``: per notebook, each check's points and, for a failed one, the check's message
-  with its hint; links to nbgrader's full feedback (``feedback/<student>/<notebook>.html``).
+- ``feedback/<student>/index.html``: per notebook, each check's points and the grader's message (with its hint),
+  then the student's own cells and what they printed, escaped and capped;
+- ``summary.txt``: what was graded, and every error of the run;
+- the scores in ``<course-dir>/gradebook.db`` (nbgrader's formgrader and ``nbgrader export`` read them).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import html
+import io
 import json
 import os
 import re
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,7 +57,6 @@ TAMPER_PATTERNS = {
         r"\b(classroom|cloudpickle|subprocess|socket)\b|os\.environ",
     "rewrites code objects": r"__code__|__globals__",
 }
-CDN_SCRIPT = re.compile(r'<script src="https?://[^"]*"> ?</script>')
 
 
 @dataclass
@@ -63,6 +67,7 @@ class Row:
     max_points: dict[str, float] = field(default_factory=dict)
     messages: dict[str, str] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
+    cells: list[dict] = field(default_factory=list)
 
     @property
     def total(self) -> float:
@@ -86,19 +91,57 @@ def _grade_id(cell) -> str | None:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
 
 
-def find_submissions(submissions: Path, assignments: set[str]) -> tuple[dict[str, dict[str, Path]], list[str]]:
-    """student -> {assignment: notebook path}, and warnings about files that are not a course notebook."""
-    found, warnings = {}, []
-    for student_dir in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        student = re.sub(r"[^A-Za-z0-9_.@-]+", "_", student_dir.name)
-        for nb in sorted(student_dir.rglob("*.ipynb")):
+STUDENT_ID = re.compile(r"[\w@+-][\w .@+-]*", re.UNICODE)  # no "/", no leading dot or space
+
+
+def student_id(folder_name: str) -> str | None:
+    """The student id of a folder of SUBMISSIONS: its name in Unicode NFC, unchanged otherwise (so "john smith"
+    and "john_smith", "José" and "Zoë" stay distinct); None when it is not a valid id (a hidden or dot folder
+    such as "...", a name that ends with a space, a control character)."""
+    name = unicodedata.normalize("NFC", folder_name)
+    if not STUDENT_ID.fullmatch(name) or name != name.strip() or len(name) > 100:
+        return None
+    return name
+
+
+def find_submissions(submissions: Path, assignments: set[str]) \
+        -> tuple[dict[str, dict[str, Path | None]], list[str], list[str]]:
+    """student -> {assignment: notebook path (None: two copies)}, the errors (invalid or colliding ids, two copies
+    of one notebook, loose files) and warnings (files that are not a course notebook)."""
+    found: dict[str, dict[str, Path | None]] = {}
+    errors, warnings = [], []
+    by_fold: dict[str, str] = {}
+    for entry in sorted(submissions.iterdir(), key=lambda p: p.name):
+        if not entry.is_dir():
+            if entry.suffix == ".ipynb":
+                errors.append(f"{entry.name!r} is a notebook outside any student folder; not graded")
+            continue
+        student = student_id(entry.name)
+        if student is None:
+            errors.append(f"folder {entry.name!r} is not a valid student id (see docs/teaching.md); not graded")
+            continue
+        fold = student.casefold()
+        if fold in by_fold:
+            errors.append(f"folders {by_fold[fold]!r} and {entry.name!r} name the same student (ids are "
+                          "case-insensitive); neither is graded")
+            found.pop(by_fold[fold], None)
+            by_fold[fold] = by_fold[fold]
+            continue
+        by_fold[fold] = student
+        copies: dict[str, list[Path]] = {}
+        for nb in sorted(entry.rglob("*.ipynb")):
             if ".ipynb_checkpoints" in nb.parts:
                 continue
             if nb.stem in assignments:
-                found.setdefault(student, {})[nb.stem] = nb
+                copies.setdefault(nb.stem, []).append(nb)
             else:
                 warnings.append(f"{student}: {nb.relative_to(submissions)} is not a course notebook; ignored")
-    return found, warnings
+        for assignment, paths in copies.items():
+            if len(paths) > 1:
+                errors.append(f"{student}: {len(paths)} copies of {assignment} "
+                              f"({', '.join(str(p.relative_to(submissions)) for p in paths)}); graded 0")
+            found.setdefault(student, {})[assignment] = paths[0] if len(paths) == 1 else None
+    return found, errors, warnings
 
 
 def check_integrity(submitted: dict, released: dict) -> list[str]:
@@ -129,202 +172,242 @@ def check_integrity(submitted: dict, released: dict) -> list[str]:
     return flags
 
 
-def _outputs_by_grade_id(nb: dict) -> dict[str, str]:
-    """grade id -> the error message of a graded cell that failed (the check's message and hint)."""
-    out = {}
-    for cell in nb.get("cells", []):
-        gid = _grade_id(cell)
-        if not gid or cell.get("cell_type") != "code":
-            continue
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "error":
-                evalue = o.get("evalue") or ""
-                if o.get("ename") == "CellTimeoutError" or (o.get("ename") == "KeyboardInterrupt" and not evalue):
-                    out[gid] = "the cell ran past the time limit (an endless loop?) and was stopped."
-                else:
-                    out.setdefault(gid, f"{o.get('ename')}: {evalue}".strip())
-    return out
-
-
-def _timeouts(nb: dict) -> int:
-    return sum(1 for c in nb.get("cells", []) for o in c.get("outputs", [])
-               if o.get("output_type") == "error" and o.get("ename") in ("CellTimeoutError",))
-
-
-# ------------------------------------------------------------------------------------- one student's grading
-def grade_student(course_dir: Path, student: str, assignments: list[str]) -> int:
-    """Runs in its own process: autograde and feedback for one student. Exit status 0 = every step succeeded."""
-    from classroom.config import api
-
-    nbg = api(course_dir)
-    status = 0
-    for assignment in assignments:
-        for step, call in (("autograde", nbg.autograde), ("generate_feedback", nbg.generate_feedback)):
-            result = call(assignment, student, force=True)
-            if not result["success"]:
-                status = 1
-                print(f"{student}/{assignment}: nbgrader {step} failed:\n{result.get('log', '')}\n{result.get('error', '')}",
-                      file=sys.stderr)
-                break
-    return status
-
-
 # ------------------------------------------------------------------------------------- the whole run
-def _start_recheck_worker(env: dict) -> tuple[subprocess.Popen, str]:
-    sock = os.path.join(tempfile.mkdtemp(prefix="recheck-"), "worker.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "classroom.recheck", "--serve", sock], env=env,
-                            start_new_session=True)
-    deadline = time.monotonic() + 120
-    while not os.path.exists(sock):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("the re-check worker (python -m classroom.recheck --serve) did not start")
-        time.sleep(0.1)
-    return proc, sock
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    import signal
+def _state_path(out: Path, student: str, notebook: str) -> Path:
+    return out / ".state" / hashlib.sha256(f"{student}\0{notebook}".encode()).hexdigest()[:32] / "result.json"
 
+
+def _release_digest(release_dir: Path, notebook: str) -> bytes:
+    return (release_dir / notebook / f"{notebook}.ipynb").read_bytes()
+
+
+def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Path, library: Path, out: Path, *,
+                       cell_timeout: float, budget_s: float) -> dict:
+    """One submission graded in a process of its own (classroom.grade, which starts the sandbox); its result is
+    kept in ``out/.state`` under the digest of the submission and the release, so a new run reuses it."""
+    data = path.read_bytes()
+    released_bytes = _release_digest(release_dir, notebook)
+    key = grade_digest(data, released_bytes, str(cell_timeout).encode())
+    state = _state_path(out, student, notebook)
+    if state.exists():
+        try:
+            kept = json.loads(state.read_text())
+            if kept.get("digest") == key:
+                return kept["result"]
+        except (ValueError, KeyError):
+            pass
+    released = json.loads(released_bytes)
+    flags: list[str] = []
     try:
-        os.killpg(proc.pid, signal.SIGTERM)  # the worker and any re-check child still running
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=30)
+        submitted = json.loads(data)
+        if not isinstance(submitted, dict) or not isinstance(submitted.get("cells"), list):
+            raise ValueError("no cells")
+        flags += check_integrity(submitted, released)
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        result = {"status": "could not grade", "flags": [f"could not grade: not a readable notebook ({type(e).__name__})"],
+                  "scores": {}, "messages": {}, "cells": []}
+    else:
+        with tempfile.TemporaryDirectory(prefix="attn-grade-") as tmp:
+            job, res = Path(tmp) / "job.json", Path(tmp) / "result.json"
+            job.write_text(json.dumps({"submitted": submitted, "released": released, "library": str(library),
+                                       "cell_timeout": cell_timeout, "budget_s": budget_s}))
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+            try:
+                proc = subprocess.run([sys.executable, "-m", "classroom.grade", str(job), str(res)], env=env,
+                                      stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=budget_s + 120,
+                                      start_new_session=True)
+                if proc.returncode == 0 and res.exists():
+                    result = json.loads(res.read_text())
+                    result["status"] = "graded"
+                else:
+                    sys.stderr.write(proc.stderr[-3000:])
+                    result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
+                              "flags": [f"could not grade: the grader stopped (exit status {proc.returncode})"]}
+            except subprocess.TimeoutExpired:
+                result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
+                          "flags": [f"could not grade: grading ran past {budget_s:g} s"]}
+        result["flags"] = flags + result.get("flags", [])
+    if result["status"] == "graded":
+        _atomic_write(state, json.dumps({"digest": key, "result": result}, ensure_ascii=False))
+    return result
+
+
+def grade_digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()
+
+
+def _max_points(released: dict) -> dict[str, float]:
+    return {c["metadata"]["nbgrader"]["grade_id"]: float(c["metadata"]["nbgrader"]["points"])
+            for c in released["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+
+
+def record_in_gradebook(gb, row: Row) -> None:
+    """This run's scores into nbgrader's gradebook (its formgrader and ``nbgrader export`` read them): every
+    graded cell gets this run's automatic score, 0 when the submission could not be graded; a manual score
+    left from before is cleared (the course has no manually graded cells)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's add_submission, harmless
+    gb.update_or_create_student(row.student)
+    try:
+        gb.find_submission(row.notebook, row.student)
+    except Exception:  # MissingEntry
+        gb.add_submission(row.notebook, row.student)
+    for gid in row.max_points:
+        grade = gb.find_grade(gid, row.notebook, row.notebook, row.student)
+        grade.auto_score = row.points.get(gid, 0.0)
+        grade.manual_score = None
+        grade.needs_manual_grade = False
+    gb.db.commit()
 
 
 def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout: float = 1800,
               jobs: int = 1) -> list[Row]:
+    """Grade every submission; write ``out/gradebook.csv``, ``out/feedback/`` and ``out/summary.txt``, and the
+    gradebook. Results are kept as they come (``out/.state``): a run that is stopped resumes where it was."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     from nbgrader.api import Gradebook
+
+    from classroom.config import cell_timeout
+    from classroom.sandbox import bwrap_path, library_dir
 
     release_dir = course_dir / "release"
     if not (course_dir / "gradebook.db").exists() or not release_dir.is_dir():
         raise SystemExit(f"no release in {course_dir}: run `make release` first")
+    bwrap_path()  # no sandbox, no grading
     assignments = sorted(p.name for p in release_dir.iterdir() if p.is_dir())
-    found, warnings = find_submissions(submissions, set(assignments))
-    for w in warnings:
-        print("warning:", w, file=sys.stderr)
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env.setdefault("OMP_NUM_THREADS", "1")
-    worker, sock = _start_recheck_worker(env)
-    env["ATTN_RECHECK_SOCKET"] = sock
-
-    def grade_one(student: str, notebooks: dict[str, Path]) -> list[Row]:
-        for sub in ("submitted", "autograded", "feedback"):
-            shutil.rmtree(course_dir / sub / student, ignore_errors=True)
-        student_rows = {}
-        for assignment, path in notebooks.items():
-            dest = course_dir / "submitted" / student / assignment / f"{assignment}.ipynb"
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, dest)
-            row = Row(student, assignment)
-            released = _read(release_dir / assignment / f"{assignment}.ipynb")
-            try:
-                row.flags += check_integrity(_read(dest), released)
-            except (ValueError, KeyError, TypeError, AttributeError) as e:
-                row.flags.append(f"not a readable notebook ({type(e).__name__})")
-            student_rows[assignment] = row
-        started = time.monotonic()
-        try:
-            proc = subprocess.run([sys.executable, "-m", "classroom.autograde", "--grade-student", student,
-                                   "--course-dir", str(course_dir), *notebooks], env=env, timeout=student_timeout,
-                                  capture_output=True, text=True)
-            if proc.returncode != 0:
-                for row in student_rows.values():
-                    row.flags.append("nbgrader could not grade (part of) this submission")
-                sys.stderr.write(proc.stderr[-5000:])
-        except subprocess.TimeoutExpired:
-            for row in student_rows.values():
-                row.flags.append(f"grading stopped after {student_timeout:g} s")
-        print(f"graded {student} ({', '.join(notebooks)}) in {time.monotonic() - started:.0f} s", file=sys.stderr)
-        return list(student_rows.values())
-
+    found, errors, warnings = find_submissions(submissions, set(assignments))
+    out.mkdir(parents=True, exist_ok=True)
+    library = library_dir(Path(tempfile.mkdtemp(prefix="attn-sandbox-lib-")))
+    released = {a: _read(release_dir / a / f"{a}.ipynb") for a in assignments}
+    lock = threading.Lock()
     rows: list[Row] = []
+    timeout = cell_timeout()
+
+    def publish() -> None:  # after every submission: what is graded is written, a killed run loses nothing
+        write_csv(rows, out / "gradebook.csv")
+        write_summary(rows, errors, warnings, out / "summary.txt")
+
+    def grade(item):
+        student, notebook, path = item
+        started = time.monotonic()
+        if path is None:  # two copies of one notebook: an error, 0 for this run
+            result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
+                      "flags": ["could not grade: two copies of this notebook in the student's folder"]}
+        else:
+            result = grade_one_notebook(student, notebook, path, release_dir, library, out, cell_timeout=timeout,
+                                        budget_s=student_timeout)
+        row = Row(student, notebook, max_points=_max_points(released[notebook]))
+        row.points = {k: float(result.get("scores", {}).get(k, 0.0)) if result["status"] == "graded" else 0.0
+                      for k in row.max_points}
+        row.messages = {k: str(v) for k, v in result.get("messages", {}).items()}
+        row.flags = list(result.get("flags", []))
+        row.cells = result.get("cells", [])
+        with lock:
+            with Gradebook(f"sqlite:///{(course_dir / 'gradebook.db').resolve()}") as gb:
+                record_in_gradebook(gb, row)
+            rows.append(row)
+            write_feedback([r for r in rows if r.student == student], out / "feedback")
+            publish()
+        print(f"graded {student} / {notebook} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+    items = [(s, nb, p) for s, nbs in found.items() for nb, p in nbs.items()]
     try:
-        # jobs > 1: students graded side by side (each in its own process, SQLite serialises the gradebook's writes)
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for student_rows in pool.map(lambda item: grade_one(*item), found.items()):
-                rows += student_rows
+            list(pool.map(grade, items))
     finally:
-        _stop(worker)
-
-    with Gradebook(f"sqlite:///{(course_dir / 'gradebook.db').resolve()}") as gb:
-        for row in rows:
-            released = _read(release_dir / row.notebook / f"{row.notebook}.ipynb")
-            for cell in released["cells"]:
-                meta = cell.get("metadata", {}).get("nbgrader", {})
-                if meta.get("grade"):
-                    row.max_points[meta["grade_id"]] = float(meta["points"])
-                    row.points[meta["grade_id"]] = 0.0
-            try:
-                snb = gb.find_submission_notebook(row.notebook, row.notebook, row.student)
-                for grade in snb.grades:
-                    if grade.name in row.max_points:
-                        row.points[grade.name] = float(grade.score or 0)
-            except Exception:
-                if not any("could not grade" in f or "stopped" in f for f in row.flags):
-                    row.flags.append("no grades recorded")
-            graded = course_dir / "autograded" / row.student / row.notebook / f"{row.notebook}.ipynb"
-            if graded.exists():
-                gnb = _read(graded)
-                row.messages = _outputs_by_grade_id(gnb)
-                if _timeouts(gnb):
-                    row.flags.append(f"{_timeouts(gnb)} cell(s) ran past the time limit")
-    write_csv(rows, out / "gradebook.csv")
-    write_feedback(rows, course_dir, out / "feedback")
+        shutil.rmtree(library.parent, ignore_errors=True)
+    publish()
     return rows
+
+
+def write_summary(rows: list[Row], errors: list[str], warnings: list[str], path: Path) -> None:
+    lines = [f"graded {len({r.student for r in rows})} students, {len(rows)} notebooks"]
+    could_not = [f"{r.student} / {r.notebook}: {'; '.join(r.flags)}" for r in rows
+                 if any(f.startswith("could not grade") for f in r.flags)]
+    lines += [f"ERROR: {e}" for e in errors] + [f"ERROR: could not grade {c}" for c in could_not]
+    lines += [f"warning: {w}" for w in warnings]
+    _atomic_write(path, "\n".join(lines) + "\n")
 
 
 def write_csv(rows: list[Row], path: Path) -> None:
     keys = list(dict.fromkeys(k for r in rows for k in r.max_points))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
+    f = io.StringIO()
+    if True:
         w = csv.writer(f)
         w.writerow(["student", "notebook", *keys, "total", "max_total", "failed", "flags"])
         for r in sorted(rows, key=lambda r: (r.student, r.notebook)):
             w.writerow([r.student, r.notebook, *[_num(r.points[k]) if k in r.max_points else "" for k in keys],
                         _num(r.total), _num(sum(r.max_points.values())), ";".join(r.failed), ";".join(r.flags)])
+    _atomic_write(path, f.getvalue())
 
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def write_feedback(rows: list[Row], course_dir: Path, out: Path) -> None:
+FEEDBACK_CAP = 200_000  # characters of one student's page
+TEXT_CAP = 4_000  # characters of one message, cell or output
+
+
+def _cap(text: str, n: int = TEXT_CAP) -> str:
+    text = str(text)
+    return text if len(text) <= n else text[:n] + f"\n[... {len(text) - n} more characters not shown]"
+
+
+def write_feedback(rows: list[Row], out: Path) -> None:
+    """``out/<student>/index.html``: per notebook, each check's points and the grader's message, then the
+    student's own cells with what they printed. Everything is escaped text (no student HTML or script runs), capped
+    in size; there is no hidden test in it and nothing from another student."""
     by_student: dict[str, list[Row]] = {}
     for r in rows:
         by_student.setdefault(r.student, []).append(r)
     for student, srows in by_student.items():
-        folder = out / student
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
         parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Feedback for {html.escape(student)}</title>"
+                 "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
                  "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:.3em .6em;"
                  "border-bottom:1px solid #ccc;text-align:left;vertical-align:top}.ok{color:#0072B2}"
-                 ".no{color:#D55E00}</style></head><body>", f"<h1>Feedback for {html.escape(student)}</h1>"]
+                 ".no{color:#D55E00}pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap}</style></head><body>",
+                 f"<h1>Feedback for {html.escape(student)}</h1>"]
         for r in sorted(srows, key=lambda r: r.notebook):
-            full = course_dir / "feedback" / student / r.notebook / f"{r.notebook}.html"
-            link = ""
-            if full.exists():
-                text = CDN_SCRIPT.sub("", full.read_text())  # offline: no MathJax from a CDN
-                (folder / f"{r.notebook}.html").write_text(text)
-                link = f" (<a href='{html.escape(r.notebook)}.html'>your graded notebook</a>)"
             parts.append(f"<h2>{html.escape(r.notebook)}: {_num(r.total)} / {_num(sum(r.max_points.values()))} "
-                         f"points{link}</h2><table><tr><th>check</th><th>points</th><th>what the check said</th></tr>")
+                         "points</h2><table><tr><th>check</th><th>points</th><th>what the check said</th></tr>")
             for key, mx in r.max_points.items():
                 got = r.points.get(key, 0)
                 ok = got >= mx
-                msg = "passed" if ok else r.messages.get(key, "no result: the cell did not run")
+                msg = r.messages.get(key) or ("passed" if ok else "could not grade")
                 parts.append(f"<tr><td>{html.escape(key)}</td><td>{_num(got)} / {_num(mx)}</td>"
-                             f"<td class='{'ok' if ok else 'no'}'>{html.escape(msg)}</td></tr>")
+                             f"<td class='{'ok' if ok else 'no'}'>{html.escape(_cap(msg))}</td></tr>")
             parts.append("</table>")
             if r.flags:
-                parts.append("<p>Notes for your teacher: " + html.escape("; ".join(r.flags)) + "</p>")
+                parts.append("<p>Notes for your teacher: " + html.escape(_cap("; ".join(r.flags))) + "</p>")
+            if r.cells:
+                parts.append("<h3>Your cells, as graded</h3>")
+            for c in r.cells:
+                parts.append(f"<pre>{html.escape(_cap(c.get('source', '')))}</pre>")
+                said = "\n".join(x for x in (c.get("output", ""), c.get("error", "")) if x)
+                if said:
+                    parts.append(f"<p>It printed:</p><pre>{html.escape(_cap(said))}</pre>")
         parts.append("</body></html>")
-        (folder / "index.html").write_text("\n".join(parts))
+        page = "\n".join(parts)
+        if len(page) > FEEDBACK_CAP:
+            cut = page[:FEEDBACK_CAP]
+            cut = cut[: cut.rfind("\n")] if "\n" in cut else ""
+            page = cut + "\n<p>[the rest of this page was left out: it was too long]</p></body></html>"
+        _atomic_write(out / student / "index.html", page)
 
 
 def main(argv=None) -> int:
@@ -335,18 +418,16 @@ def main(argv=None) -> int:
     p.add_argument("--student-timeout", type=float, default=float(os.environ.get("ATTN_STUDENT_TIMEOUT", 1800)))
     p.add_argument("--jobs", type=int, default=int(os.environ.get("ATTN_GRADE_JOBS", 1)),
                    help="students graded at once (default 1; each runs one kernel)")
-    p.add_argument("--grade-student", help=argparse.SUPPRESS)
-    p.add_argument("assignments", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.grade_student:
-        return grade_student(args.course_dir, args.grade_student, [str(args.submissions), *args.assignments])
     if args.submissions is None or not args.submissions.is_dir():
         p.error("give the folder of submissions (one folder per student): make autograde SUBMISSIONS=dir")
     rows = autograde(args.submissions, args.course_dir, args.out, student_timeout=args.student_timeout,
                      jobs=args.jobs)
     print(f"graded {len({r.student for r in rows})} students, {len(rows)} notebooks: {args.out / 'gradebook.csv'}, "
           f"feedback in {args.out / 'feedback'}")
-    return 0
+    summary = (args.out / "summary.txt").read_text()
+    print(summary, end="")
+    return 1 if "ERROR:" in summary else 0
 
 
 if __name__ == "__main__":

