@@ -22,7 +22,11 @@ __all__ = [
     "check_int", "check_bool", "check_number", "check_choice", "check_callable", "check_tensor",
     "check_finite", "check_dtype", "check_device", "check_same_device", "check_same_dtype",
     "check_attn_mask", "check_qkv", "shape_of", "all_finite", "check_heads", "scores_overflow_error",
+    "check_token_ids", "check_padding_mask", "check_scale", "check_rope_base",
 ]
+
+# The integer dtypes accepted for token ids (what nn.Embedding takes after .long()).
+TOKEN_ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 def shape_of(t) -> tuple[int, ...]:
@@ -373,3 +377,89 @@ def check_heads(num_heads, num_kv_heads) -> int:
             f"possible values: {divisors}"
         )
     return num_heads // num_kv_heads
+
+
+def check_token_ids(name: str, ids, *, vocab_size: int, max_len: int | None = None) -> torch.Tensor:
+    """Token ids (B, L): an integer tensor with 1 <= L (<= max_len) and every id in [0, vocab_size); returns int64.
+
+    The one rule for token ids across attn_lib (the decoder LM, the encoder-decoder, the capstone).
+
+    Raises:
+        TypeError: not a tensor, or not one of the integer dtypes int64, int32, int16, int8, uint8.
+        ValueError: not 2-D, L = 0, L > max_len, or ids outside the vocabulary (the message lists them).
+    """
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be a (B, L) tensor of token ids, got {_got(ids)}")
+    if ids.dtype not in TOKEN_ID_DTYPES:
+        raise TypeError(f"{name} must hold integer token ids (int64, int32, int16, int8 or uint8), got dtype {ids.dtype}")
+    if ids.dim() != 2 or ids.shape[1] == 0:
+        raise ValueError(f"{name} must be (B, L) token ids with L >= 1, got shape {shape_of(ids)}")
+    if max_len is not None and ids.shape[1] > max_len:
+        raise ValueError(f"{name} has L={ids.shape[1]} tokens, more than the model's max_len={max_len}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        bad = ids[(ids < 0) | (ids >= vocab_size)].unique()[:8].tolist()
+        raise ValueError(f"{name} holds ids {bad} outside the vocabulary 0..{vocab_size - 1} (vocab_size={vocab_size})")
+    return ids.long()
+
+
+def check_padding_mask(name: str, mask, shape: Sequence[int] | None = None) -> torch.Tensor:
+    """A padding mask (B, S), True = real token: bool, or 0/1 integers like HuggingFace's attention_mask.
+
+    The one rule for padding masks across attn_lib; returns the mask as bool. ``shape``: the (B, S) it must have.
+
+    Raises:
+        TypeError: not a tensor; a floating or complex dtype.
+        ValueError: not 2-D; integer values other than 0 and 1; a shape other than ``shape``.
+    """
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a (B, S) bool tensor (True = real token), got {_got(mask)}")
+    if mask.dtype.is_floating_point or mask.dtype.is_complex:
+        raise TypeError(f"{name} must be bool (True = real token) or 0/1 integers, got dtype {mask.dtype}")
+    if mask.dim() != 2:
+        raise ValueError(f"{name} must be (B, S), one row of key flags per sequence, got shape {shape_of(mask)}; "
+                         f"a (B, L, S) or (L, S) mask is an attn_mask, not a padding mask")
+    if mask.dtype != torch.bool:
+        bad = (mask != 0) & (mask != 1)
+        if bool(bad.any()):
+            values = sorted({int(v) for v in mask[bad].flatten()[:5].tolist()})
+            raise ValueError(f"{name} of integers must hold only 0 (padding) and 1 (real token), like HuggingFace's "
+                             f"attention_mask; got the values {values} (shape {shape_of(mask)})")
+        mask = mask.bool()
+    if shape is not None and tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape (B, S) = {tuple(shape)}, got {shape_of(mask)}")
+    return mask
+
+
+def check_scale(scale, head_dim: int) -> float:
+    """The softmax scale: None -> 1/sqrt(head_dim); else a finite number > 0 (the one rule of every attention).
+
+    A scale <= 0 would flip or flatten the scores, which no attention layer means; torch's function accepts it,
+    attn_lib refuses it everywhere alike (scaled_dot_product_attention, grouped_query_attention, tiled, flash).
+
+    Raises:
+        TypeError: not a number. ValueError: NaN, infinite, or <= 0.
+    """
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    scale = check_number("scale", scale)
+    if scale <= 0:
+        raise ValueError(f"scale must be None or a finite number > 0 (default 1/sqrt(E)), got {scale!r}")
+    return scale
+
+
+def check_rope_base(rope_base, *, allow_none: bool = True) -> float | None:
+    """RoPE's base (HF's rope_theta): None (no RoPE) where allowed, else a finite number > 1 (e.g. 10000.0).
+
+    A base of 1 makes every frequency 1: the rotation no longer depends on the feature pair. The one rule of
+    ``positional``, ``mha`` and ``models``.
+
+    Raises:
+        TypeError: not a number. ValueError: NaN, infinite, or <= 1.
+    """
+    if rope_base is None and allow_none:
+        return None
+    value = check_number("rope_base", rope_base)
+    if value <= 1.0:
+        raise ValueError(f"rope_base must be {'None or ' if allow_none else ''}a finite number > 1 "
+                         f"(e.g. 10000.0), got {value}")
+    return value

@@ -4,7 +4,8 @@ The one equation of the Transformer (Vaswani et al. 2017, "Attention Is All You 
 
     Attention(Q, K, V) = softmax(Q Kᵀ / sqrt(d_k)) V
 
-Shape legend (the letters of PyTorch's SDPA documentation; every docstring of attn_lib uses them):
+Shape legend (attn_lib's letters; every docstring of attn_lib uses them; PyTorch's SDPA docs use H for the
+key/value heads too, attn_lib's H is always the query heads and Hkv the key/value heads):
 
 ====  ==========================================================================
 B     batch size
@@ -31,11 +32,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import (all_finite, check_attn_mask, check_bool, check_number, check_qkv,
+from attn_lib._checks import (all_finite, check_attn_mask, check_bool, check_number, check_qkv, check_scale,
                               scores_overflow_error, shape_of as _shape)
 from attn_lib.masks import causal_mask
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["scaled_dot_product_attention"]  # and _sdpa, the unchecked core other modules call
 
 
 def _validate(query, key, value, attn_mask, is_causal, dropout_p, scale, enable_gqa) -> None:
@@ -44,7 +45,7 @@ def _validate(query, key, value, attn_mask, is_causal, dropout_p, scale, enable_
     if attn_mask is not None and is_causal:
         raise ValueError("pass either attn_mask or is_causal=True, not both (torch's function refuses both too)")
     check_number("dropout_p", dropout_p, minimum=0.0, maximum=1.0)
-    check_number("scale", scale, allow_none=True)
+    check_scale(scale, query.shape[-1])
     if attn_mask is not None:
         # shape is checked once the batch dims are known (below); type, NaN and +inf here
         check_attn_mask(attn_mask, attn_mask.shape if isinstance(attn_mask, torch.Tensor) else ())
@@ -104,17 +105,10 @@ def scaled_dot_product_attention(
             is_causal; Hq not a multiple of Hkv with enable_gqa; dropout_p outside [0, 1].
     """
     _validate(query, key, value, attn_mask, is_causal, dropout_p, scale, enable_gqa)
-    L, E = query.shape[-2], query.shape[-1]
-    S = key.shape[-2]
-
-    if enable_gqa:
-        group = query.shape[-3] // key.shape[-3]
-        # (..., Hkv, S, E) -> (..., Hq, S, E): kv head h serves query heads h*group .. h*group+group-1
-        key = key.repeat_interleave(group, dim=-3)
-        value = value.repeat_interleave(group, dim=-3)
-
+    L, S = query.shape[-2], key.shape[-2]
+    kv_batch = (*key.shape[:-3], query.shape[-3]) if enable_gqa else key.shape[:-2]  # key/value's heads after repeat
     try:
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        batch = torch.broadcast_shapes(query.shape[:-2], kv_batch)
     except RuntimeError:
         hint = " (key/value have fewer heads than query: pass enable_gqa=True)" if (
             query.dim() >= 3 and key.dim() >= 3 and query.shape[-3] != key.shape[-3]
@@ -123,19 +117,7 @@ def scaled_dot_product_attention(
             f"the batch dims of query {_shape(query)} and key/value {_shape(key)} cannot broadcast{hint}"
         ) from None
     scores_shape = (*batch, L, S)
-
-    # Softmax in float32 at least: float16's max is 65504 and its exp underflows early.
-    compute = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
-    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
-
-    # scores = Q Kᵀ · scale                                      (..., L, S)
-    scores = torch.matmul(query.to(compute), key.to(compute).transpose(-2, -1)) * scale
-    if not all_finite(scores):
-        # finite inputs (checked above) whose products overflow: the softmax would give NaN or silent zeros
-        raise scores_overflow_error(query, key, scale, compute)
-
-    if is_causal:
-        # top-left causal like torch's: query i may attend to keys j <= i
+    if is_causal:  # top-left causal like torch's: query i may attend to keys j <= i
         attn_mask = causal_mask(L, S, device=query.device)
     if attn_mask is not None:
         try:
@@ -148,6 +130,40 @@ def scaled_dot_product_attention(
                 f"(..., L={L}, S={S}) of query {_shape(query)} and key {_shape(key)}"
             )
         attn_mask = attn_mask.to(query.device)
+    return _sdpa(query, key, value, attn_mask, dropout_p=dropout_p, scale=scale, enable_gqa=enable_gqa)
+
+
+def _sdpa(query, key, value, attn_mask=None, *, dropout_p: float = 0.0, scale: float | None = None,
+          enable_gqa: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unchecked core of :func:`scaled_dot_product_attention`: softmax(q kᵀ · scale + mask) v and the weights.
+
+    For callers that have checked their own arguments (``mha``, ``gqa``, ``hf``, ``tiled.naive_attention``):
+    query (..., L, E), key (..., Hkv or H, S, E), value (..., S, Ev) of one floating dtype and device;
+    attn_mask None, bool (True = may attend) or float (added), broadcastable to (..., L, S) and on that device.
+    Only the result is checked: scores that are not finite raise (NaN inputs, or an overflow), never a
+    silent NaN. Returns (output (..., L, Ev), weights (..., L, S)) in query's dtype.
+    """
+    if enable_gqa:
+        group = query.shape[-3] // key.shape[-3]
+        # (..., Hkv, S, E) -> (..., Hq, S, E): kv head h serves query heads h*group .. h*group+group-1
+        key = key.repeat_interleave(group, dim=-3)
+        value = value.repeat_interleave(group, dim=-3)
+
+    # Softmax in float32 at least: float16's max is 65504 and its exp underflows early.
+    compute = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+
+    # scores = Q Kᵀ · scale                                      (..., L, S)
+    scores = torch.matmul(query.to(compute), key.to(compute).transpose(-2, -1)) * scale
+    if not all_finite(scores):
+        # finite inputs whose products overflow: the softmax would give NaN or silent zeros
+        for name, t in (("query", query), ("key", key)):
+            if bool(torch.isnan(t).any()):
+                raise ValueError(f"{name} contains NaN (computed from weights that hold NaN or inf?); expected "
+                                 f"finite values, shape {_shape(t)}")
+        raise scores_overflow_error(query, key, scale, compute)
+
+    if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         else:

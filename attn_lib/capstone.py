@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import attn_lib
-from attn_lib._checks import check_choice, check_int, check_tensor
+from attn_lib._checks import check_choice, check_heads, check_int, check_tensor
 from attn_lib.gqa import grouped_query_attention, repeat_kv
 from attn_lib.masks import causal_mask
 from attn_lib.positional import apply_rope
@@ -63,13 +63,9 @@ class CausalSelfAttention(nn.Module):
                  block: int = 8):
         super().__init__()
         check_int("d_model", d_model, minimum=1)
-        check_int("num_heads", num_heads, minimum=1)
-        check_int("num_kv_heads", num_kv_heads, minimum=1)
+        check_heads(num_heads, num_kv_heads)
         if d_model % num_heads:
             raise ValueError(f"num_heads must divide d_model, got d_model={d_model}, num_heads={num_heads}")
-        if num_heads % num_kv_heads:
-            raise ValueError(f"num_kv_heads must divide num_heads, got num_heads={num_heads}, "
-                             f"num_kv_heads={num_kv_heads}")
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.head_dim = d_model // num_heads
         if self.head_dim % 2:

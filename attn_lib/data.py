@@ -352,9 +352,9 @@ class DateBatch(NamedTuple):
     Attributes:
         src: long (B, S) source character ids.
         src_padding_mask: bool (B, S), True = real character (attn_lib's convention).
-        tgt_in: long (B, T) decoder input: ``<s>`` then the target characters (teacher forcing).
-        tgt_out: long (B, T) what the decoder must predict: the target characters then ``</s>``.
-        tgt_padding_mask: bool (B, T), True = real position of ``tgt_in``/``tgt_out``.
+        tgt_in: long (B, L) decoder input: ``<s>`` then the target characters (teacher forcing).
+        tgt_out: long (B, L) what the decoder must predict: the target characters then ``</s>``.
+        tgt_padding_mask: bool (B, L), True = real position of ``tgt_in``/``tgt_out``.
     """
 
     src: torch.Tensor
@@ -368,7 +368,7 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torc
     from attn_lib.masks import padding_mask
 
     lengths = [len(s) for s in seqs]
-    mask = padding_mask(lengths)  # (B, T) True = real
+    mask = padding_mask(lengths)  # (B, L) True = real
     width = mask.shape[1]
     # one tensor from padded lists (one torch call per batch, not one per sequence: collate runs every step)
     ids = torch.tensor([list(s) + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long).reshape(mask.shape)
@@ -383,7 +383,7 @@ def collate(
     """Encode and pad a list of examples (or (source, target) string pairs) into a :class:`DateBatch`.
 
     Returns:
-        a :class:`DateBatch`: src (B, S), tgt_in / tgt_out (B, T) long ids and their bool padding masks
+        a :class:`DateBatch`: src (B, S), tgt_in / tgt_out (B, L) long ids and their bool padding masks
         (True = real token); S and T are the longest source and target (+1 for ``<s>``/``</s>``).
 
     Raises:

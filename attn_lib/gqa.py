@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 
 from attn_lib._checks import (check_attn_mask, check_bool, check_heads as _check_heads, check_int as _check_int,
-                              check_number, check_qkv, check_same_device, check_tensor, shape_of as _shape)
+                              check_number, check_qkv, check_same_device, check_scale, check_tensor, shape_of as _shape)
 from attn_lib.masks import causal_mask
 
 __all__ = [
@@ -157,12 +157,12 @@ def grouped_query_attention(
             Hkv not dividing Hq; batch dims that differ; a mask that does not broadcast; tensors on
             different devices; scores that overflow -- each message names the shapes as passed.
     """
-    from attn_lib.attention import scaled_dot_product_attention
+    from attn_lib.attention import _sdpa
 
     # every check on the shapes the caller passed, before any regrouping (messages name those shapes)
     check_qkv(query, key, value, enable_gqa=True, min_ndim=3)
     check_bool("is_causal", is_causal)
-    check_number("scale", scale, allow_none=True)
+    check_scale(scale, query.shape[-1])
     hq, L = query.shape[-3], query.shape[-2]
     hkv, S = key.shape[-3], key.shape[-2]
     try:
@@ -185,7 +185,7 @@ def grouped_query_attention(
         attn_mask = attn_mask.expand(full).reshape(*lead, hkv, G * L, S)
     # (..., Hkv·G, L, E) -> (..., Hkv, G·L, E): a view, no copy
     q = query.reshape(*lead, hkv, G * L, query.shape[-1])
-    out, weights = scaled_dot_product_attention(q, key, value, attn_mask, scale=scale)
+    out, weights = _sdpa(q, key, value, attn_mask, scale=scale)  # checked above; the core only
     # (..., Hkv, G·L, ·) -> (..., Hq, L, ·)
     return out.reshape(*lead, hq, L, value.shape[-1]), weights.reshape(*lead, hq, L, S)
 

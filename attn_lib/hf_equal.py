@@ -79,7 +79,7 @@ def captured_attention_masks(model: torch.nn.Module, input_ids: torch.Tensor) ->
 
     Args:
         model: a transformers ``*ForCausalLM`` whose attention modules carry ``layer_idx`` (all of notebook 11's).
-        input_ids: (B, T) int64.
+        input_ids: (B, L) int64.
 
     Returns:
         {layer_idx: the mask as passed (for eager attention a float (B, 1, T, T) tensor, 0 = keep, a large

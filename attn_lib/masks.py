@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from attn_lib._checks import check_choice, check_device, check_int, check_tensor
+from attn_lib._checks import check_choice, check_device, check_int, check_padding_mask
 
 __all__ = [
     "causal_mask",
@@ -77,7 +77,7 @@ def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
         max_len: padded length T; default ``max(lengths)`` (0 for an empty batch).
 
     Returns:
-        bool tensor (B, T): ``mask[b, t] = t < lengths[b]``; on the device of ``lengths`` if a tensor.
+        bool tensor (B, L): ``mask[b, t] = t < lengths[b]``; on the device of ``lengths`` if a tensor.
 
     Raises:
         TypeError: lengths are not integers. ValueError: lengths not 1-D, negative, or longer than max_len.
@@ -101,21 +101,7 @@ def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
     if longest > max_len:
         raise ValueError(f"max_len={max_len} is shorter than the longest sequence (length {longest})")
     positions = torch.arange(max_len, device=lens.device)  # (T,)
-    return positions[None, :] < lens[:, None]  # (B, T)
-
-
-def _check_bool(name: str, mask) -> torch.Tensor:
-    check_tensor(name, mask)
-    if mask.dtype != torch.bool:
-        what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a bool tensor, got {what}")
-    return mask
-
-
-def _check_2d(name: str, mask: torch.Tensor) -> None:
-    if mask.dim() != 2:
-        raise ValueError(f"{name} must be (B, S), one row of key flags per sequence, got shape {tuple(mask.shape)}; "
-                         f"a (B, L, S) or (L, S) mask is an attn_mask, not a padding mask")
+    return positions[None, :] < lens[:, None]  # (B, L)
 
 
 def to_torch_key_padding_mask(padding_mask: torch.Tensor) -> torch.Tensor:
@@ -132,8 +118,7 @@ def to_torch_key_padding_mask(padding_mask: torch.Tensor) -> torch.Tensor:
         TypeError: the mask is not a bool tensor (a 0/1 int or float mask is ambiguous; call ``.bool()`` first).
         ValueError: not 2-D (torch's key_padding_mask is (B, S); a 3-D (B, L, S) mask is an attn_mask).
     """
-    _check_bool("padding_mask", padding_mask)
-    _check_2d("padding_mask", padding_mask)
+    padding_mask = check_padding_mask("padding_mask", padding_mask)  # bool or 0/1 ints, (B, S)
     return ~padding_mask
 
 
@@ -143,8 +128,7 @@ def from_torch_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     Raises:
         TypeError: the mask is not a bool tensor. ValueError: not 2-D (B, S).
     """
-    _check_bool("key_padding_mask", key_padding_mask)
-    _check_2d("key_padding_mask", key_padding_mask)
+    key_padding_mask = check_padding_mask("key_padding_mask", key_padding_mask)  # bool or 0/1 ints, (B, S)
     return ~key_padding_mask
 
 
@@ -157,6 +141,5 @@ def padding_to_attn_mask(padding_mask: torch.Tensor) -> torch.Tensor:
     Raises:
         TypeError: not a bool tensor. ValueError: not 2-D.
     """
-    _check_bool("padding_mask", padding_mask)
-    _check_2d("padding_mask", padding_mask)
+    padding_mask = check_padding_mask("padding_mask", padding_mask)  # bool or 0/1 ints, (B, S)
     return padding_mask[:, None, None, :]

@@ -30,20 +30,19 @@ import torch
 from torch import nn
 
 from attn_lib._checks import (
-    check_bool, check_device, check_dtype, check_finite, check_int, check_number, check_tensor,
+    check_bool, check_device, check_dtype, check_finite, check_heads, check_int, check_number, check_padding_mask,
+    check_rope_base, check_tensor, shape_of,
 )
-from attn_lib.attention import scaled_dot_product_attention
+from attn_lib.attention import _sdpa
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
+from attn_lib.masks import causal_mask
+from attn_lib.positional import apply_rope
 
 __all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
 
 
-def _shape(t) -> tuple[int, ...]:
-    return tuple(t.shape)
-
-
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """(B, T, num_heads * head_dim) -> (B, num_heads, T, head_dim).
+    """(B, L, num_heads * head_dim) -> (B, num_heads, L, head_dim).
 
     Head j gets the features ``j*head_dim : (j+1)*head_dim`` of each token (the layout of
     ``torch.nn.MultiheadAttention`` and HuggingFace BERT).
@@ -52,23 +51,23 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
         ValueError: x is not 3-D or its last dim is not a multiple of ``num_heads``.
     """
     if x.dim() != 3:
-        raise ValueError(f"x must be (B, T, num_heads * head_dim), got shape {_shape(x)}")
-    B, T, D = x.shape
+        raise ValueError(f"x must be (B, L, num_heads * head_dim), got shape {shape_of(x)}")
+    B, L, D = x.shape
     if num_heads <= 0 or D % num_heads:
-        raise ValueError(f"the last dim of x ({D}) must be a multiple of num_heads ({num_heads}); x shape {_shape(x)}")
-    return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)  # (B, T, H, hd) -> (B, H, T, hd)
+        raise ValueError(f"the last dim of x ({D}) must be a multiple of num_heads ({num_heads}); x shape {shape_of(x)}")
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)  # (B, L, H, E) -> (B, H, L, E)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(B, num_heads, T, head_dim) -> (B, T, num_heads * head_dim): the inverse of :func:`split_heads`.
+    """(B, num_heads, L, head_dim) -> (B, L, num_heads * head_dim): the inverse of :func:`split_heads`.
 
     Raises:
         ValueError: x is not 4-D.
     """
     if x.dim() != 4:
-        raise ValueError(f"x must be (B, num_heads, T, head_dim), got shape {_shape(x)}")
-    B, H, T, hd = x.shape
-    return x.transpose(1, 2).reshape(B, T, H * hd)  # (B, H, T, hd) -> (B, T, H, hd) -> (B, T, H*hd)
+        raise ValueError(f"x must be (B, num_heads, L, head_dim), got shape {shape_of(x)}")
+    B, H, L, E = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * E)  # (B, H, L, E) -> (B, L, H, E) -> (B, L, H*E)
 
 
 def _check_positive_int(name: str, value) -> int:
@@ -81,11 +80,11 @@ class MultiHeadAttention(nn.Module):
     Vaswani et al. 2017, section 3.2.2; GQA: Ainslie et al. 2023; RoPE: Su et al. 2021. The order of
     operations (the course outline's pseudocode)::
 
-        q, k, v = q_proj(query), k_proj(key), v_proj(value)          # (B, L, H*hd), (B, S, Hkv*hd)
-        split into heads                                             # (B, H, L, hd), (B, Hkv, S, hd)
+        q, k, v = q_proj(query), k_proj(key), v_proj(value)          # (B, L, H*E), (B, S, Hkv*E)
+        split into heads                                             # (B, H, L, E), (B, Hkv, S, E)
         [RoPE on q and k]  [append k, v to the KV cache]
-        weights = softmax(q kᵀ / sqrt(hd) + mask)  -> dropout        # (B, H, L, S)
-        heads = weights v ; concatenate heads                        # (B, L, H*hd)
+        weights = softmax(q kᵀ / sqrt(E) + mask)  -> dropout        # (B, H, L, S)
+        heads = weights v ; concatenate heads                        # (B, L, H*E)
         output = out_proj(concatenation)                             # (B, L, d_model)
 
     The dropout after ``out_proj`` in the pseudocode belongs to the residual wrapper around this
@@ -108,8 +107,8 @@ class MultiHeadAttention(nn.Module):
             at their true positions (offset by the tokens already in the KV cache). head_dim must then be even.
         device, dtype: where and in which floating dtype the parameters are created (as in torch's layers).
 
-    Submodules ``q_proj`` (d_model -> H*hd), ``k_proj`` (kdim -> Hkv*hd), ``v_proj`` (vdim -> Hkv*hd),
-    ``out_proj`` (H*hd -> d_model), all ``nn.Linear``.
+    Submodules ``q_proj`` (d_model -> H*E), ``k_proj`` (kdim -> Hkv*E), ``v_proj`` (vdim -> Hkv*E),
+    ``out_proj`` (H*E -> d_model), all ``nn.Linear``.
 
     Raises:
         TypeError: a size is not an int; bias not a bool; rope_base or dropout not a number; a bad
@@ -147,12 +146,8 @@ class MultiHeadAttention(nn.Module):
             head_dim = d_model // num_heads
         else:
             head_dim = _check_positive_int("head_dim", head_dim)
-        num_kv_heads = num_heads if num_kv_heads is None else _check_positive_int("num_kv_heads", num_kv_heads)
-        if num_heads % num_kv_heads:
-            raise ValueError(
-                f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads}): the query heads "
-                "are split into num_kv_heads equal groups that share one key/value head each"
-            )
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        check_heads(num_heads, num_kv_heads)  # num_kv_heads >= 1 divides num_heads: equal groups share a K/V head
         kdim = d_model if kdim is None else _check_positive_int("kdim", kdim)
         vdim = d_model if vdim is None else _check_positive_int("vdim", vdim)
         dropout = check_number("dropout", dropout, minimum=0.0)
@@ -160,9 +155,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"dropout must be a number in [0, 1), got {dropout}")
         bias = check_bool("bias", bias)
         if rope_base is not None:
-            rope_base = check_number("rope_base", rope_base, minimum=1.0)
-            if rope_base <= 1.0:
-                raise ValueError(f"rope_base must be None or a finite number > 1 (e.g. 10000.0), got {rope_base}")
+            rope_base = check_rope_base(rope_base)
             if head_dim % 2:
                 raise ValueError(
                     f"RoPE rotates pairs of features, so head_dim must be even, got head_dim {head_dim} "
@@ -191,54 +184,64 @@ class MultiHeadAttention(nn.Module):
         return extra
 
     # ------------------------------------------------------------------ input checks
-    def _check_inputs(self, query, key, value, padding_mask, attn_mask):
+    def _validate(self, query, key, value, attn_mask, padding_mask, is_causal, need_weights, average_attn_weights,
+                  kv_cache):
+        """Every check of :meth:`forward`, on the shapes the caller passed; returns (key, value) defaulted."""
+        check_bool("is_causal", is_causal)
+        check_bool("need_weights", need_weights)
+        check_bool("average_attn_weights", average_attn_weights)
+        if key is None and value is not None:
+            raise ValueError("value was given without key; pass key too (or neither, for self-attention)")
+        key = query if key is None else key
+        value = key if value is None else value
         if not isinstance(query, torch.Tensor) or query.dim() != 3 or query.shape[-1] != self.d_model:
-            got = _shape(query) if isinstance(query, torch.Tensor) else type(query).__name__
+            got = shape_of(query) if isinstance(query, torch.Tensor) else type(query).__name__
             raise ValueError(f"query must be (B, L, d_model={self.d_model}) (batch first), got shape {got}")
-        B = query.shape[0]
         for name, t, dim in (("key", key, self.kdim), ("value", value, self.vdim)):
             if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != dim:
-                got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
+                got = shape_of(t) if isinstance(t, torch.Tensor) else type(t).__name__
                 what = "kdim" if name == "key" else "vdim"
                 raise ValueError(f"{name} must be (B, S, {what}={dim}) (batch first), got shape {got}")
         if key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key {_shape(key)} and value {_shape(value)} must have the same (B, S)")
-        if key.shape[0] != B:
-            raise ValueError(f"query {_shape(query)} and key {_shape(key)} must have the same batch size B")
+            raise ValueError(f"key {shape_of(key)} and value {shape_of(value)} must have the same (B, S)")
+        if key.shape[0] != query.shape[0]:
+            raise ValueError(f"query {shape_of(query)} and key {shape_of(key)} must have the same batch size B")
         if padding_mask is not None:
-            if not isinstance(padding_mask, torch.Tensor):
-                raise TypeError(f"padding_mask must be a (B, S) bool tensor, got {type(padding_mask).__name__}")
-            if padding_mask.dtype.is_floating_point or padding_mask.dtype.is_complex:
-                raise TypeError(
-                    f"padding_mask must be bool (True = real token) or 0/1 integers, got dtype {padding_mask.dtype}"
-                )
-            if padding_mask.dtype != torch.bool:
-                bad = (padding_mask != 0) & (padding_mask != 1)
-                if bool(bad.any()):
-                    values = sorted({int(v) for v in padding_mask[bad].flatten()[:5].tolist()})
-                    raise ValueError(
-                        f"padding_mask of integers must hold only 0 (padding) and 1 (real token), like "
-                        f"HuggingFace's attention_mask; got the values {values} (shape {_shape(padding_mask)})"
-                    )
+            check_padding_mask("padding_mask", padding_mask)
         if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
             raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
         if attn_mask is not None and attn_mask.is_floating_point():
             check_finite("attn_mask", attn_mask, allow_neg_inf=True)
+        weight_dtype = self.q_proj.weight.dtype
         for name, t in (("query", query), ("key", key), ("value", value)):
             check_tensor(name, t, floating=True)
             check_finite(name, t)
+            if t.dtype != weight_dtype:
+                raise TypeError(
+                    f"{name} has dtype {t.dtype} but the module's weights are {weight_dtype}; "
+                    f"convert one of them (e.g. {name}.to({weight_dtype}) or module.to({t.dtype}))"
+                )
+        if kv_cache is not None and not isinstance(kv_cache, KVCacheProtocol):
+            raise TypeError(f"kv_cache must be a KVCache (or follow attn_lib.kv_cache.KVCacheProtocol), "
+                            f"got {type(kv_cache).__name__}")
+        return key, value
+
+    @staticmethod
+    def _check_projections(**projections) -> None:
+        """NaN or inf after a projection means the module's weights hold them; named in the user's shapes."""
+        for name, t in projections.items():
+            check_finite(f"{name} (the module's weights hold NaN or inf?)", t)
 
     def _build_mask(self, B, L, S, attn_mask, padding_mask, is_causal, bottom_right, device, query_shape, key_shape):
         """One mask for attn_lib's scaled_dot_product_attention, broadcastable to (B, H, L, S)."""
         keep = None  # bool, True = may attend
-        if is_causal:
-            # key j is visible to query i if j <= i (+ S - L when the L queries are the last of S positions)
-            keep = torch.ones(L, S, dtype=torch.bool, device=device).tril(diagonal=S - L if bottom_right else 0)
+        if is_causal:  # key j visible to query i iff j <= i (+ S - L when the L queries are the last of S)
+            keep = causal_mask(L, S, align="bottom_right" if bottom_right else "top_left", device=device)
         if padding_mask is not None:
             if padding_mask.dim() != 2 or padding_mask.shape != (B, S):
                 raise ValueError(
                     f"padding_mask must be (B, S) = ({B}, {S}) (True = real token; S counts cached tokens too), "
-                    f"got shape {_shape(padding_mask)} for query {query_shape} and key {key_shape}"
+                    f"got shape {shape_of(padding_mask)} for query {query_shape} and key {key_shape}"
                 )
             pad = padding_mask.to(device=device, dtype=torch.bool)[:, None, None, :]  # (B, 1, 1, S)
             keep = pad if keep is None else keep & pad
@@ -253,7 +256,7 @@ class MultiHeadAttention(nn.Module):
             if not ok:
                 raise ValueError(
                     f"attn_mask must be (L, S), (B, L, S) or (B, num_heads, L, S) with L={L}, S={S}, B={B}, "
-                    f"num_heads={self.num_heads}; got shape {_shape(attn_mask)}"
+                    f"num_heads={self.num_heads}; got shape {shape_of(attn_mask)}"
                 )
             mask = m
         if keep is None:
@@ -313,39 +316,20 @@ class MultiHeadAttention(nn.Module):
             TypeError: a mask of the wrong type; is_causal, need_weights or average_attn_weights not a
                 bool (``is_causal="yes"`` and ``1`` are refused, as torch's SDPA refuses them).
         """
-        is_causal = check_bool("is_causal", is_causal)
-        need_weights = check_bool("need_weights", need_weights)
-        average_attn_weights = check_bool("average_attn_weights", average_attn_weights)
-        if key is None and value is not None:
-            raise ValueError("value was given without key; pass key too (or neither, for self-attention)")
-        key = query if key is None else key
-        value = key if value is None else value
-        self._check_inputs(query, key, value, padding_mask, attn_mask)
-        weight_dtype = self.q_proj.weight.dtype
-        for name, t in (("query", query), ("key", key), ("value", value)):
-            if t.dtype != weight_dtype:
-                raise TypeError(
-                    f"{name} has dtype {t.dtype} but the module's weights are {weight_dtype}; "
-                    f"convert one of them (e.g. {name}.to({weight_dtype}) or module.to({t.dtype}))"
-                )
-        if kv_cache is not None and not isinstance(kv_cache, KVCacheProtocol):
-            raise TypeError(f"kv_cache must be a KVCache (or follow attn_lib.kv_cache.KVCacheProtocol), got {type(kv_cache).__name__}")
+        key, value = self._validate(query, key, value, attn_mask, padding_mask, is_causal, need_weights,
+                                    average_attn_weights, kv_cache)
         B, L, _ = query.shape
         S_new = key.shape[1]
         past = 0 if kv_cache is None else kv_cache.seq_len
 
-        # projections, then split into heads:  (B, T, H*hd) -> (B, H, T, hd)
-        qp, kp, vp = self.q_proj(query), self.k_proj(key), self.v_proj(value)  # (B, L, H*hd), (B, S, Hkv*hd)
-        for name, t in (("q_proj(query)", qp), ("k_proj(key)", kp), ("v_proj(value)", vp)):
-            check_finite(f"{name} (the module's weights hold NaN or inf?)", t)  # shapes as the user sees them
-        q = split_heads(qp, self.num_heads)  # (B, H, L, hd)
-        k = split_heads(kp, self.num_kv_heads)  # (B, Hkv, S_new, hd)
-        v = split_heads(vp, self.num_kv_heads)  # (B, Hkv, S_new, hd)
+        # projections, then split into heads:  (B, L, H·E) -> (B, H, L, E)
+        qp, kp, vp = self.q_proj(query), self.k_proj(key), self.v_proj(value)  # (B, L, H·E), (B, S_new, Hkv·E)
+        self._check_projections(**{"q_proj(query)": qp, "k_proj(key)": kp, "v_proj(value)": vp})
+        q = split_heads(qp, self.num_heads)  # (B, H, L, E)
+        k = split_heads(kp, self.num_kv_heads)  # (B, Hkv, S_new, E)
+        v = split_heads(vp, self.num_kv_heads)  # (B, Hkv, S_new, E)
 
-        if self.rope_base is not None:
-            from attn_lib.positional import apply_rope
-
-            # rotate at the true positions: the new tokens come after the `past` cached ones
+        if self.rope_base is not None:  # rotate at the true positions: the new tokens follow the `past` cached ones
             q = apply_rope(q, torch.arange(past, past + L, device=q.device), base=self.rope_base)
             k = apply_rope(k, torch.arange(past, past + S_new, device=k.device), base=self.rope_base)
 
@@ -353,17 +337,14 @@ class MultiHeadAttention(nn.Module):
             kv_cache.check(k, v)  # reject a mismatching cache before it is changed
         S = past + S_new
         mask = self._build_mask(B, L, S, attn_mask, padding_mask, is_causal, kv_cache is not None,
-                                q.device, _shape(query), _shape(key))
+                                q.device, shape_of(query), shape_of(key))
         if kv_cache is not None:
-            k, v = kv_cache.update(k, v)  # (B, Hkv, S, hd): everything cached so far
+            k, v = kv_cache.update(k, v)  # (B, Hkv, S, E): everything cached so far
 
-        # per head: softmax(q kᵀ / sqrt(hd) + mask) -> dropout -> · v; key/value head j // (H/Hkv) serves query head j
-        heads, weights = scaled_dot_product_attention(
-            q, k, v, mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            enable_gqa=self.num_kv_heads != self.num_heads,
-        )  # heads (B, H, L, hd), weights (B, H, L, S)
-        output = self.out_proj(merge_heads(heads))  # concat (B, L, H*hd) -> W_O -> (B, L, d_model)
+        # per head: softmax(q kᵀ / sqrt(E) + mask) -> dropout -> · v; key/value head j // (H/Hkv) serves query head j
+        heads, weights = _sdpa(q, k, v, mask, dropout_p=self.dropout if self.training else 0.0,
+                               enable_gqa=self.num_kv_heads != self.num_heads)  # (B, H, L, E), (B, H, L, S)
+        output = self.out_proj(merge_heads(heads))  # concat (B, L, H·E) -> W_O -> (B, L, d_model)
         if not need_weights:
             return output, None
         return output, (weights.mean(dim=1) if average_attn_weights else weights)  # (B, L, S) or (B, H, L, S)
@@ -471,14 +452,14 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(f"out_proj must be an nn.Linear (e.g. attention.output.dense), got {type(out_proj).__name__}")
         wq = module.query.weight
         d_model = wq.shape[1]
-        H, hd = module.num_attention_heads, module.attention_head_size
-        if H * hd != d_model or module.key.weight.shape != wq.shape or module.value.weight.shape != wq.shape:
+        H, E = module.num_attention_heads, module.attention_head_size
+        if H * E != d_model or module.key.weight.shape != wq.shape or module.value.weight.shape != wq.shape:
             raise ValueError(
                 f"from_hf supports d_model = num_heads * head_dim with square projections; got query weight "
-                f"{_shape(wq)}, num_heads {H}, head_dim {hd}"
+                f"{shape_of(wq)}, num_heads {H}, head_dim {E}"
             )
         if out_proj is not None and out_proj.weight.shape != (d_model, d_model):
-            raise ValueError(f"out_proj weight must be ({d_model}, {d_model}), got {_shape(out_proj.weight)}")
+            raise ValueError(f"out_proj weight must be ({d_model}, {d_model}), got {shape_of(out_proj.weight)}")
         dropout = module.dropout.p if isinstance(getattr(module, "dropout", None), nn.Dropout) else 0.0
         new = cls(d_model, H, dropout=dropout, bias=True).to(device=wq.device, dtype=wq.dtype)
         with torch.no_grad():
@@ -526,11 +507,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"from_hf supports Llama-style blocks with the default RoPE (rope_theta, no scaling); "
                              f"got rope_type {rope_type!r}, rope_theta {theta!r}")
         H, Hkv = config.num_attention_heads, config.num_key_value_heads
-        hd = module.head_dim
+        E = module.head_dim
         d_model = module.q_proj.weight.shape[1]
         bias = module.q_proj.bias is not None
         w = module.q_proj.weight
-        new = cls(d_model, H, num_kv_heads=Hkv, head_dim=hd, bias=bias, rope_base=float(theta),
+        new = cls(d_model, H, num_kv_heads=Hkv, head_dim=E, bias=bias, rope_base=float(theta),
                   dropout=float(getattr(config, "attention_dropout", 0.0) or 0.0), device=w.device, dtype=w.dtype)
         with torch.no_grad():
             for ours, theirs in ((new.q_proj, module.q_proj), (new.k_proj, module.k_proj),

@@ -55,6 +55,7 @@ def _check_even(name: str, value: int) -> int:
 
 
 def _check_base(base) -> float:
+    """RoPE's and the sinusoid's ``base``: the rule of ``_checks.check_rope_base`` (a finite number > 1)."""
     if isinstance(base, bool) or not isinstance(base, (int, float)):
         raise TypeError(f"base must be a number, got {type(base).__name__} {base!r}")
     if not math.isfinite(base) or base <= 1.0:

@@ -53,6 +53,7 @@ from attn_lib._checks import (
     check_int,
     check_number,
     check_qkv,
+    check_scale,
     check_tensor,
     scores_overflow_error,
     shape_of,
@@ -84,15 +85,6 @@ BLOCK_K = 512
 # ----------------------------------------------------------------------------------------------
 def _check_block(name: str, value) -> int:
     return check_int(name, value, minimum=1)
-
-
-def _check_scale(scale, head_dim: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    scale = check_number("scale", scale, allow_none=True)
-    if scale <= 0:
-        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
-    return scale
 
 
 @dataclass(frozen=True)
@@ -129,7 +121,7 @@ def _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enabl
     elif query.shape[:-2] != key.shape[:-2]:
         raise ValueError(f"query and key must have the same batch/head dims (..., H) (pass enable_gqa=True for "
                          f"fewer key/value heads): query shape {shape_of(query)}, key shape {shape_of(key)}")
-    scale = _check_scale(scale, query.shape[-1])
+    scale = check_scale(scale, query.shape[-1])
     lead, (L, E), (S, Ev) = tuple(query.shape[:-2]), query.shape[-2:], value.shape[-2:]
     H = lead[-1] if lead else 1
     hkv = key.shape[-3] if enable_gqa else H
@@ -510,7 +502,7 @@ def naive_attention(query, key, value, *, is_causal: bool = False, scale: float 
     """
     check_qkv(query, key, value)
     check_bool("is_causal", is_causal)
-    scale = _check_scale(scale, query.shape[-1])
+    scale = check_scale(scale, query.shape[-1])
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S): the matrix tiling avoids
     if is_causal:
         L, S = scores.shape[-2:]

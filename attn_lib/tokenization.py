@@ -147,8 +147,8 @@ def _check_text(name: str, text) -> str:
     return text
 
 
-def _check_ids(ids):
-    """A 1-D sequence of ids: a list/tuple, or a 1-D tensor / numpy array (as a list of ints)."""
+def _id_list(ids):
+    """decode()'s ``ids`` as a list: a 1-D sequence of ids: a list/tuple, or a 1-D tensor / numpy array (as a list of ints)."""
     if hasattr(ids, "ndim") and hasattr(ids, "tolist"):  # torch tensor, numpy array
         if ids.ndim != 1:
             raise ValueError(f"ids must be 1-D (one sequence of token ids), got an array of shape "
@@ -360,7 +360,7 @@ class BPETokenizer:
             TypeError: an id is not an int.
             ValueError: an id is outside 0..vocab_size-1 (the message names both).
         """
-        ids = _check_ids(ids)
+        ids = _id_list(ids)
         out = []
         for i in ids:
             if hasattr(i, "item") and not isinstance(i, (int, bool)):

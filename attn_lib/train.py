@@ -150,7 +150,7 @@ def train(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, steps
 # --------------------------------------------------------------------------- encoder-decoder
 def seq2seq_loss(model, batch: DateBatch) -> torch.Tensor:
     """Cross-entropy of the teacher-forced decoder: predict ``tgt_out[t]`` from source and ``tgt_in[:t+1]``."""
-    logits = model(batch.src, batch.tgt_in, batch.src_padding_mask, batch.tgt_padding_mask).logits  # (B, T, V)
+    logits = model(batch.src, batch.tgt_in, batch.src_padding_mask, batch.tgt_padding_mask).logits  # (B, L, V)
     return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=TARGET_VOCAB.pad_id)
 
 
@@ -456,7 +456,7 @@ def translate(model, texts: str | Sequence[str], src_vocab=None, tgt_vocab=None,
     model.eval()
     try:
         out = model.greedy_decode(src, mask, max_new_tokens=max_new_tokens,
-                                  bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id)  # (B, T)
+                                  bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id)  # (B, L)
         cross = None
         if return_attentions:
             tgt_in = torch.cat([torch.full((len(texts), 1), tgt_vocab.bos_id), out], dim=1)[:, :-1]

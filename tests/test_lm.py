@@ -138,11 +138,11 @@ def test_trains():
 
 def test_errors():
     m = _model()
-    with pytest.raises(TypeError, match="int64 tensor"):
+    with pytest.raises(TypeError, match="integer token ids"):
         m(torch.zeros(1, 3))
-    with pytest.raises(ValueError, match=r"in \[0, vocab_size=64\)"):
+    with pytest.raises(ValueError, match=r"holds ids \[64\] outside the vocabulary 0..63"):
         m(torch.tensor([[1, 64]]))
-    with pytest.raises(ValueError, match=r"shape \(B, L\)"):
+    with pytest.raises(ValueError, match=r"must be \(B, L\) token ids with L >= 1, got shape \(2,\)"):
         m(torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="one cache per layer"):
         m(torch.tensor([[1]]), kv_caches=[KVCache()])
@@ -159,14 +159,14 @@ def test_errors():
 def test_constructor_and_generate_refuse_bad_input_with_named_errors():
     with pytest.raises(TypeError, match="d_model must be an int >= 1, got float 16.0"):
         DecoderLM(10, d_model=16.0)
-    with pytest.raises(TypeError, match="rope_base must be a number >= 1.0, got NoneType None"):
+    with pytest.raises(TypeError, match="rope_base must be a number, got NoneType None"):
         DecoderLM(10, rope_base=None)  # RoPE is the model's only position information
     m = _model()
     with pytest.raises(ValueError, match=r"prompt_ids must be prompts of one length .* got lengths \[1, 2\]"):
         m.generate([[1], [2, 3]], 2)
     with pytest.raises(TypeError, match="prompt_ids\\[0\\] must hold int token ids, got bool True"):
         m.generate([True, False], 2)
-    with pytest.raises(TypeError, match="int64 tensor"):
+    with pytest.raises(TypeError, match="integer token ids"):
         m.generate(torch.tensor([[True, False]]), 2)
     with pytest.raises(TypeError, match="cache_factory must be a function"):
         m.generate([1, 2], 2, cache_factory=None)

@@ -140,8 +140,13 @@ def test_mask_errors():
         padding_mask(torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match=r"1-D.*\(2, 2\)"):
         padding_mask(torch.ones(2, 2, dtype=torch.long))
-    with pytest.raises(TypeError, match="padding_mask must be a bool tensor, got torch.int64"):
-        to_torch_key_padding_mask(torch.ones(2, 3, dtype=torch.long))
+    # one rule for padding masks (_checks.check_padding_mask): bool, or 0/1 integers like HF's attention_mask
+    pm = torch.tensor([[1, 1, 0]])
+    assert torch.equal(to_torch_key_padding_mask(pm), to_torch_key_padding_mask(pm.bool()))
+    with pytest.raises(ValueError, match="only 0 .padding. and 1"):
+        to_torch_key_padding_mask(torch.tensor([[1, 2, 0]]))
+    with pytest.raises(TypeError, match="padding_mask must be bool .True = real token. or 0/1 integers, got dtype torch.float32"):
+        to_torch_key_padding_mask(torch.ones(2, 3))
     with pytest.raises(ValueError, match=r"\(B, S\)"):
         padding_to_attn_mask(torch.ones(3, dtype=torch.bool))
 

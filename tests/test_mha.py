@@ -448,7 +448,7 @@ def test_need_weights_false_returns_none():
 def test_constructor_errors_name_the_numbers():
     with pytest.raises(ValueError, match=r"d_model \(10\).*num_heads \(3\)"):
         MultiHeadAttention(10, 3)
-    with pytest.raises(ValueError, match=r"num_heads \(8\).*num_kv_heads \(3\)"):
+    with pytest.raises(ValueError, match=r"num_kv_heads must divide num_heads=8, got num_kv_heads=3; possible values: \[1, 2, 4, 8\]"):
         MultiHeadAttention(64, 8, num_kv_heads=3)
     with pytest.raises(ValueError, match="dropout"):
         MultiHeadAttention(8, 2, dropout=1.5)

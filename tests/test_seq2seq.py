@@ -210,8 +210,10 @@ def test_model_input_errors(model, batch):
         model(batch.src.float(), batch.tgt_in)
     with pytest.raises(ValueError, match=r"\(B, L\)"):
         model(batch.src[0], batch.tgt_in)
-    with pytest.raises(TypeError, match="src_padding_mask must be a bool tensor"):
-        model(batch.src, batch.tgt_in, batch.src_padding_mask.long())
+    with pytest.raises(TypeError, match="src_padding_mask must be bool .True = real token. or 0/1 integers"):
+        model(batch.src, batch.tgt_in, batch.src_padding_mask.float())
+    torch.testing.assert_close(model(batch.src, batch.tgt_in, batch.src_padding_mask.long()).logits,
+                               model(batch.src, batch.tgt_in, batch.src_padding_mask).logits)  # 0/1 ints, as HF's
     with pytest.raises(ValueError, match="max_len"):
         model(torch.ones(1, 100, dtype=torch.long), batch.tgt_in[:1])
     with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got -1"):

@@ -180,14 +180,14 @@ class DecoderBlock(nn.Module):
                 padding_mask: torch.Tensor | None = None, memory_padding_mask: torch.Tensor | None = None,
                 need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Args:
-            x: (B, T, D) target representations (teacher forcing: the shifted target).
+            x: (B, L, D) target representations (teacher forcing: the shifted target).
             memory: (B, S, D) the encoder output; required iff the block has cross-attention.
-            padding_mask: bool (B, T), True = real target token; None = no padding.
+            padding_mask: bool (B, L), True = real target token; None = no padding.
             memory_padding_mask: bool (B, S), True = real source token; None = no padding.
             need_weights: also return the attention weights.
 
         Returns:
-            (x (B, T, D), self-attention weights (B, H, T, T) or None,
+            (x (B, L, D), self-attention weights (B, H, T, T) or None,
             cross-attention weights (B, H, T, S) or None).
 
         Raises:

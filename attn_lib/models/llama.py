@@ -60,11 +60,11 @@ class AttnLibLlama(nn.Module):
         """Logits of the next token at every position.
 
         Args:
-            input_ids: (B, T) int64 token ids; with ``caches`` they continue the cached tokens.
+            input_ids: (B, L) int64 token ids; with ``caches`` they continue the cached tokens.
             caches: from :meth:`new_caches`, updated in place (None: no cache, positions 0..T-1).
 
         Returns:
-            (B, T, vocab_size) logits.
+            (B, L, vocab_size) logits.
 
         Raises:
             TypeError / ValueError: input_ids not a 2-D integer tensor; caches of the wrong length.
@@ -74,20 +74,20 @@ class AttnLibLlama(nn.Module):
             raise TypeError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
         if caches is not None and len(caches) != len(self.attn):
             raise ValueError(f"caches must hold one KVCache per layer ({len(self.attn)}), got {len(caches)}")
-        x = self.embed_tokens(input_ids)  # (B, T, d_model)
+        x = self.embed_tokens(input_ids)  # (B, L, d_model)
         for i, attn in enumerate(self.attn):
             h, _ = attn(self.input_norms[i](x), is_causal=True,
-                        kv_cache=None if caches is None else caches[i])  # (B, T, d_model)
+                        kv_cache=None if caches is None else caches[i])  # (B, L, d_model)
             x = x + h
             x = x + self.mlps[i](self.post_norms[i](x))
-        return self.lm_head(self.norm(x))  # (B, T, vocab_size)
+        return self.lm_head(self.norm(x))  # (B, L, vocab_size)
 
     @torch.no_grad()
     def generate_greedy(self, input_ids: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True):
         """Greedy decoding: the prompt once, then one token at a time through the KV caches.
 
         Args:
-            input_ids: (B, T) prompt ids.
+            input_ids: (B, L) prompt ids.
             max_new_tokens: number of tokens to add (int >= 1).
             use_cache: False recomputes the whole sequence at every step (slow, for comparison).
 

@@ -21,7 +21,8 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from attn_lib._checks import check_bool, check_callable, check_int as _check_int, check_number
+from attn_lib._checks import (check_bool, check_callable, check_int as _check_int, check_number, check_rope_base,
+                              check_token_ids)
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
 from attn_lib.mha import MultiHeadAttention
 from attn_lib.models.blocks import FeedForward
@@ -60,7 +61,7 @@ class DecoderLM(nn.Module):
             with an even head_dim (RoPE).
         num_kv_heads: key/value heads (default num_heads = MHA; 1 = MQA), must divide num_heads.
         num_layers: decoder layers (default 2). d_ff: feed-forward width (default 4·d_model).
-        rope_base: RoPE's base (default 10000.0), a number >= 1; RoPE is the model's only position
+        rope_base: RoPE's base (default 10000.0), a number > 1; RoPE is the model's only position
             information, so None is refused.
         init_std: standard deviation of the initial linear and embedding weights (default 0.02, GPT-2's).
         max_len: the longest sequence (prompt plus generated tokens, or cached plus new) it accepts
@@ -71,7 +72,7 @@ class DecoderLM(nn.Module):
     Raises:
         TypeError: a size that is not an int (``d_model=16.0``), rope_base or init_std not a number (None).
         ValueError: sizes < 1, head counts that do not divide (the message names the numbers),
-            rope_base < 1, init_std <= 0.
+            rope_base <= 1, init_std <= 0.
     """
 
     def __init__(self, vocab_size: int, *, d_model: int = 128, num_heads: int = 4, num_kv_heads: int | None = None,
@@ -83,7 +84,7 @@ class DecoderLM(nn.Module):
         _check_int("num_layers", num_layers, minimum=1)
         _check_int("max_len", max_len, minimum=1)
         # RoPE is this model's only source of positions: without it the model could not tell order apart
-        rope_base = check_number("rope_base", rope_base, minimum=1.0)
+        rope_base = check_rope_base(rope_base, allow_none=False)
         init_std = check_number("init_std", init_std, minimum=0.0)
         if init_std == 0:
             raise ValueError(f"init_std must be a number > 0, got {init_std}")
@@ -133,21 +134,6 @@ class DecoderLM(nn.Module):
                             f"got {type(caches[0]).__name__}")
         return caches
 
-    def _check_ids(self, input_ids) -> torch.Tensor:
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int64, torch.int32):
-            got = input_ids.dtype if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-            raise TypeError(f"input_ids must be an int64 tensor (B, L) of token ids, got {got}")
-        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
-            raise ValueError(f"input_ids must have shape (B, L) with L >= 1, got {tuple(input_ids.shape)}")
-        if input_ids.shape[1] > self.max_len:
-            raise ValueError(f"input_ids has L={input_ids.shape[1]} tokens, more than the model's max_len={self.max_len}")
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.vocab_size):
-            raise ValueError(
-                f"input_ids must lie in [0, vocab_size={self.vocab_size}), got values in "
-                f"[{int(input_ids.min())}, {int(input_ids.max())}]"
-            )
-        return input_ids
-
     def forward(self, input_ids: torch.Tensor, *, kv_caches: Sequence | None = None) -> torch.Tensor:
         """Next-token logits for every position.
 
@@ -163,7 +149,7 @@ class DecoderLM(nn.Module):
         Raises:
             TypeError / ValueError: ids not int64 (B, L) within the vocabulary; wrong number of caches.
         """
-        input_ids = self._check_ids(input_ids)
+        input_ids = check_token_ids("input_ids", input_ids, vocab_size=self.vocab_size, max_len=self.max_len)
         if kv_caches is not None and len(kv_caches) != len(self.layers):
             raise ValueError(f"kv_caches must hold one cache per layer ({len(self.layers)}), got {len(kv_caches)}")
         if kv_caches is not None and kv_caches[0].seq_len + input_ids.shape[1] > self.max_len:
@@ -204,7 +190,8 @@ class DecoderLM(nn.Module):
         one_d = (isinstance(prompt_ids, torch.Tensor) and prompt_ids.dim() == 1) or (
             isinstance(prompt_ids, (list, tuple)) and not any(isinstance(p, (list, tuple)) for p in prompt_ids))
         if isinstance(prompt_ids, torch.Tensor):
-            ids = self._check_ids(prompt_ids[None] if one_d else prompt_ids)
+            ids = check_token_ids("prompt_ids", prompt_ids[None] if one_d else prompt_ids, vocab_size=self.vocab_size,
+                                  max_len=self.max_len)
         else:
             ids = check_prompts("prompt_ids", [list(prompt_ids)] if one_d else prompt_ids, self.vocab_size, ragged=False)
         check_max_new_tokens(max_new_tokens, prompt_len=ids.shape[1], max_len=self.max_len)

@@ -25,7 +25,7 @@ from typing import NamedTuple, Sequence
 import torch
 from torch import nn
 
-from attn_lib._checks import check_int
+from attn_lib._checks import check_int, check_padding_mask, check_token_ids
 from attn_lib.models.blocks import DecoderBlock, EncoderBlock
 from attn_lib.models.decoding import check_max_new_tokens, check_prompts, greedy_loop
 from attn_lib.positional import LearnedPositionalEmbedding, sinusoidal_positional_encoding
@@ -36,30 +36,8 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- input checks
-def _check_ids(name: str, ids, vocab_size: int, max_len: int) -> torch.Tensor:
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{name} must be a (B, L) tensor of token ids, got {type(ids).__name__}")
-    if ids.dtype not in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
-        raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
-    if ids.dim() != 2:
-        raise ValueError(f"{name} must be (B, L) token ids, got shape {tuple(ids.shape)}")
-    if ids.shape[1] > max_len:
-        raise ValueError(f"{name} has length {ids.shape[1]}, more than the model's max_len={max_len}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        bad = ids[(ids < 0) | (ids >= vocab_size)].unique().tolist()
-        raise ValueError(f"{name} holds ids {bad} outside the vocabulary 0..{vocab_size - 1}")
-    return ids.long()
-
-
 def _check_mask(name: str, mask, ids: torch.Tensor) -> torch.Tensor | None:
-    if mask is None:
-        return None
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a bool tensor (True = real token), got {what}")
-    if mask.shape != ids.shape:
-        raise ValueError(f"{name} must have the shape of the ids {tuple(ids.shape)}, got {tuple(mask.shape)}")
-    return mask
+    return None if mask is None else check_padding_mask(name, mask, ids.shape)  # the one rule, in _checks
 
 
 class _Embedding(nn.Module):
@@ -101,7 +79,7 @@ class Seq2SeqOutput(NamedTuple):
     """What :meth:`Seq2SeqTransformer.forward` returns.
 
     Attributes:
-        logits: (B, T, tgt_vocab_size) scores of the next target token at each target position.
+        logits: (B, L, tgt_vocab_size) scores of the next target token at each target position.
         encoder_attentions: per encoder layer, (B, H, S, S) self-attention weights (or None).
         decoder_self_attentions: per decoder layer, (B, H, T, T) masked self-attention weights (or None).
         cross_attentions: per decoder layer, (B, H, T, S) cross-attention weights (or None):
@@ -174,7 +152,7 @@ class Seq2SeqTransformer(nn.Module):
             TypeError/ValueError: ids not an integer (B, S) tensor, ids outside the vocabulary,
             longer than max_len, or a mask of the wrong dtype/shape.
         """
-        src = _check_ids("src", src, self.src_vocab_size, self.max_len)
+        src = check_token_ids("src", src, vocab_size=self.src_vocab_size, max_len=self.max_len)
         src_padding_mask = _check_mask("src_padding_mask", src_padding_mask, src)
         x = self.src_embed(src)  # (B, S, D)
         weights = []
@@ -188,16 +166,16 @@ class Seq2SeqTransformer(nn.Module):
         """Run the decoder on the (shifted) target given the encoder output.
 
         Args:
-            tgt_in: long (B, T): ``<s>`` then the target tokens so far. memory: (B, S, D) from :meth:`encode`.
-            src_padding_mask: bool (B, S). tgt_padding_mask: bool (B, T).
+            tgt_in: long (B, L): ``<s>`` then the target tokens so far. memory: (B, S, D) from :meth:`encode`.
+            src_padding_mask: bool (B, S). tgt_padding_mask: bool (B, L).
 
         Returns:
-            (logits (B, T, tgt_vocab_size), self-attention weights per layer, cross-attention weights per layer);
+            (logits (B, L, tgt_vocab_size), self-attention weights per layer, cross-attention weights per layer);
             the weight tuples are None unless ``need_weights``.
         """
-        tgt_in = _check_ids("tgt_in", tgt_in, self.tgt_vocab_size, self.max_len)
+        tgt_in = check_token_ids("tgt_in", tgt_in, vocab_size=self.tgt_vocab_size, max_len=self.max_len)
         tgt_padding_mask = _check_mask("tgt_padding_mask", tgt_padding_mask, tgt_in)
-        y = self.tgt_embed(tgt_in)  # (B, T, D)
+        y = self.tgt_embed(tgt_in)  # (B, L, D)
         self_w, cross_w = [], []
         for block in self.decoder:
             # masked self-attention, then CROSS-attention over `memory`, then feed-forward
@@ -205,7 +183,7 @@ class Seq2SeqTransformer(nn.Module):
                               memory_padding_mask=src_padding_mask, need_weights=need_weights)
             self_w.append(sw)
             cross_w.append(cw)
-        logits = self.output(self.decoder_norm(y))  # (B, T, V_tgt)
+        logits = self.output(self.decoder_norm(y))  # (B, L, V_tgt)
         if not need_weights:
             return logits, None, None
         return logits, tuple(self_w), tuple(cross_w)
@@ -215,7 +193,7 @@ class Seq2SeqTransformer(nn.Module):
         """Teacher-forced pass: logits for every target position at once (training and analysis).
 
         Args:
-            src: long (B, S). tgt_in: long (B, T) (``<s>`` + target). Masks: bool, True = real token.
+            src: long (B, S). tgt_in: long (B, L) (``<s>`` + target). Masks: bool, True = real token.
             need_weights: also return every attention weight.
 
         Returns:
@@ -305,7 +283,7 @@ class _Stack(nn.Module):
         Raises:
             TypeError/ValueError: ids or mask of the wrong type, shape or range (the message names them).
         """
-        ids = _check_ids("ids", ids, self.vocab_size, self.max_len)
+        ids = check_token_ids("ids", ids, vocab_size=self.vocab_size, max_len=self.max_len)
         padding_mask = _check_mask("padding_mask", padding_mask, ids)
         x = self.embed(ids)  # (B, L, D)
         weights = []
