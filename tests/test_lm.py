@@ -148,7 +148,7 @@ def test_errors():
         m(torch.tensor([[1]]), kv_caches=[KVCache()])
     with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got -1"):
         m.generate([1], -1)
-    with pytest.raises(ValueError, match="must be divisible by num_kv_heads"):
+    with pytest.raises(ValueError, match=r"num_kv_heads must divide num_heads=4, got num_kv_heads=3; possible values: \[1, 2, 4\]"):
         DecoderLM(10, d_model=32, num_heads=4, num_kv_heads=3)
     with pytest.raises(ValueError, match="vocab_size must be an int >= 2, got 1"):
         DecoderLM(1)
