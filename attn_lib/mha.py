@@ -422,8 +422,8 @@ class MultiHeadAttention(nn.Module):
         The per-head weights equal the model's ``outputs.attentions[i]`` (eager attention).
         Pass HuggingFace's ``attention_mask`` (1 = real token) as ``padding_mask``.
 
-        tests/test_mha.py proves each case on the bundled MiniLM and on tiny random GPT-2 and Llama
-        models built from transformers configs, in float64.
+        tests/test_mha.py proves the BERT case on the bundled MiniLM; tests/test_mha_from_hf.py each case on
+        tiny random GPT-2, Llama and BERT models built from transformers configs, in float64.
 
         Raises:
             TypeError: module is none of these attention blocks; out_proj is not nn.Linear.

@@ -24,7 +24,7 @@ __all__ = [
     "PALETTE", "SEQUENTIAL_CMAP", "DIVERGING_CMAP", "plot_attention", "attention_stack", "select_head",
     "head_options", "explorer_figure", "attention_explorer", "head_view", "model_view",
     "softmax_temperature_demo", "temperature_figure", "temperature_explorer", "demo_mask", "mask_figure",
-    "mask_explorer",
+    "mask_explorer", "head_view_panels", "head_view_figure", "model_view_figure", "offline_page", "use_offline_bertviz",
 ]
 
 

@@ -47,9 +47,7 @@ def test_no_lazy_name_shares_a_name_with_a_submodule():
     assert not submodules & set(attn_lib._LAZY), submodules & set(attn_lib._LAZY)
     # every top-level module is reachable as an attribute (attn_lib.kv_cache without an import)
     public = {n for n in submodules if not n.startswith("_")}
-    # heads: the pedagogy helper may add attn_lib/heads.py; the coordinator adds it to _SUBMODULES on merge
-    assert attn_lib._SUBMODULES >= public - {"heads"}, \
-        public - attn_lib._SUBMODULES
+    assert attn_lib._SUBMODULES >= public, public - attn_lib._SUBMODULES
 
 
 def test_each_public_name_is_defined_in_one_module():

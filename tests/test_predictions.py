@@ -1,5 +1,6 @@
-"""Every "predict, then check" question: its right answer passes, every wrong one fails with its hint,
-and (for the questions of notebooks 00, 01, 02, 03 and 07) the answer is derived here by computing it."""
+"""Every "predict, then check" question: its right answer passes, every wrong one fails with its hint, and the
+answers are derived here by computing them (notebooks 00-10 below; 11 and 12 in tests/test_exercises_11.py and
+tests/test_exercises_12.py, next to their checks)."""
 
 import math
 
@@ -7,9 +8,12 @@ import pytest
 import torch
 
 from attn_lib.exercises.concepts import QUESTIONS, check_prediction, questions_for
+from attn_lib.kv_cache import KVCache
+from attn_lib.masks import causal_mask
+from attn_lib.tiled import causal_tiles
 
-for n in range(12):
-    questions_for(n)  # loads every predict_NN.py
+for n in range(13):
+    questions_for(n)  # loads every predict_NN.py (notebooks 00-12)
 ALL = sorted(QUESTIONS)
 
 
@@ -101,3 +105,92 @@ def test_07_cross_attention_reads_every_real_source_character():
     cross = out.cross_attentions[0][1]  # second example: (H, T, S=12)
     assert batch.src.shape[1] == 12
     assert ((cross > 0).sum(-1) == QUESTIONS["07.cross_attention_keys"].answer).all()
+
+
+# ---------------------------------------------------------------- notebook(s) 04: answers derived
+def test_left_padding_nan_rows_are_the_padded_queries():
+    p, L = 3, 7  # 3 [PAD]s first, then 4 real tokens
+    real = torch.tensor([False] * p + [True] * (L - p))
+    allowed = causal_mask(L, L) & real[None, :]  # query i may see key j: j <= i and j is a real token
+    scores = torch.randn(L, L).masked_fill(~allowed, float("-inf"))
+    naive = torch.exp(scores) / torch.exp(scores).sum(-1, keepdim=True)  # 0/0 where a row has no finite score
+    nan_rows = torch.isnan(naive).all(-1)
+    assert nan_rows.tolist() == [True] * p + [False] * (L - p)
+    assert QUESTIONS["04.left_padding_nan"].answer == "a"
+    assert "padded queries" in QUESTIONS["04.left_padding_nan"].choices["a"]
+
+
+# ---------------------------------------------------------------- notebook(s) 05, 06, 10: answers derived
+@pytest.mark.parametrize("notebook, ids", [
+    (5, ["05.params_of_heads"]),
+    (6, ["06.lazy_dog_by_position", "06.cls_weight_is_influence"]),
+    (10, ["10.cache_query_rows", "10.gqa_cache_size"]),
+])
+def test_questions_registered(notebook, ids):
+    assert [q.id for q in questions_for(notebook)] == ids
+
+
+def test_parameter_count_of_the_explanation():
+    mha = torch.nn.MultiheadAttention(512, 8)
+    single = torch.nn.MultiheadAttention(512, 1)
+    n = sum(p.numel() for p in mha.parameters())
+    assert n == sum(p.numel() for p in single.parameters()) == 1_050_624
+
+
+def test_kv_cache_halves_with_two_kv_heads():
+    from attn_lib import KVCache
+
+    sizes = []
+    for hkv in (4, 2):
+        cache = KVCache()
+        cache.update(torch.zeros(1, hkv, 19, 16), torch.zeros(1, hkv, 19, 16))
+        sizes.append(cache.nbytes())
+    assert sizes[1] * 2 == sizes[0]
+
+
+# ---------------------------------------------------------------- notebook(s) 08: answers derived
+def test_cache_length_after_5_prompt_and_8_new_tokens():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    model = LlamaForCausalLM(config).eval()
+    prompt = torch.randint(0, 32, (1, 5))
+    out = model.generate(prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False, use_cache=True,
+                         return_dict_in_generate=True, pad_token_id=0)
+    assert out.sequences.shape[1] == 5 + 8
+    assert out.past_key_values.get_seq_length() == QUESTIONS["08.cache_length"].answer == 12
+
+    from attn_lib.models.lm import DecoderLM
+
+    caches = []
+
+    def factory():
+        caches.append(KVCache())
+        return caches[-1]
+
+    lm = DecoderLM(32, d_model=16, num_heads=2, num_layers=1).eval()
+    lm.generate([[1, 2, 3, 4, 5]], 8, cache_factory=factory)
+    assert caches and all(c.seq_len == 12 for c in caches)
+
+
+# ---------------------------------------------------------------- notebook(s) 09: answers derived
+def test_causal_tiles_answer_is_derived():
+    n = len(causal_tiles(8192, 8192, 128, 128))
+    assert n == 64 * 65 // 2 == 2080  # "b": about half of 4096
+
+
+def test_gqa_dk_answer_is_derived():
+    # autograd of torch's enable_gqa: dK of a shared head = sum of the per-query-head gradients
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 8, 5, 4, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 2, 6, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 2, 6, 4, generator=g, dtype=torch.float64)
+    F = torch.nn.functional
+    (dk,) = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, enable_gqa=True).sum(), k)
+    k_rep = k.detach().repeat_interleave(4, 1).requires_grad_()
+    (dk_rep,) = torch.autograd.grad(F.scaled_dot_product_attention(q, k_rep, v.repeat_interleave(4, 1)).sum(), k_rep)
+    torch.testing.assert_close(dk, dk_rep.view(1, 2, 4, 6, 4).sum(2))

@@ -57,7 +57,13 @@ import torch.nn.functional
 
 from attn_lib._checks import check_callable
 
-__all__ = ["CheckResult", "set_time_limit", "fresh_check", "integrity_report"]
+__all__ = [
+    # what the package re-exports for learners and graders
+    "CheckResult", "set_time_limit", "fresh_check", "integrity_report",
+    # the toolkit each check module is written with (imported by name, not re-exported)
+    "Mismatch", "ShapeMismatch", "fresh_generator", "inputs_text", "call", "as_tensor", "as_pair", "expect_close",
+    "expect_dtype", "run_check",
+]
 
 # ---------------------------------------------------------------------------------------------
 # private copies of the functions a comparison relies on, taken when attn_lib is imported

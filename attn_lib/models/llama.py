@@ -3,7 +3,7 @@
 Everything but the attention is HuggingFace's own module, reused as it is: the token embedding,
 each layer's RMSNorms and SwiGLU MLP, the final norm and the LM head. Each ``self_attn`` is replaced
 by ``MultiHeadAttention.from_hf(layer.self_attn)`` (grouped-query heads, the config's head_dim,
-RoPE with its rope_theta) and decodes with one :class:`~attn_lib.mha.KVCache` per layer. So when
+RoPE with its rope_theta) and decodes with one :class:`~attn_lib.kv_cache.KVCache` per layer. So when
 the outputs equal HuggingFace's, the from-scratch attention and KV cache are what differs and
 what is proven: tests/test_llama.py checks greedy decoding against ``model.generate(use_cache=True)``
 token for token, step by step logits, and the cached keys and values (notebook 08 shows it).

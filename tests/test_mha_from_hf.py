@@ -1,5 +1,5 @@
-"""attn_lib's MultiHeadAttention equals HuggingFace's BERT, GPT-2 and Llama attention, and an
-attn_lib-attention Llama decodes exactly like ``model.generate(use_cache=True)`` (issue #13).
+"""attn_lib.mha: MultiHeadAttention.from_hf equals HuggingFace's BERT, GPT-2 and Llama attention; head_dim,
+average_attn_weights and the argument errors of the module (the decoding Llama is in tests/test_llama.py).
 
 Tiny random-initialised models built from transformers configs (no download), in float64.
 """
@@ -10,36 +10,8 @@ import pytest
 import torch
 
 from attn_lib.mha import MultiHeadAttention
-from attn_lib.models.llama import AttnLibLlama
 
-#: HF's LlamaRotaryEmbedding computes cos/sin in float32 even in a float64 model (autocast off, then
-#: cast), so float64 results agree to float32's precision of the angles (~1e-9 abs measured), not 1e-12.
-HF_ROPE_TOL = {"rtol": 1e-6, "atol": 1e-7}
-
-
-def _capture(model, modules):
-    """Run hooks that record (input hidden_states, output) of each module."""
-    seen = {}
-
-    def hook(i):
-        def f(mod, args, kwargs, out):
-            x = args[0] if args else kwargs["hidden_states"]
-            seen[i] = (x.detach(), (out[0] if isinstance(out, tuple) else out).detach())
-        return f
-
-    handles = [m.register_forward_hook(hook(i), with_kwargs=True) for i, m in enumerate(modules)]
-    return seen, handles
-
-
-def _tiny_llama(head_dim=None, num_kv_heads=2, theta=500.0, bias=False):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=num_kv_heads, head_dim=head_dim,
-                      rope_theta=theta, attention_bias=bias, bos_token_id=None, eos_token_id=None,
-                      pad_token_id=None, attn_implementation="eager")
-    return LlamaForCausalLM(cfg).double().eval()
+from references import HF_ROPE_TOL, capture as _capture, tiny_llama as _tiny_llama
 
 
 @pytest.mark.parametrize("head_dim, num_kv_heads, bias", [(None, 2, False), (12, 2, False), (6, 1, True), (8, 4, False)])
@@ -119,34 +91,6 @@ def test_from_hf_refuses_what_it_cannot_copy():
                       rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
     with pytest.raises(ValueError, match="rope_type 'linear'"):
         MultiHeadAttention.from_hf(LlamaForCausalLM(cfg).model.layers[0].self_attn)
-
-
-@pytest.mark.parametrize("head_dim", [None, 12])
-def test_attn_lib_llama_decodes_like_hf_generate(head_dim):
-    """Greedy decoding with attn_lib attention + KVCache == HF generate(use_cache=True):
-    the tokens, the logits of every step and the cached keys/values of every layer."""
-    model = _tiny_llama(head_dim)
-    ours = AttnLibLlama(model)
-    prompt = torch.randint(0, 61, (2, 5))
-    n = 8
-    with torch.no_grad():
-        hf = model.generate(prompt, max_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0,
-                            return_dict_in_generate=True, output_logits=True)
-    ids, step_logits, caches = ours.generate_greedy(prompt, n)
-    assert torch.equal(ids, hf.sequences) and ids.shape == (2, 5 + n)
-    for step, (a, b) in enumerate(zip(step_logits, hf.logits)):
-        assert b.dtype == torch.float32  # generate hands back its logits as float32, even for a float64 model
-        torch.testing.assert_close(a.to(b.dtype), b, **HF_ROPE_TOL, msg=f"step {step}")
-    hf_cache = getattr(hf, "cache", None) or hf.past_key_values
-    for i, cache in enumerate(caches):
-        assert cache.seq_len == 5 + n - 1
-        torch.testing.assert_close(cache.keys, hf_cache.layers[i].keys, **HF_ROPE_TOL)  # after RoPE
-        torch.testing.assert_close(cache.values, hf_cache.layers[i].values, **HF_ROPE_TOL)  # layer 1: via layer 0
-    # the cache changes nothing: recomputing the whole sequence each step gives the same tokens
-    again, _, _ = ours.generate_greedy(prompt, n, use_cache=False)
-    assert torch.equal(again, ids)
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        ours.generate_greedy(prompt, 0)
 
 
 # ---------------------------------------------------------------- head_dim, average_attn_weights

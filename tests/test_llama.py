@@ -1,0 +1,41 @@
+"""attn_lib.models.llama: a HuggingFace Llama with attn_lib's attention and KV cache decodes exactly like
+``model.generate(use_cache=True)``: tokens, every step's logits and the cached keys and values.
+
+Tiny random-initialised models built from transformers configs (no download), in float64.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_lib.models.llama import AttnLibLlama
+from references import HF_ROPE_TOL, tiny_llama
+
+
+@pytest.mark.parametrize("head_dim", [None, 12])
+def test_attn_lib_llama_decodes_like_hf_generate(head_dim):
+    """Greedy decoding with attn_lib attention + KVCache == HF generate(use_cache=True):
+    the tokens, the logits of every step and the cached keys/values of every layer."""
+    model = tiny_llama(head_dim)
+    ours = AttnLibLlama(model)
+    prompt = torch.randint(0, 61, (2, 5))
+    n = 8
+    with torch.no_grad():
+        hf = model.generate(prompt, max_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0,
+                            return_dict_in_generate=True, output_logits=True)
+    ids, step_logits, caches = ours.generate_greedy(prompt, n)
+    assert torch.equal(ids, hf.sequences) and ids.shape == (2, 5 + n)
+    for step, (a, b) in enumerate(zip(step_logits, hf.logits)):
+        assert b.dtype == torch.float32  # generate hands back its logits as float32, even for a float64 model
+        torch.testing.assert_close(a.to(b.dtype), b, **HF_ROPE_TOL, msg=f"step {step}")
+    hf_cache = getattr(hf, "cache", None) or hf.past_key_values
+    for i, cache in enumerate(caches):
+        assert cache.seq_len == 5 + n - 1
+        torch.testing.assert_close(cache.keys, hf_cache.layers[i].keys, **HF_ROPE_TOL)  # after RoPE
+        torch.testing.assert_close(cache.values, hf_cache.layers[i].values, **HF_ROPE_TOL)  # layer 1: via layer 0
+    # the cache changes nothing: recomputing the whole sequence each step gives the same tokens
+    again, _, _ = ours.generate_greedy(prompt, n, use_cache=False)
+    assert torch.equal(again, ids)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        ours.generate_greedy(prompt, 0)
