@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 
 from attn_lib._checks import (check_attn_mask, check_bool, check_heads as _check_heads, check_int as _check_int,
-                              check_number, check_qkv, check_same_device, check_scale, check_tensor, shape_of as _shape)
+                              check_qkv, check_same_device, check_scale, check_tensor, shape_of as _shape)
 from attn_lib.masks import causal_mask
 
 __all__ = [

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from attn_lib.data import (SOURCE_VOCAB, TARGET_VOCAB, DateBatch, DateExample, collate)
 
 __all__ = [
-    "train", "TrainResult", "single_thread", "endless_batches", "seq2seq_loss", "predict_seq2seq", "exact_match", "Evaluation",
+    "train_loop", "TrainResult", "single_thread", "endless_batches", "seq2seq_loss", "predict_seq2seq", "exact_match", "Evaluation",
     "MASK_ID", "NUM_SLOTS", "encoder_only_inputs", "encoder_only_loss", "predict_encoder_only",
     "decoder_only_inputs", "decoder_only_loss", "predict_decoder_only",
     "DATE_MODEL_CONFIG", "DATE_TRAIN_CONFIG", "LIVE_TRAIN_CONFIG", "GQA_UPTRAIN_CONFIG", "uptrain_date_model", "train_date_model", "save_model", "load_model", "CHECKPOINT",
@@ -83,7 +83,7 @@ def endless_batches(examples: Sequence[DateExample], batch_size: int, *, seed: i
             yield collate([examples[j] for j in batches[k]])
 
 
-def train(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, steps: int, lr: float = 3e-3,
+def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, steps: int, lr: float = 3e-3,
           warmup_steps: int = 50, weight_decay: float = 0.01, clip_norm: float = 1.0,
           desc: str = "training", progress: bool = True, threads: int | None = 1,
           stop_after: int | None = None, fused: bool = False) -> TrainResult:
@@ -323,7 +323,7 @@ def _train_on_dates(model, cfg: dict, *, seed: int, progress: bool, desc: str, s
     """:func:`train` on the date task's train split with a config dict (steps, batch_size, lr, warmup_steps, fused)."""
     from attn_lib.data import load_splits
 
-    return train(model, endless_batches(load_splits()["train"], cfg["batch_size"], seed=seed), seq2seq_loss,
+    return train_loop(model, endless_batches(load_splits()["train"], cfg["batch_size"], seed=seed), seq2seq_loss,
                  steps=cfg["steps"], lr=cfg["lr"], warmup_steps=cfg["warmup_steps"], progress=progress,
                  desc=desc, stop_after=stop_after, fused=cfg.get("fused", False))
 
