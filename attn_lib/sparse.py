@@ -2,8 +2,9 @@
 (notebook 11).
 
 DeepSeek-V3.2 (DeepSeek-AI 2025, "DeepSeek-V3.2-Exp: Boosting Long-Context Efficiency with DeepSeek Sparse
-Attention", section 2.1) adds to MLA (:mod:`attn_lib.mla`) a small scorer, the **lightning indexer**. For query
-token t and an earlier token s, with H_I indexer heads of d_I features (eq. 1)::
+Attention", the report in github.com/deepseek-ai/DeepSeek-V3.2-Exp) adds to MLA (:mod:`attn_lib.mla`) a small
+scorer, the **lightning indexer**. For query token t and an earlier token s, with H_I indexer heads of d_I features
+(the report's eq. 1)::
 
     I[t, s] = Σ_j w[t, j] · ReLU(q_I[t, j] · k_I[s])
 
@@ -19,7 +20,7 @@ token t and an earlier token s, with H_I indexer heads of d_I features (eq. 1)::
   compute the exact scores instead.
 
 Each query then keeps the ``topk`` keys of largest I[t, s] among the causal ones (all of them while there are fewer)
-and attends with MLA to those only (section 2.1: "in the MQA mode of MLA", each latent entry (c_KV, k_R) shared by
+and attends with MLA to those only (the report implements it in MLA's MQA mode: each latent entry (c_KV, k_R) shared by
 all heads): :meth:`SparseLatentAttention.forward` gathers the chosen latents, so the attention costs O(L·k), not
 O(L·S). The indexer itself is still O(L·S) but small (64 heads of 128 FP8 features, no softmax).
 :func:`dsa_decode_cost` counts both against dense MLA attention.
@@ -49,7 +50,7 @@ def _pos(name, v):
 
 
 class LightningIndexer(nn.Module):
-    """DeepSeek-V3.2's lightning indexer: index scores I[t, s] and the top-k keys per query (DeepSeek-V3.2 §2.1).
+    """DeepSeek-V3.2's lightning indexer: index scores I[t, s] and the top-k keys per query (the report's eq. 1).
 
     Args:
         d_model: model width. q_lora_rank: the width of the compressed query c_Q it reads.

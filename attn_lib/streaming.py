@@ -1,4 +1,5 @@
-"""StreamingLLM measured on a model the course trains: evicting the first tokens hurts, keeping them does not (notebook 11).
+"""StreamingLLM measured on a model the course trains: evicting the first tokens hurts, keeping them does not
+(notebook 11).
 
 Xiao et al. 2023 ("Efficient Streaming Language Models with Attention Sinks", sections 3.1-3.2) found that a trained
 LM parks much attention on its first tokens, whatever they are; a window cache that evicts them breaks the model,
@@ -112,7 +113,8 @@ def char_corpus() -> tuple[torch.Tensor, int]:
 
 def bos_windows(stream: torch.Tensor, batch_size: int, seq_len: int, bos: int,
                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows of ``stream``, each starting with ``bos``: inputs (B, seq_len) and next-token targets (B, seq_len).
+    """Random windows of ``stream``, each starting with ``bos``: inputs (B, seq_len) and next-token targets
+    (B, seq_len), int64.
 
     Raises:
         TypeError / ValueError: sizes not ints >= 2 (seq_len) / >= 1; a stream shorter than seq_len.
@@ -133,7 +135,7 @@ def train_sink_model(*, seed: int = 0, steps: int = 200, seq_len: int = 64, d_mo
     About 5 s on one CPU thread with the defaults (200 AdamW steps of batch 16).
 
     Returns:
-        (model in eval mode, the character stream, the BOS id).
+        (model in eval mode, float32 whatever the default dtype, the character stream, the BOS id).
 
     Raises:
         TypeError / ValueError: a size not an int >= 1.
@@ -142,7 +144,7 @@ def train_sink_model(*, seed: int = 0, steps: int = 200, seq_len: int = 64, d_mo
     gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
     stream, bos = char_corpus()
     torch.manual_seed(seed)
-    model = TinyDecoder(bos + 1, d_model=check_int("d_model", d_model, minimum=1), num_heads=4, num_kv_heads=2)
+    model = TinyDecoder(bos + 1, d_model=check_int("d_model", d_model, minimum=1), num_heads=4, num_kv_heads=2).float()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     model.train()
     for _ in range(steps):
