@@ -26,6 +26,8 @@ Modules (one idea each):
 - ``attn_lib.mla``            DeepSeek's multi-head latent attention, its latent cache and absorbed decode (11)
 - ``attn_lib.windows``        sliding-window masks, the ring-buffer KV cache, StreamingLLM sinks, local:global (11)
 - ``attn_lib.variants``       QK-norm, logit soft-capping, learned sinks, KV sharing: Qwen3/Gemma/gpt-oss layers (11)
+- ``attn_lib.sparse``         DeepSeek-V3.2's sparse attention: the lightning indexer, top-k, its FLOPs and bytes (11)
+- ``attn_lib.streaming``      StreamingLLM measured on a tiny trained decoder; the sinks + ring cache (11)
 - ``attn_lib.kv_table``       KV-cache bytes of published models (Llama 3.1 ... DeepSeek-V3, gpt-oss) (11)
 - ``attn_lib.hf_equal``       float64 equality harness against transformers' attention modules (11)
 - ``attn_lib.linear``         linear attention (parallel, recurrent, chunked), Mamba-2's SSD, FFT long convolutions (12)
@@ -71,7 +73,7 @@ _LAZY = {
 _SUBMODULES = {
     "attention", "bench", "data", "deltanet", "env", "capstone", "exercises", "flash", "gqa", "heads", "hf", "hf_equal",
     "kv_cache", "kv_table", "lab", "linear", "masks", "mha", "mla", "models", "positional", "pretrained", "quantization",
-    "recall", "tiled", "tokenization", "train", "variants", "viz", "windows",
+    "recall", "sparse", "streaming", "tiled", "tokenization", "train", "variants", "viz", "windows",
 }
 
 __all__ = ["setup", "load_pretrained", "DATA_DIR", "REPO_ROOT", *_LAZY]

@@ -5,11 +5,12 @@ capture the mask its attention layers receive (:func:`captured_attention_masks`)
 and attn_lib's copy of it (``SomeClass.from_hf(module)``) the same hidden states and the same RoPE angles
 (:func:`hf_cos_sin`, computed in float64 by :func:`attn_lib.positional.rope_cos_sin`) and compare in float64.
 
-transformers computes two things in float32 even inside a float64 model: the softmax of its eager attention
-(``softmax(..., dtype=torch.float32)``) and its RMSNorms (``hidden_states.to(torch.float32)``). A float64
-comparison would then only agree to float32's precision (~1e-7). :func:`float64_reference` lifts exactly those
-two casts while the reference runs, so that the comparison can be made at 1e-10; the tests also compare without
-it, at float32's tolerance, to show that it changes nothing else.
+transformers computes three things in float32 even inside a float64 model: the softmax of its eager attention
+(``softmax(..., dtype=torch.float32)``), its RMSNorms (``hidden_states.to(torch.float32)``) and DeepSeek-V3.2's
+indexer scores (``q.float()``, ``weights_proj(...).float()`` in ``DeepseekV32Indexer``). A float64 comparison would
+then only agree to float32's precision (~1e-7). :func:`float64_reference` lifts exactly those casts while the
+reference runs, so that the comparison can be made at 1e-10; the tests also compare without it, at float32's
+tolerance, to show that it changes nothing else.
 """
 
 from __future__ import annotations
@@ -41,13 +42,19 @@ def _rms64(self, x):
 
 @contextlib.contextmanager
 def float64_reference():
-    """While active, transformers' eager softmax and RMSNorms keep a float64 input in float64.
+    """While active, transformers' eager softmax, RMSNorms and ``.float()`` casts keep a float64 input in float64.
 
-    Patches ``torch.nn.functional.softmax`` (a ``dtype=torch.float32`` request on a float64 input is dropped) and the
+    Patches ``torch.nn.functional.softmax`` (a ``dtype=torch.float32`` request on a float64 input is dropped), the
     ``forward`` of every ``*RMSNorm`` class of the loaded ``transformers.models.*`` modules (the same formula, in the
-    input dtype). Everything is restored on exit, also after an error. Not thread-safe; for tests and notebooks.
+    input dtype) and ``torch.Tensor.float`` (a float64 tensor is returned as it is; every other dtype is converted as
+    usual). Everything is restored on exit, also after an error. Not thread-safe; for tests and notebooks.
     """
     softmax = F.softmax
+    to_float = torch.Tensor.float
+    had_float = "float" in torch.Tensor.__dict__
+
+    def float64_stays(self, *args, **kwargs):
+        return self if self.dtype == torch.float64 else to_float(self, *args, **kwargs)
 
     def softmax64(input, dim=None, _stacklevel=3, dtype=None):
         if dtype == torch.float32 and input.dtype == torch.float64:
@@ -63,10 +70,15 @@ def float64_reference():
                 patched.append((cls, cls.__dict__.get("forward")))
                 cls.forward = _rms64
     F.softmax = softmax64
+    torch.Tensor.float = float64_stays
     try:
         yield
     finally:
         F.softmax = softmax
+        if had_float:
+            torch.Tensor.float = to_float
+        else:
+            del torch.Tensor.float
         for cls, forward in patched:
             if forward is None:
                 del cls.forward

@@ -1,0 +1,134 @@
+"""attn_lib.sparse equals transformers' DeepseekV32Indexer (scores, top-k) and DeepseekV32Attention (the whole DSA
+layer, gathered and masked) in float64; dsa_decode_cost matches a hand count (notebook 11, issue #25)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_lib.hf_equal import float64_reference, hf_cos_sin, max_abs_diff
+from attn_lib.masks import causal_mask
+from attn_lib.mla import MultiHeadLatentAttention
+from attn_lib.sparse import LightningIndexer, SparseLatentAttention, dsa_decode_cost
+
+TOL = {"rtol": 0, "atol": 1e-10}
+B, L, TOPK = 2, 12, 4
+
+
+@pytest.fixture(scope="module")
+def hf_dsa():
+    from transformers import DeepseekV32Config
+    from transformers.models.deepseek_v32.modeling_deepseek_v32 import DeepseekV32Attention
+
+    torch.manual_seed(0)
+    cfg = DeepseekV32Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=12,
+                            kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, rope_theta=1000.0,
+                            index_n_heads=8, index_head_dim=8, index_topk=TOPK, num_hidden_layers=1,
+                            attn_implementation="eager")
+    m = DeepseekV32Attention(cfg, 0).double().eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.3)  # norms too: weights of ones and a zero bias would hide a missing one
+    x = torch.randn(B, L, 32, dtype=torch.float64)
+    cos, sin = hf_cos_sin(torch.arange(L), 4, base=1000.0, batch=B)
+    mask = torch.zeros(B, 1, L, L, dtype=torch.float64).masked_fill(~causal_mask(L), torch.finfo(torch.float64).min)
+    return m, x, (cos, sin), mask
+
+
+def _hf_indexer(m, x, rope, mask, monkeypatch, ref64=True):
+    """transformers' top-k indices, and the index scores it hands to ``topk`` (captured: it returns only indices)."""
+    seen = {}
+    topk = torch.Tensor.topk
+
+    def spy(self, *args, **kwargs):
+        seen["scores"] = self
+        return topk(self, *args, **kwargs)
+
+    with torch.no_grad(), monkeypatch.context() as mp:
+        mp.setattr(torch.Tensor, "topk", spy)
+        q_resid = m.q_a_layernorm(m.q_a_proj(x))
+        if ref64:
+            with float64_reference():
+                q_resid = m.q_a_layernorm(m.q_a_proj(x))
+                idx = m.indexer(x, q_resid, rope, mask[:, 0], None)
+        else:
+            idx = m.indexer(x, q_resid, rope, mask[:, 0], None)
+    return q_resid, idx.long(), seen["scores"]
+
+
+def _chosen(idx):
+    """bool (B, L, S): the keys transformers' indices pick, causal ones only (a row with fewer than k causal keys
+    also "picks" blocked future keys, which its attention mask blocks anyway)."""
+    return torch.zeros(B, L, L, dtype=torch.bool).scatter(-1, idx, True) & causal_mask(L)
+
+
+def test_indexer_scores_and_topk_equal_deepseek_v32_indexer(hf_dsa, monkeypatch):
+    m, x, rope, mask = hf_dsa
+    q_resid, idx, hf_scores = _hf_indexer(m, x, rope, mask, monkeypatch)
+    assert hf_scores.dtype == torch.float64  # the lift worked: transformers' .float() kept float64
+    ours = LightningIndexer.from_hf(m.indexer)
+    with torch.no_grad():
+        scores = ours.scores(x, q_resid)
+    causal = causal_mask(L).expand(B, L, L)
+    torch.testing.assert_close(scores[causal], hf_scores[causal], **TOL)
+    assert (scores[~causal] == float("-inf")).all() and (hf_scores[~causal] < -1e300).all()
+    # the top-k is determined: where a row has more than k causal keys, its k-th and (k+1)-th scores differ
+    top = scores.sort(-1, descending=True).values
+    gap = (top[:, TOPK:, TOPK - 1] - top[:, TOPK:, TOPK]).min()
+    assert gap > 1e-4
+    chosen = ours.selected_mask(scores)
+    assert torch.equal(chosen, _chosen(idx))
+    # each query keeps min(k, its causal keys): 1, 2, 3, 4, 4, ... -- so rows 4.. drop keys
+    assert chosen.sum(-1).tolist() == [[min(TOPK, t + 1) for t in range(L)]] * B
+    # without float64_reference transformers scores in float32 (then adds the float64 mask): equal only to
+    # float32's precision, same top-k
+    q32, idx32, s32 = _hf_indexer(m, x, rope, mask, monkeypatch, ref64=False)
+    assert 1e-10 < max_abs_diff(scores[causal].float(), s32[causal]) < 1e-5
+    assert torch.equal(_chosen(idx32), chosen)
+
+
+def test_sparse_attention_equals_deepseek_v32_attention(hf_dsa):
+    m, x, rope, mask = hf_dsa
+    with torch.no_grad(), float64_reference():
+        ref = m(x, rope, mask)[0]
+    ours = SparseLatentAttention.from_hf(m)
+    assert ours.indexer.topk == TOPK and ours.q_lora_rank == 12
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), ref, **TOL)  # the k gathered latents per query, absorbed
+        torch.testing.assert_close(ours(x, gather=False), ref, **TOL)  # dense MLA, the unchosen keys masked
+        # the selection matters: dense MLA over every causal key is another result
+        assert max_abs_diff(MultiHeadLatentAttention.from_hf(m)(x), ref) > 1e-3
+        # and with k >= L, DSA is dense MLA
+        ours.indexer.topk = L
+        torch.testing.assert_close(ours(x), MultiHeadLatentAttention.from_hf(m)(x), **TOL)
+
+
+def test_dsa_decode_cost_by_hand_and_bad_input():
+    # DeepSeek-V3.2 at S = 65536: H 128, r 512, dr 64, d 7168, r_q 1536, H_I 64, d_I 128, k 2048
+    c = dsa_decode_cost(65536)
+    assert c["dense"]["flops"] == 2 * 65536 * 128 * 576 + 2 * 65536 * 128 * 512 == 18_253_611_008
+    assert c["dense"]["bytes"] == 65536 * 576 * 2 == 75_497_472
+    indexer = 2 * 1536 * 64 * 128 + 2 * 7168 * 128 + 2 * 7168 * 64 + 2 * 65536 * 64 * 128 + 2 * 65536 * 64
+    assert c["sparse"]["indexer_flops"] == indexer == 1_110_048_768
+    assert c["sparse"]["attention_flops"] == 2 * 2048 * 128 * 1088 == 570_425_344
+    assert c["sparse"]["bytes"] == 65536 * 128 * 1 + 2048 * 576 * 2 == 10_747_904
+    assert 10.8 < c["dense"]["flops"] / c["sparse"]["flops"] < 11.0  # 18.25 / 1.680 GFLOP
+    # below k tokens DSA attends to every key: its attention is the dense count, the indexer only adds
+    small = dsa_decode_cost(1024)
+    assert small["sparse"]["attention_flops"] == small["dense"]["flops"] < small["sparse"]["flops"]
+    with pytest.raises(ValueError, match="seq_len"):
+        dsa_decode_cost(0)
+    with pytest.raises(ValueError, match="bytes_per_element"):
+        dsa_decode_cost(8, bytes_per_element=0)
+    ix = LightningIndexer(8, 4, num_heads=2, head_dim=4, rope_dim=2, topk=2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="q_lora_rank=4"):
+        ix.scores(torch.zeros(1, 3, 8, dtype=torch.float64), torch.zeros(1, 3, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="rope_dim must be even"):
+        LightningIndexer(8, 4, num_heads=2, head_dim=4, rope_dim=6, topk=2)
+    with pytest.raises(TypeError, match="DeepseekV32Indexer"):
+        LightningIndexer.from_hf(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="DeepseekV32Attention"):
+        SparseLatentAttention.from_hf(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="q_lora_rank"):
+        SparseLatentAttention(8, 2, index_heads=2, index_head_dim=4, topk=2, q_lora_rank=None, kv_lora_rank=4,
+                              qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=2)
