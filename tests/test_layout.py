@@ -67,3 +67,18 @@ def test_each_public_name_is_defined_in_one_module():
                 if obj.__module__ != name:
                     owners.setdefault(public, []).append(f"{name} (defined in {obj.__module__})")
     assert not owners, owners
+
+
+def test_readme_layout_names_every_module():
+    """The README's Layout section lists every module of attn_lib (and of attn_lib.models) by name."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout"):readme.index("## Tests")]
+    named = set(re.findall(r"`([\w/]+)`", layout))
+    modules = {p.stem for p in (root / "attn_lib").glob("*.py") if p.stem != "__init__"}
+    modules |= {p.stem for p in (root / "attn_lib" / "models").glob("*.py") if p.stem != "__init__"}
+    missing = sorted(m for m in modules if m not in named)
+    assert not missing, f"README's Layout does not name: {missing}"
