@@ -329,8 +329,10 @@ def _key_range(p: _Problem, i0: int, i1: int, block_k: int) -> tuple[int, int]:
     if right >= 0:
         stop = min(stop, i1 - 1 + S - L + right + 1)
     if left >= 0:
-        start = max(0, i0 + S - L - left) // block_k * block_k  # first row's first key
-    return start, max(start, stop)
+        start = max(0, i0 + S - L - left)  # first row's first key
+    if start >= stop:  # no row of the block sees a key
+        return 0, 0
+    return start // block_k * block_k, stop
 
 
 def _query_range(p: _Problem, j0: int, j1: int, block_q: int) -> tuple[int, int]:
@@ -344,8 +346,10 @@ def _query_range(p: _Problem, j0: int, j1: int, block_q: int) -> tuple[int, int]
         start = max(start, j0 - (S - L) - right)  # rows r with r + S - L + right >= j0
     if left >= 0:
         stop = min(stop, j1 - 1 - (S - L) + left + 1)  # rows r with r + S - L - left <= j1 - 1
-    start = max(0, start) // block_q * block_q
-    return start, max(start, stop)
+    start = max(0, start)
+    if start >= stop:  # no row sees a key of the block
+        return 0, 0
+    return start // block_q * block_q, stop
 
 
 def _alibi_distance(p: _Problem, i0: int, i1: int, j0: int, j1: int, dtype) -> torch.Tensor:

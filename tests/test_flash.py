@@ -266,7 +266,8 @@ def test_kernel_compiles_for_hopper_after_an_interpreted_run():
 def test_every_kernel_compiles_ahead_of_time_for_a100_and_h100(kernel, arch):
     # what the README claims without a GPU: all four kernels compile for sm_80 and sm_90 (PTX and a cubin)
     compiled = flash_mod.compile_kernel(torch.float16, 64, kernel=kernel, is_causal=True,
-                                        mask_kind=flash_mod.MASK_FLOAT, alibi=True, arch=arch)
+                                        mask_kind=flash_mod.MASK_FLOAT, alibi=True, window=True, softcap=True,
+                                        sinks=True, arch=arch)
     assert f".target sm_{arch}" in compiled.asm["ptx"]
     assert len(compiled.asm["cubin"]) > 1000
 
@@ -290,6 +291,9 @@ def test_backward_kernels_compile_for_hopper(kernel):
     (dict(num_stages=0), ValueError, "num_stages must be an int >= 1"),
     (dict(is_causal="yes"), TypeError, "is_causal must be a bool"),
     (dict(alibi=1), TypeError, "alibi must be a bool"),
+    (dict(window=1), TypeError, "window must be a bool"),
+    (dict(softcap=30.0), TypeError, "softcap must be a bool"),
+    (dict(sinks=None), TypeError, "sinks must be a bool"),
 ])
 def test_compile_kernel_refuses_what_would_crash_or_give_raw_errors(kwargs, exc, words):
     with pytest.raises(exc, match=words):
