@@ -1,6 +1,7 @@
 """Benchmarks of tiled attention: ``python -m attn_lib.bench cpu`` or ``python -m attn_lib.bench gpu``.
 
-``cpu``: naive attention (full score matrix) vs :func:`attn_lib.tiled.tiled_attention`
+``cpu``: naive attention (full score matrix) vs :func:`attn_lib.tiled.tiled_attention` (eager, and with
+``compile_tile=True``: each tile's online-softmax step under ``torch.compile``, the compile time reported)
 vs ``torch.nn.functional.scaled_dot_product_attention`` (which runs a flash-style fused kernel on
 the CPU), for N = 1k, 2k, 4k, 8k tokens, 8 heads, head_dim 64, float32, one torch thread: median
 CPU time and wall time, and peak extra memory (every allocation through PyTorch's CPU allocator
@@ -110,29 +111,47 @@ CPU_METHODS = {
     "tiled": lambda q, k, v: tiled_attention(q, k, v),
     "torch": lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
 }
+# the fusion lesson: the same tiled loop with each tile's online-softmax step under torch.compile (Inductor)
+COMPILED_METHOD = {"tiled_compiled": lambda q, k, v: tiled_attention(q, k, v, compile_tile=True)}
+
+
+def _compile_info() -> dict:
+    """Where torch caches what Inductor compiles (a later process reuses it: its first call compiles faster)."""
+    info = {}
+    try:
+        from torch._inductor import config as inductor_config
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        info = {"inductor_cache_dir": cache_dir(), "fx_graph_cache": bool(inductor_config.fx_graph_cache)}
+    except Exception as exc:  # pragma: no cover - private API moved
+        info = {"inductor_cache_dir": None, "note": f"cache location unknown: {exc!r}"}
+    return info
 
 
 def run_cpu(sizes=(1024, 2048, 4096, 8192), heads: int = 8, head_dim: int = 64, repeats: int = 3,
-            out: Path | None = CPU_JSON, seed: int = 0, threads: int | None = 1) -> dict:
+            out: Path | None = CPU_JSON, seed: int = 0, threads: int | None = 1, compile_tile: bool = True) -> dict:
     """Time and peak memory of naive, tiled and torch attention on the CPU (float32, batch 1).
 
     For each N: one profiled call per method measures the peak memory (and warms up), then
     ``repeats`` rounds of timed calls, one per method in turn, give the median times. ``threads``: torch's intra-op threads during the
     run (default 1: on a shared, busy machine multi-threaded timings of code made of many small
     operations, like the tiled loop, mostly measure the other processes; None keeps torch's setting).
+    ``compile_tile``: also time ``tiled_attention(..., compile_tile=True)`` ("tiled_compiled"); the wall time of
+    its very first call (the compile, plus one run at the first N) is recorded as ``compile.first_call_wall_s``.
     Returns the result dict (also saved as JSON).
     """
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _run_cpu(sizes, heads, head_dim, repeats, out, seed)
+        return _run_cpu(sizes, heads, head_dim, repeats, out, seed, compile_tile)
     finally:
         torch.set_num_threads(old_threads)
 
 
-def _run_cpu(sizes, heads, head_dim, repeats, out, seed) -> dict:
+def _run_cpu(sizes, heads, head_dim, repeats, out, seed, compile_tile=True) -> dict:
     torch.manual_seed(seed)
+    methods = {**CPU_METHODS, **(COMPILED_METHOD if compile_tile else {})}
     result = {
         "mode": "cpu",
         **_versions(),
@@ -149,29 +168,38 @@ def _run_cpu(sizes, heads, head_dim, repeats, out, seed) -> dict:
                          "during one call (torch.profiler, profile_memory=True); inputs excluded, output included",
         "rows": [],
     }
+    if compile_tile:
+        q, k, v = (torch.randn(1, heads, sizes[0], head_dim) for _ in range(3))
+        t0 = time.perf_counter()
+        COMPILED_METHOD["tiled_compiled"](q, k, v)  # every tile of every N has one shape: one compile
+        result["compile"] = {"first_call_wall_s": time.perf_counter() - t0, "at_n": sizes[0], **_compile_info(),
+                             "what": "wall time of the first tiled_attention(compile_tile=True) call of the process: "
+                                     "torch.compile (Dynamo + Inductor C++ codegen and build) plus one run"}
+        print(f"compile_tile: first call {result['compile']['first_call_wall_s']:.1f} s (compile + one run at "
+              f"N={sizes[0]}); Inductor cache {result['compile'].get('inductor_cache_dir')}", flush=True)
     table = []
     for n in sizes:
         q, k, v = (torch.randn(1, heads, n, head_dim) for _ in range(3))
         row = {"n": n}
         outs = {}
         peaks = {}
-        for name, fn in CPU_METHODS.items():
+        for name, fn in methods.items():
             peaks[name], outs[name] = measure_peak_memory(fn, q, k, v)  # also the warm-up call
         # Timed calls round-robin (naive, tiled, torch, naive, ...): the speed of a shared machine drifts by
         # tens of percent within minutes, and interleaving makes the drift hit the three methods alike.
-        walls, cpus = ({name: [] for name in CPU_METHODS} for _ in range(2))
+        walls, cpus = ({name: [] for name in methods} for _ in range(2))
         for _ in range(repeats):
-            for name, fn in CPU_METHODS.items():
+            for name, fn in methods.items():
                 t0, c0 = time.perf_counter(), time.process_time()
                 fn(q, k, v)
                 walls[name].append(time.perf_counter() - t0)
                 cpus[name].append(time.process_time() - c0)
-        for name in CPU_METHODS:
+        for name in methods:
             row[name] = {"cpu_s": statistics.median(cpus[name]), "wall_s": statistics.median(walls[name]),
                          "cpu_s_all": cpus[name], "wall_s_all": walls[name], "peak_bytes": peaks[name]}
         # the three must agree, or the comparison means nothing
         row["max_abs_diff_vs_torch"] = {
-            name: float((outs[name] - outs["torch"]).abs().max()) for name in ("naive", "tiled")
+            name: float((outs[name] - outs["torch"]).abs().max()) for name in methods if name != "torch"
         }
         row["ratios"] = {
             "tiled_cpu_time_over_torch": _ratio(row["tiled"]["cpu_s"], row["torch"]["cpu_s"]),
@@ -179,6 +207,10 @@ def _run_cpu(sizes, heads, head_dim, repeats, out, seed) -> dict:
             "tiled_memory_over_torch": _ratio(row["tiled"]["peak_bytes"], row["torch"]["peak_bytes"]),
             "tiled_memory_over_naive": _ratio(row["tiled"]["peak_bytes"], row["naive"]["peak_bytes"]),
         }
+        if compile_tile:
+            row["ratios"]["compiled_cpu_time_over_torch"] = _ratio(row["tiled_compiled"]["cpu_s"], row["torch"]["cpu_s"])
+            row["ratios"]["compiled_wall_time_over_torch"] = _ratio(row["tiled_compiled"]["wall_s"],
+                                                                    row["torch"]["wall_s"])
         result["rows"].append(row)
         r = row["ratios"]
         table.append([
@@ -187,6 +219,7 @@ def _run_cpu(sizes, heads, head_dim, repeats, out, seed) -> dict:
             *(f"{row[m]['peak_bytes'] / MIB:.1f}" for m in CPU_METHODS),
             f"{r['tiled_cpu_time_over_torch']:.2f}", f"{r['tiled_wall_time_over_torch']:.2f}",
             f"{r['tiled_memory_over_torch']:.2f}", f"{r['tiled_memory_over_naive']:.3f}",
+            *([f"{row['tiled_compiled']['cpu_s']:.3f}", f"{r['compiled_cpu_time_over_torch']:.2f}"] if compile_tile else []),
         ])
         print(f"N={n} done", flush=True)
         del q, k, v, outs
@@ -198,10 +231,15 @@ def _run_cpu(sizes, heads, head_dim, repeats, out, seed) -> dict:
         "tiled_cpu_time_within_1.3x_of_torch": last["tiled_cpu_time_over_torch"] <= 1.3,
         "tiled_wall_time_within_1.3x_of_torch": last["tiled_wall_time_over_torch"] <= 1.3,
     }
+    if compile_tile:
+        result["targets"]["compiled_cpu_time_within_1.3x_of_torch"] = last["compiled_cpu_time_over_torch"] <= 1.3
     headers = ["N", "naive cpu s", "tiled cpu s", "torch cpu s", "naive MiB", "tiled MiB", "torch MiB",
                "tiled/torch cpu", "tiled/torch wall", "tiled/torch mem", "tiled/naive mem"]
+    if compile_tile:
+        headers += ["compiled cpu s", "compiled/torch cpu"]
     print()
     print(f"CPU: {result['cpu']}, {result['torch_threads']} threads, torch {result['torch']}, {result['date_utc']}")
+    print(f"1-minute load average at the start: {result['load_average_1min_at_start']}")
     print(f"batch 1, {heads} heads, head_dim {head_dim}, float32, median of {repeats}; "
           "times are process CPU seconds (wall-clock ratios in their own column)")
     print(format_table(headers, table))
@@ -214,8 +252,9 @@ def markdown_cpu_table(result: dict) -> str:
     """The CPU result as a Markdown table (docs/benchmarks.md quotes it; a test keeps the two in sync)."""
     lines = [
         "| N | naive CPU s | tiled CPU s | torch CPU s | naive MiB | tiled MiB | torch MiB "
-        "| tiled/torch CPU time | tiled/torch wall time | tiled/torch memory | tiled/naive memory |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| tiled/torch CPU time | tiled/torch wall time | tiled/torch memory | tiled/naive memory "
+        "| compiled tile CPU s | compiled/torch CPU time |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["rows"]:
         r = row["ratios"]
@@ -224,6 +263,8 @@ def markdown_cpu_table(result: dict) -> str:
             + " | ".join(f"{row[m]['peak_bytes'] / MIB:.1f}" for m in CPU_METHODS)
             + f" | {r['tiled_cpu_time_over_torch']:.2f} | {r['tiled_wall_time_over_torch']:.2f}"
             f" | {r['tiled_memory_over_torch']:.2f} | {r['tiled_memory_over_naive']:.4f} |"
+            + (f" {row['tiled_compiled']['cpu_s']:.3f} | {r['compiled_cpu_time_over_torch']:.2f} |"
+               if "tiled_compiled" in row else " – | – |")
         )
     return "\n".join(lines)
 
@@ -415,6 +456,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per point on the CPU (median)")
     parser.add_argument("--out", type=Path, help="JSON file to write (default docs/benchmarks_<mode>.json)")
     parser.add_argument("--no-save", action="store_true", help="print only, write no JSON")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="cpu: skip tiled_attention(compile_tile=True) (torch.compile needs a C++ compiler)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for the cpu mode (default 1; 0 keeps torch's default)")
     args = parser.parse_args(argv)
@@ -425,7 +468,7 @@ def main(argv=None) -> int:
     if args.mode == "cpu":
         out = None if args.no_save else (args.out or CPU_JSON)
         run_cpu(**({"sizes": tuple(args.sizes)} if args.sizes else {}), repeats=args.repeats, out=out,
-                threads=args.threads or None)
+                threads=args.threads or None, compile_tile=not args.no_compile)
     else:
         default = Path(os.environ["OUT"]) / "benchmarks_gpu.json" if os.environ.get("OUT") else GPU_JSON
         out = None if args.no_save else (args.out or default)

@@ -88,9 +88,12 @@ if triton is not None:
         L, S, causal_offset,  # key c is visible from query r iff c <= r + causal_offset (0 or S - L)
         m_ptr, stride_ml, stride_ms,  # this (batch, head)'s attn_mask, row and column strides (0: broadcast)
         slope,  # this head's ALiBi slope m_h (unused without ALiBi)
-        IS_CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, HAS_ALIBI: tl.constexpr,
+        win_left, win_right,  # window: key c visible iff r + S - L - left <= c <= r + S - L + right (-1 -> L + S)
+        IS_CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_WINDOW: tl.constexpr,
     ):
-        """Apply ALiBi, the float or bool attn_mask and the causal mask to one tile of logits.
+        """Apply ALiBi, the float or bool attn_mask, the causal mask and the window to one tile of logits.
+
+        Soft-capping is applied by the kernels before this (flash-attn's and Gemma 2's order: cap, then bias/mask).
 
         The logits stay in natural units here (log2(e) is applied inside exp2, after the max is subtracted),
         so a finite bias near float32's maximum (a mask of 3e38, a slope of 3e38) cannot overflow to inf.
@@ -107,11 +110,19 @@ if triton is not None:
                 qk = qk + m.to(tl.float32)
         if IS_CAUSAL:
             keep = keep & (cols[None, :] <= rows[:, None] + causal_offset)
+        if HAS_WINDOW:  # flash-attn's window_size, bottom-right: query r sits at key position r + S - L
+            pos = rows[:, None] + (S - L)
+            keep = keep & (cols[None, :] >= pos - win_left) & (cols[None, :] <= pos + win_right)
         return tl.where(keep, qk, float("-inf"))
 
     @triton.jit
+    def _tanh(x):
+        """tanh(x) = 1 - 2 / (e^{2x} + 1), with e^{2x} = 2^{2x log2 e}; exact limits: e^{2x} = inf gives 1, 0 gives -1."""
+        return 1.0 - 2.0 / (tl.exp2(x * (2.0 * _LOG2E)) + 1.0)
+
+    @triton.jit
     def _attn_fwd_kernel(
-        Q, K, V, O, LSE, MASK, ALIBI,  # pointers: q, k, v, output, log-sum-exp (B*H, L), attn_mask, slopes
+        Q, K, V, O, LSE, MASK, ALIBI, SINKS,  # pointers: q, k, v, output, log-sum-exp (B*H, L), attn_mask, slopes, sinks (H,)
         stride_qb, stride_qh, stride_ql,  # strides of q (B, H, L, E), in elements; head_dim is contiguous
         stride_kb, stride_kh, stride_ks,  # k (B, Hkv, S, E)
         stride_vb, stride_vh, stride_vs,  # v (B, Hkv, S, Ev)
@@ -120,12 +131,14 @@ if triton is not None:
         stride_ab,  # ALiBi slopes (B, H): H, or 0 for one (H,) row shared by the batch
         H, L, S, GROUP, causal_offset,  # query heads, queries, keys, H // Hkv, 0 or S - L
         sm_scale,  # the softmax scale (1/sqrt(E) by default)
+        win_left, win_right, softcap,  # window sides (-1 replaced by L + S), the soft-cap (unused when off)
         HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr,  # E and Ev, the real head_dims
         BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,  # E, Ev rounded up to powers of two (>= 16): tl.arange needs one
         BLOCK_M: tl.constexpr,  # query rows per program
         BLOCK_N: tl.constexpr,  # keys per step of the inner loop
         IS_CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, HAS_ALIBI: tl.constexpr,
         DOT_PRECISION: tl.constexpr,  # "ieee" for float32 inputs; "tf32" (ignored for fp16/bf16)
+        HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
     ):
         # --- which tile this program computes --------------------------------------------------
         pid_m = tl.program_id(0)  # block of query rows
@@ -150,18 +163,29 @@ if triton is not None:
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max of the logits
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp(logit - m_i)
         acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)  # running sum of exp(logit - m_i) * v
-        # causal: keys after the tile's last row + offset are above the diagonal, never visited
+        if HAS_SINKS:  # gpt-oss: the sink's exp(sink) is in every row's sum from the start: m = sink, l = e^0 = 1
+            m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + tl.load(SINKS + h)
+            l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+        # causal: keys after the tile's last row + offset are above the diagonal, never visited;
+        # window: keys before the first row's window or after the last row's are never visited
+        row_end = tl.minimum((pid_m + 1) * BLOCK_M, L)  # one past the tile's last real row
+        lo = 0
         hi = S
         if IS_CAUSAL:
-            hi = tl.maximum(0, tl.minimum(S, (pid_m + 1) * BLOCK_M + causal_offset))
+            hi = tl.maximum(0, tl.minimum(S, row_end + causal_offset))
+        if HAS_WINDOW:
+            hi = tl.minimum(hi, row_end + (S - L) + win_right)  # (last row + S - L + right) + 1
+            lo = (tl.maximum(0, pid_m * BLOCK_M + (S - L) - win_left) // BLOCK_N) * BLOCK_N
         # --- stream K and V through, BLOCK_N keys at a time (line 6) ---------------------------
-        for start_n in range(0, hi, BLOCK_N):
+        for start_n in range(lo, hi, BLOCK_N):
             cols = start_n + offs_n  # (BLOCK_N,) key positions of this step
             k = tl.load(k_base + cols[:, None] * stride_ks, mask=(cols[:, None] < S) & d_ok[None, :], other=0.0)
             v = tl.load(v_base + cols[:, None] * stride_vs, mask=(cols[:, None] < S) & dv_ok[None, :], other=0.0)
             qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale  # S_ij = scale Q_i K_j^T (line 8)
+            if SOFTCAP:  # Gemma 2 / flash-attn: cap tanh(S / cap), before bias and mask
+                qk = softcap * _tanh(qk / softcap)
             qk = _tile_logits(qk, offs_m, cols, L, S, causal_offset, m_ptr, stride_ml, stride_ms, slope,
-                              IS_CAUSAL, MASK_KIND, HAS_ALIBI)
+                              win_left, win_right, IS_CAUSAL, MASK_KIND, HAS_ALIBI, HAS_WINDOW)
             m_new = tl.maximum(m_i, tl.max(qk, 1))  # m_new = max(m_old, rowmax(S_ij))  (line 9)
             m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: avoid -inf - -inf
             alpha = tl.exp2((m_i - m_ref) * _LOG2E)  # e^(m_old - m_new) = 2^((m_old - m_new) log2 e): the rescale
@@ -203,10 +227,11 @@ if triton is not None:
         stride_vb, stride_vh, stride_vs,  # v and dv (B, Hkv, S, Ev), contiguous
         stride_dob, stride_doh, stride_dol,
         stride_mb, stride_mh, stride_ml, stride_ms, stride_ab,
-        H, HKV, L, S, GROUP, causal_offset, sm_scale,
+        H, HKV, L, S, GROUP, causal_offset, sm_scale, win_left, win_right, softcap,
         HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         IS_CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
     ):
         """dK_j and dV_j for one block of keys, summed over the GROUP query heads that read them."""
         pid_n = tl.program_id(0)  # block of keys
@@ -225,8 +250,12 @@ if triton is not None:
         dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
         # causal: query rows r with r + offset < first key see none of these keys: start after them
         lo = 0
+        hi = L
         if IS_CAUSAL:
             lo = (tl.maximum(0, pid_n * BLOCK_N - causal_offset) // BLOCK_M) * BLOCK_M
+        if HAS_WINDOW:  # rows whose window ends before the first key, or starts after the last one, are skipped
+            lo = tl.maximum(lo, (tl.maximum(0, pid_n * BLOCK_N - (S - L) - win_right) // BLOCK_M) * BLOCK_M)
+            hi = tl.minimum(hi, tl.minimum((pid_n + 1) * BLOCK_N, S) - (S - L) + win_left)  # (last key - S + L + left) + 1
         for g in range(0, GROUP):  # GQA: every query head of the group adds to the same dK_j, dV_j
             h = h_kv * GROUP + g
             q_base = Q + b * stride_qb + h * stride_qh + offs_d[None, :]
@@ -235,7 +264,7 @@ if triton is not None:
             slope = 0.0
             if HAS_ALIBI:
                 slope = tl.load(ALIBI + b * stride_ab + h)
-            for start_m in range(lo, L, BLOCK_M):  # inner loop over query blocks (line 8)
+            for start_m in range(lo, hi, BLOCK_M):  # inner loop over query blocks (line 8)
                 rows = start_m + offs_m
                 row_ok = rows < L
                 q = tl.load(q_base + rows[:, None] * stride_ql, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
@@ -244,12 +273,17 @@ if triton is not None:
                 lse = tl.where(lse == float("-inf"), 0.0, lse)  # rows that saw no key: P = exp(-inf) = 0
                 delta = tl.load(DELTA + (b * H + h) * L + rows, mask=row_ok, other=0.0)
                 qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale  # recompute S_ij (line 10)
+                if SOFTCAP:
+                    th = _tanh(qk / softcap)  # kept for the derivative 1 - tanh^2
+                    qk = softcap * th
                 qk = _tile_logits(qk, rows, cols, L, S, causal_offset, m_ptr, stride_ml, stride_ms, slope,
-                                  IS_CAUSAL, MASK_KIND, HAS_ALIBI)
+                                  win_left, win_right, IS_CAUSAL, MASK_KIND, HAS_ALIBI, HAS_WINDOW)
                 p = tl.exp2((qk - lse[:, None]) * _LOG2E)  # P_ij = exp(S_ij - L_i): exact probabilities (line 11)
                 dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)  # dV_j += P^T dO_i (line 12)
                 dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # dP_ij = dO_i V_j^T  (line 13)
                 ds = p * (dp - delta[:, None])  # dS_ij = P_ij * (dP_ij - D_i)  (line 14)
+                if SOFTCAP:  # d(scale q k) = dS (1 - tanh^2(scale q k / cap))
+                    ds = ds * (1.0 - th * th)
                 dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=DOT_PRECISION)  # dK_j += dS^T Q_i (line 16)
         col_ok = cols[:, None] < S
         tl.store(DK + b * stride_kb + h_kv * stride_kh + cols[:, None] * stride_ks + offs_d[None, :],
@@ -265,10 +299,11 @@ if triton is not None:
         stride_vb, stride_vh, stride_vs,
         stride_dob, stride_doh, stride_dol,
         stride_mb, stride_mh, stride_ml, stride_ms, stride_ab,
-        H, L, S, GROUP, causal_offset, sm_scale,
+        H, L, S, GROUP, causal_offset, sm_scale, win_left, win_right, softcap,
         HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         IS_CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
     ):
         """dQ_i = scale sum_j dS_ij K_j (Algorithm 2, line 15) for one block of query rows."""
         pid_m = tl.program_id(0)
@@ -293,25 +328,35 @@ if triton is not None:
         if HAS_ALIBI:
             slope = tl.load(ALIBI + b * stride_ab + h)
         dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        row_end = tl.minimum((pid_m + 1) * BLOCK_M, L)  # the forward's key range for these rows
+        lo = 0
         hi = S
         if IS_CAUSAL:
-            hi = tl.maximum(0, tl.minimum(S, (pid_m + 1) * BLOCK_M + causal_offset))
-        for start_n in range(0, hi, BLOCK_N):
+            hi = tl.maximum(0, tl.minimum(S, row_end + causal_offset))
+        if HAS_WINDOW:
+            hi = tl.minimum(hi, row_end + (S - L) + win_right)
+            lo = (tl.maximum(0, pid_m * BLOCK_M + (S - L) - win_left) // BLOCK_N) * BLOCK_N
+        for start_n in range(lo, hi, BLOCK_N):
             cols = start_n + offs_n
             k = tl.load(k_base + cols[:, None] * stride_ks, mask=(cols[:, None] < S) & d_ok[None, :], other=0.0)
             v = tl.load(v_base + cols[:, None] * stride_vs, mask=(cols[:, None] < S) & dv_ok[None, :], other=0.0)
             qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
+            if SOFTCAP:
+                th = _tanh(qk / softcap)
+                qk = softcap * th
             qk = _tile_logits(qk, rows, cols, L, S, causal_offset, m_ptr, stride_ml, stride_ms, slope,
-                              IS_CAUSAL, MASK_KIND, HAS_ALIBI)
+                              win_left, win_right, IS_CAUSAL, MASK_KIND, HAS_ALIBI, HAS_WINDOW)
             p = tl.exp2((qk - lse[:, None]) * _LOG2E)  # P_ij recomputed (line 11)
             dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # dP_ij (line 13)
             ds = p * (dp - delta[:, None])  # dS_ij (line 14)
+            if SOFTCAP:
+                ds = ds * (1.0 - th * th)
             dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)  # dQ_i += dS_ij K_j (line 15)
         tl.store(DQ + b * stride_qb + h * stride_qh + rows[:, None] * stride_ql + offs_d[None, :],
                  (dq * sm_scale).to(DQ.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 else:  # pragma: no cover
-    _tile_logits = _attn_fwd_kernel = _attn_bwd_preprocess = _attn_bwd_dkdv_kernel = _attn_bwd_dq_kernel = None
+    _tile_logits = _tanh = _attn_fwd_kernel = _attn_bwd_preprocess = _attn_bwd_dkdv_kernel = _attn_bwd_dq_kernel = None
 
 
 def kernel_source(kernel: str = "forward") -> str:
@@ -487,7 +532,7 @@ _TUNE_CONFIGS = {  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
     "dkdv": [(32, 128, 4, 3), (64, 64, 4, 3), (32, 64, 4, 3), (64, 128, 8, 2)],
     "dq": [(128, 32, 4, 3), (64, 64, 4, 3), (128, 64, 8, 2)],
 }
-_TUNE_KEY = ["L", "S", "HEAD_DIM", "HEAD_DIM_V", "IS_CAUSAL", "MASK_KIND", "HAS_ALIBI"]
+_TUNE_KEY = ["L", "S", "HEAD_DIM", "HEAD_DIM_V", "IS_CAUSAL", "MASK_KIND", "HAS_ALIBI", "HAS_WINDOW", "SOFTCAP"]
 
 
 def _kernel(name: str):
@@ -549,11 +594,21 @@ class _Launch:
     block_n: int | None
 
     has_alibi: bool
+    window: tuple = (-1, -1)  # flash-attn's (left, right), -1 unbounded
+    softcap: float | None = None
+    sinks: torch.Tensor | None = None  # (H,) float32, detached: the kernels' copy
 
     def consts(self, E: int, Ev: int, dtype) -> dict:
         return dict(HEAD_DIM=E, HEAD_DIM_V=Ev, BLOCK_D=_block_d(E), BLOCK_DV=_block_d(Ev), IS_CAUSAL=self.is_causal,
                     MASK_KIND=self.mask_kind, HAS_ALIBI=self.has_alibi,
-                    DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32")
+                    DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
+                    HAS_WINDOW=self.window != (-1, -1), SOFTCAP=self.softcap is not None)
+
+    def window_args(self) -> tuple:
+        """(win_left, win_right, softcap): -1 (unbounded) becomes L + S, beyond every key; softcap 0.0 when off."""
+        far = self.L + self.S
+        left, right = (far if w < 0 else w for w in self.window)
+        return left, right, self.softcap or 0.0
 
     def mask_strides(self):
         return self.mask.stride() if self.mask_kind else (0, 0, 0, 0)
@@ -565,15 +620,21 @@ def _forward(q, k, v, la: _Launch):
     Ev = v.shape[-1]
     out = _tiled._new_output(B, H, L, Ev, dtype=q.dtype, device=q.device)
     lse = _tiled._new_output(B, H, L, dtype=torch.float32, device=q.device)
-    args = (q, k, v, out, lse, la.mask, la.alibi, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-            *out.stride()[:3], *la.mask_strides(), la.alibi_stride, H, L, la.S, H // la.Hkv, la.causal_offset, la.scale)
-    _run("forward", lambda bm, bn: (triton.cdiv(L, bm), B * H), args, la.consts(E, Ev, q.dtype), la.interpret,
-         la.block_m, la.block_n)
+    sinks = q if la.sinks is None else la.sinks  # a dummy pointer without sinks
+    args = (q, k, v, out, lse, la.mask, la.alibi, sinks, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *out.stride()[:3], *la.mask_strides(), la.alibi_stride, H, L, la.S, H // la.Hkv, la.causal_offset, la.scale,
+            *la.window_args())
+    _run("forward", lambda bm, bn: (triton.cdiv(L, bm), B * H), args,
+         {**la.consts(E, Ev, q.dtype), "HAS_SINKS": la.sinks is not None}, la.interpret, la.block_m, la.block_n)
     return out, lse
 
 
 def _backward(q, k, v, out, lse, d_out, d_lse, la: _Launch):
-    """FlashAttention-2's backward (Algorithm 2) as three kernels; all tensors 4-D and contiguous."""
+    """FlashAttention-2's backward (Algorithm 2) as three kernels; all tensors 4-D and contiguous.
+
+    Returns (dq, dk, dv, d_sinks); d_sinks (H,) float32 = -sum over batch and rows of e^{sink_h - lse} D
+    (D = rowsum(dO * O) - d_lse, see attn_lib.tiled._tiled_backward), None without sinks: O(B H L), no kernel.
+    """
     B, H, L, E = q.shape
     Ev = v.shape[-1]
     S, Hkv, G = la.S, la.Hkv, H // la.Hkv
@@ -588,21 +649,24 @@ def _backward(q, k, v, out, lse, d_out, d_lse, la: _Launch):
               la.alibi_stride)
     _run("dkdv", lambda bm, bn: (triton.cdiv(S, bn), B * Hkv),
          (q, k, v, d_out, lse, delta, dk, dv, la.mask, la.alibi, *common, H, Hkv, L, S, G, la.causal_offset,
-          la.scale), consts, la.interpret, la.block_m, la.block_n)
+          la.scale, *la.window_args()), consts, la.interpret, la.block_m, la.block_n)
     _run("dq", lambda bm, bn: (triton.cdiv(L, bm), B * H),
          (q, k, v, d_out, lse, delta, dq, la.mask, la.alibi, *common, H, L, S, G, la.causal_offset,
-          la.scale), consts, la.interpret, la.block_m, la.block_n)
-    return dq, dk, dv
+          la.scale, *la.window_args()), consts, la.interpret, la.block_m, la.block_n)
+    d_sinks = None
+    if la.sinks is not None:  # d sink_h = -sum_{b, rows} P_sink D, P_sink = exp(sink_h - lse)
+        d_sinks = -(torch.exp(la.sinks[None, :, None] - lse) * delta).sum(dim=(0, 2))
+    return dq, dk, dv, d_sinks
 
 
 class _FlashAttentionFunction(torch.autograd.Function):
     """Triton forward; Triton backward (delta, dK/dV, dQ kernels), recomputing P from the saved lse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, la):
+    def forward(ctx, q, k, v, sinks, la):
         out, lse = _forward(q, k, v, la)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.la = la
+        ctx.la, ctx.sinks_dtype = la, None if sinks is None else sinks.dtype
         return out, lse
 
     @staticmethod
@@ -614,8 +678,12 @@ class _FlashAttentionFunction(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         if d_out is None:
             d_out = torch.zeros_like(out)
-        dq, dk, dv = _backward(q, k, v, out, lse, d_out.contiguous(), d_lse, ctx.la)
-        return dq, dk, dv, None
+        dq, dk, dv, d_sinks = _backward(q, k, v, out, lse, d_out.contiguous(), d_lse, ctx.la)
+        if d_sinks is not None and ctx.needs_input_grad[3]:
+            d_sinks = d_sinks.to(ctx.sinks_dtype)
+        else:
+            d_sinks = None
+        return dq, dk, dv, d_sinks, None
 
 
 def compile_kernel(
@@ -627,6 +695,9 @@ def compile_kernel(
     is_causal: bool = False,
     mask_kind: int = MASK_NONE,
     alibi: bool = False,
+    window: bool = False,
+    softcap: bool = False,
+    sinks: bool = False,
     arch: int = 90,
     block_m: int = 128,
     block_n: int = 64,
@@ -646,6 +717,8 @@ def compile_kernel(
         kernel: one of :data:`KERNELS` ("forward", "preprocess", "dkdv", "dq").
         is_causal, mask_kind (0 none, 1 bool, 2 float), alibi, block_m, block_n, num_warps, num_stages:
             the kernel's compile-time settings.
+        window, softcap, sinks: the constexprs HAS_WINDOW, SOFTCAP (forward, dK/dV, dQ) and HAS_SINKS (forward
+            only: the backward kernels read the sink through the saved lse).
         arch: compute capability as an int, one of :data:`ARCHS` (Triton 3.9 supports compute capability 8.0 and
             newer): 80 (A100), 86/89 (RTX 30xx/40xx, L4, L40), 90 (H100/H200), 100 (B200), 120 (RTX 50xx).
             The tests compile all four kernels for 80 and 90.
@@ -675,6 +748,9 @@ def compile_kernel(
     check_bool("is_causal", is_causal)
     check_choice("mask_kind", mask_kind, (MASK_NONE, MASK_BOOL, MASK_FLOAT))
     check_bool("alibi", alibi)
+    check_bool("window", window)
+    check_bool("softcap", softcap)
+    check_bool("sinks", sinks)
     # an architecture Triton's NVIDIA backend does not know aborts the whole process inside LLVM: refuse it here
     check_choice("arch", arch, ARCHS)
     _check_tile("block_m", block_m)
@@ -685,19 +761,20 @@ def compile_kernel(
     names = list(inspect.signature(fn.fn).parameters)
     consts = dict(HEAD_DIM=head_dim, HEAD_DIM_V=head_dim_v, BLOCK_D=_block_d(head_dim), BLOCK_DV=_block_d(head_dim_v),
                   BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal, MASK_KIND=mask_kind, HAS_ALIBI=alibi,
-                  DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32")
+                  DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32", HAS_WINDOW=window, SOFTCAP=softcap,
+                  HAS_SINKS=sinks)
     consts = {k: v for k, v in consts.items() if k in names}
     signature, attrs = {}, {}
     for i, name in enumerate(names):
         if name in consts:
             signature[name] = "constexpr"
-        elif name in ("LSE", "DELTA", "ALIBI"):
+        elif name in ("LSE", "DELTA", "ALIBI", "SINKS"):
             signature[name] = "*fp32"
         elif name == "MASK":
             signature[name] = "*fp32" if mask_kind == MASK_FLOAT else "*u8"
         elif name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV"):
             signature[name] = "*" + ty
-        elif name == "sm_scale":
+        elif name in ("sm_scale", "softcap"):
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
@@ -735,6 +812,9 @@ def flash_attention(
     backend: str = "auto",
     block_m: int | None = None,
     block_n: int | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ):
     """FlashAttention-2, forward and backward: the Triton kernels on a GPU, or interpreted on the CPU.
 
@@ -764,6 +844,17 @@ def flash_attention(
             tensors). ``"tiled"``: always the PyTorch version.
         block_m, block_n: tile sizes (powers of two >= 16, checked for every backend, "auto" and "tiled" too).
             Default: autotuned on a GPU, 32 in the interpreter, ``tiled_attention``'s defaults for "tiled".
+        window_size: ``(left, right)``, flash-attn's sliding window: query r (at position r + S - L) may attend key
+            c iff ``r + S - L - left <= c <= r + S - L + right``, -1 unbounded, default (-1, -1); ANDed with the
+            causal mask and attn_mask. The kernels skip the key blocks (forward, dQ) and query blocks (dK/dV)
+            outside the window in their loop bounds (:func:`attn_lib.tiled.window_tiles` lists the tiles computed).
+        softcap: flash-attn's / Gemma 2's soft-capping, ``softcap * tanh(scale q . k / softcap)`` before ALiBi and
+            the mask; None or 0 = off. The backward kernels multiply dS by 1 - tanh^2.
+        sinks: (H,) one logit per query head, gpt-oss's attention sinks: exp(sinks[h]) joins each row's softmax
+            denominator with no value, and lse includes it. Differentiable on every path: the Triton path
+            computes d sinks = -sum over batch and rows of exp(sink - lse) * D from the saved lse and the
+            backward's D = rowsum(dO * O) - d_lse (no extra kernel).
+        See :func:`attn_lib.tiled.tiled_attention` for the exact semantics and sources of these three.
 
     Returns:
         ``output`` (..., H, L, Ev) in the inputs' dtype, or ``(output, lse)`` when ``return_lse``. Rows that
@@ -807,13 +898,16 @@ def flash_attention(
     if backend == "tiled" or (backend == "auto" and not on_cuda):
         return tiled_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, causal_align=causal_align,
                                scale=scale, enable_gqa=enable_gqa, alibi_slopes=alibi_slopes, return_lse=return_lse,
+                               window_size=window_size, softcap=softcap, sinks=sinks,
                                **({"block_q": block_m} if block_m is not None else {}),
                                **({"block_k": block_n} if block_n is not None else {}))
-    p = _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enable_gqa, alibi_slopes)
+    p = _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enable_gqa, alibi_slopes,
+                 window_size=window_size, softcap=softcap, sinks=sinks)
     check_bool("return_lse", return_lse)
     if p.q.numel() == 0:  # no heads, no batch or no queries: nothing to launch; empty outputs as torch returns
         return tiled_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, causal_align=causal_align,
-                               scale=scale, enable_gqa=enable_gqa, alibi_slopes=alibi_slopes, return_lse=return_lse)
+                               scale=scale, enable_gqa=enable_gqa, alibi_slopes=alibi_slopes, return_lse=return_lse,
+                               window_size=window_size, softcap=softcap, sinks=sinks)
     if torch.is_grad_enabled():
         for name, t in (("attn_mask", attn_mask), ("alibi_slopes", alibi_slopes)):
             if isinstance(t, torch.Tensor) and t.requires_grad:
@@ -847,11 +941,14 @@ def flash_attention(
     if alibi_slopes is not None:
         alibi = alibi_slopes.detach().to(query.device, torch.float32).contiguous()
         alibi_stride = H if alibi.dim() == 2 else 0
+    kernel_sinks = None if sinks is None else sinks.detach().to(query.device, torch.float32).contiguous()  # (H,)
     la = _Launch(B=B, H=H, Hkv=Hkv, L=L, S=S, mask=mask, mask_kind=kind, alibi=alibi, alibi_stride=alibi_stride,
                  causal_offset=p.offset, is_causal=is_causal, scale=p.scale, interpret=interpret, block_m=block_m,
-                 block_n=block_n, has_alibi=alibi_slopes is not None)
-    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-        out, lse = _FlashAttentionFunction.apply(q, k, v, la)
+                 block_n=block_n, has_alibi=alibi_slopes is not None, window=p.window, softcap=p.softcap,
+                 sinks=kernel_sinks)
+    needs_grad = [t is not None and t.requires_grad for t in (query, key, value, sinks)]
+    if torch.is_grad_enabled() and any(needs_grad):
+        out, lse = _FlashAttentionFunction.apply(q, k, v, sinks, la)
     else:
         out, lse = _forward(q, k, v, la)
     out, lse = out.to(dtype).reshape(*lead, L, Ev), lse.reshape(*lead, L)

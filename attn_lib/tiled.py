@@ -28,7 +28,8 @@ Rabe & Staats, "Self-attention does not need O(n^2) memory" (2021); Press et al.
 Test Long" (ALiBi, 2022).
 
 The functions below the main one (:func:`online_softmax_update`, :func:`online_softmax_trace`,
-:func:`causal_tiles`, :func:`plot_online_softmax_step`, :func:`measure_peak_memory`) are the small
+:func:`causal_tiles`, :func:`window_tiles`, :func:`skipped_tiles`, :func:`plot_online_softmax_step`,
+:func:`measure_peak_memory`) are the small
 pieces notebook 09 explains and its widget and exercises use.
 
 Why one module of over 400 lines: the tiled algorithm, its backward pass and the small pieces notebook 09
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from attn_lib._checks import (
+    _got,
     check_attn_mask,
     check_bool,
     check_choice,
@@ -65,6 +67,8 @@ __all__ = [
     "OnlineSoftmaxStep",
     "online_softmax_trace",
     "causal_tiles",
+    "window_tiles",
+    "skipped_tiles",
     "plot_online_softmax_step",
     "measure_peak_memory",
     "CAUSAL_ALIGNS",
@@ -93,6 +97,9 @@ class _Problem:
     N = (batch elements) x Hkv, G = H / Hkv query heads per key/value head (G = 1 without GQA);
     ``lead`` is query's shape without (L, E). ``mask`` is attn_mask broadcast (a view) to (*lead, L, S).
     ``slopes`` (N, G) float32/64 or None. ``offset`` = S - L for bottom-right causal, else 0.
+    ``window`` (left, right) with -1 for unbounded (flash-attn's window_size; always bottom-right: query r at
+    position r + S - L), ``softcap`` a positive float or None (off), ``sinks`` (N, G) in the accumulation dtype
+    or None: the sink logit of each row group's query head.
     """
 
     q: torch.Tensor
@@ -104,10 +111,44 @@ class _Problem:
     scale: float
     is_causal: bool
     offset: int
+    window: tuple = (-1, -1)
+    softcap: float | None = None
+    sinks: torch.Tensor | None = None
+
+
+def _check_window(window_size) -> tuple[int, int]:
+    """flash-attn's ``window_size=(left, right)``: two ints, each -1 (unbounded) or >= 0."""
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or any(isinstance(w, bool) or not isinstance(w, int) for w in window_size)):
+        raise TypeError(f"window_size must be a pair of ints (left, right), each -1 (unbounded) or >= 0, as "
+                        f"flash-attn's window_size; got {_got(window_size)}")
+    left, right = window_size
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size must be (left, right) with each -1 (unbounded) or >= 0, got {tuple(window_size)}")
+    return int(left), int(right)
+
+
+def _check_softcap(softcap) -> float | None:
+    """flash-attn's ``softcap``: None or 0 = off, else a positive finite number."""
+    cap = check_number("softcap", softcap, minimum=0.0, allow_none=True)
+    return cap if cap else None
+
+
+def _sink_rows(sinks, query, lead, n: int, G: int, hkv: int) -> torch.Tensor:
+    """gpt-oss's ``sinks``: one logit per query head (H,) -> (N, G), the sink of each row group (differentiable)."""
+    check_tensor("sinks", sinks, floating=True, ndim=1)
+    H = lead[-1] if lead else 1
+    if query.dim() < 3 or sinks.shape[0] != H:
+        raise ValueError(f"sinks must have shape (H,) = ({H},), one logit per query head as gpt-oss's attention "
+                         f"takes, for a query (..., H, L, E); got shape {shape_of(sinks)} for query shape "
+                         f"{shape_of(query)}")
+    check_finite("sinks", sinks)
+    rows = sinks.to(query.device, _acc_dtype(query.dtype))
+    return rows.reshape(hkv, G).repeat(n // hkv if hkv else 0, 1)  # (H,) -> (N, G): head h = kv * G + g
 
 
 def _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enable_gqa, alibi_slopes,
-             *, allow_float_mask: bool = True) -> _Problem:
+             *, window_size=(-1, -1), softcap=None, sinks=None, allow_float_mask: bool = True) -> _Problem:
     """Every check of tiled_attention / flash_attention, then the (N, G, L, E) views the loops use."""
     check_bool("is_causal", is_causal)
     check_choice("causal_align", causal_align, CAUSAL_ALIGNS)
@@ -137,8 +178,11 @@ def _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enabl
     if alibi_slopes is not None:
         slopes = _alibi_rows(alibi_slopes, query, lead, n, G, hkv)
     offset = S - L if (is_causal and causal_align == "bottom_right") else 0
+    window = _check_window(window_size)
+    cap = _check_softcap(softcap)
+    sink_rows = None if sinks is None else _sink_rows(sinks, query, lead, n, G, hkv)
     _check_scores_fit(q, k, scale)
-    return _Problem(q, k, v, lead, mask, slopes, scale, is_causal, offset)
+    return _Problem(q, k, v, lead, mask, slopes, scale, is_causal, offset, window, cap, sink_rows)
 
 
 def _alibi_rows(alibi_slopes, query, lead, n: int, G: int, hkv: int) -> torch.Tensor:
@@ -204,22 +248,29 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 # ----------------------------------------------------------------------------------------------
-# one tile of scores: causal mask, attn_mask and ALiBi bias applied in place
+# one tile of scores: soft-capping, causal and window masks, attn_mask and ALiBi bias applied in place
 # ----------------------------------------------------------------------------------------------
-def _tile_scores(p: _Problem, q_i, k_j, i0: int, i1: int, j0: int, j1: int):
-    """S_ij = scale q_i k_j^T (+ ALiBi, + float mask), masked to -inf; q_i (N, G*Bq, E) -> (N, G, Bq, Bk).
+def _tile_scores(p: _Problem, q_i, k_j, i0: int, i1: int, j0: int, j1: int, *, with_tanh: bool = False):
+    """S_ij = softcap(scale q_i k_j^T) (+ ALiBi, + float mask), masked to -inf; q_i (N, G*Bq, E) -> (N, G, Bq, Bk).
 
-    ``q_i`` already carries the scale. Masks are sliced to this tile before any reshape, so at most one
-    tile of a broadcast mask is ever copied.
+    ``q_i`` already carries the scale. The order is flash-attn's and Gemma 2's: soft-capping first, on the
+    scaled product alone, then the ALiBi bias and the mask. Masks are sliced to this tile before any reshape,
+    so at most one tile of a broadcast mask is ever copied. ``with_tanh`` (the backward): also return
+    tanh(scale q k / softcap) (N, G, Bq, Bk), whose 1 - tanh^2 is the soft-cap's derivative (None without softcap).
     """
     n, G = p.q.shape[:2]
     # one product for the whole group; K_j^T copied to a contiguous (E, Bk) block first: on the CPU the
     # product is about 25 % faster that way, more than the copy costs (measured, torch 2.13)
     s = torch.bmm(q_i, k_j.transpose(1, 2).contiguous()).view(n, G, i1 - i0, j1 - j0)
-    if p.is_causal and j1 - 1 > i0 + p.offset:  # the tile crosses the diagonal (key c visible iff c <= r + offset)
-        rows = torch.arange(i0, i1, device=s.device)[:, None]
-        cols = torch.arange(j0, j1, device=s.device)[None, :]
-        s.masked_fill_(cols > rows + p.offset, -math.inf)
+    th = None
+    if p.softcap is not None and with_tanh:  # Gemma 2 / flash-attn: s = cap tanh(s / cap), |s| < cap
+        th = torch.tanh(s / p.softcap)
+        s = th * p.softcap
+    elif p.softcap is not None:  # the same, in place: one tile alive
+        s.div_(p.softcap).tanh_().mul_(p.softcap)
+    visible = _visible(p, i0, i1, j0, j1, s.device)  # (Bq, Bk) causal AND window, or None
+    if visible is not None:
+        s.masked_fill_(~visible, -math.inf)
     if p.slopes is not None:  # ALiBi: -m_h |(r + S - L) - c|, query r at position r + S - L (bottom-right)
         s.sub_(p.slopes[:, :, None, None] * _alibi_distance(p, i0, i1, j0, j1, s.dtype))
     if p.mask is not None:
@@ -228,7 +279,68 @@ def _tile_scores(p: _Problem, q_i, k_j, i0: int, i1: int, j0: int, j1: int):
             s.masked_fill_(~tile, -math.inf)
         else:
             s.add_(tile)
-    return s
+    return (s, th) if with_tanh else s
+
+
+def _visible(p: _Problem, i0: int, i1: int, j0: int, j1: int, device):
+    """(Bq, Bk) bool: key c visible from query r by the causal mask AND the window; None if the tile is all visible.
+
+    Causal: c <= r + offset. Window (flash-attn, always bottom-right): r + S - L - left <= c <= r + S - L + right.
+    """
+    S, L = p.k.shape[1], p.q.shape[2]
+    left, right = p.window
+    w = S - L  # query r sits at key position r + S - L
+    crosses = ((p.is_causal and j1 - 1 > i0 + p.offset) or (left >= 0 and j0 < i1 - 1 + w - left)
+               or (right >= 0 and j1 - 1 > i0 + w + right))
+    if not crosses:  # every (row, key) of the tile passes: no mask to build
+        return None
+    rows = torch.arange(i0, i1, device=device)[:, None]
+    cols = torch.arange(j0, j1, device=device)[None, :]
+    keep = torch.ones(i1 - i0, j1 - j0, dtype=torch.bool, device=device)
+    if p.is_causal:
+        keep &= cols <= rows + p.offset
+    if left >= 0:
+        keep &= cols >= rows + w - left
+    if right >= 0:
+        keep &= cols <= rows + w + right
+    return keep
+
+
+def _key_range(p: _Problem, i0: int, i1: int, block_k: int) -> tuple[int, int]:
+    """The keys [start, stop) the query rows [i0, i1) may see; start rounded down to a key block.
+
+    Key blocks outside it are skipped (never computed): after the causal diagonal (c <= r + offset), and
+    outside the window (r + S - L - left <= c <= r + S - L + right) of every row of the block.
+    """
+    S, L = p.k.shape[1], p.q.shape[2]
+    left, right = p.window
+    start, stop = 0, S
+    if p.is_causal:
+        stop = min(stop, i1 + p.offset)  # last row's last key + 1
+    if right >= 0:
+        stop = min(stop, i1 - 1 + S - L + right + 1)
+    if left >= 0:
+        start = max(0, i0 + S - L - left)  # first row's first key
+    if start >= stop:  # no row of the block sees a key
+        return 0, 0
+    return start // block_k * block_k, stop
+
+
+def _query_range(p: _Problem, j0: int, j1: int, block_q: int) -> tuple[int, int]:
+    """The query rows [start, stop) that may see a key of [j0, j1); start rounded down to a query block."""
+    S, L = p.k.shape[1], p.q.shape[2]
+    left, right = p.window
+    start, stop = 0, L
+    if p.is_causal:
+        start = max(start, j0 - p.offset)  # rows r with r + offset >= j0
+    if right >= 0:
+        start = max(start, j0 - (S - L) - right)  # rows r with r + S - L + right >= j0
+    if left >= 0:
+        stop = min(stop, j1 - 1 - (S - L) + left + 1)  # rows r with r + S - L - left <= j1 - 1
+    start = max(0, start)
+    if start >= stop:  # no row sees a key of the block
+        return 0, 0
+    return start // block_q * block_q, stop
 
 
 def _alibi_distance(p: _Problem, i0: int, i1: int, j0: int, j1: int, dtype) -> torch.Tensor:
@@ -241,38 +353,80 @@ def _alibi_distance(p: _Problem, i0: int, i1: int, j0: int, j1: int, dtype) -> t
 # ----------------------------------------------------------------------------------------------
 # the forward pass: FlashAttention-2, Algorithm 1
 # ----------------------------------------------------------------------------------------------
-def _tiled_forward(p: _Problem, block_q: int, block_k: int):
-    """-> out (N, G, L, Ev) in q's dtype, lse (N, G, L) in the accumulation dtype (natural log)."""
+def _online_step(s, m_i, l_i, acc, v_j, inplace: bool = True):
+    """One key tile of the online softmax (Algorithm 1, lines 9-10): fold the scores ``s`` into the state.
+
+    s (N, R, Bk) scores of this tile (masked: -inf), m_i / l_i (N, R) running max and sum, acc (N, R, Ev),
+    v_j (N, Bk, Ev) -> (m_new, l_new, acc_new). ``inplace``: P is computed over ``s`` itself (one tile alive,
+    eager); the ``torch.compile`` version is pure, and Inductor fuses the max, the subtract-exp and the row sum
+    into loops over the tile instead of one pass of memory per operation.
+    """
+    m_new = torch.maximum(m_i, s.amax(dim=-1))  # m_new = max(m_old, rowmax(S_ij))    (line 9)
+    # A row that has seen only masked keys keeps m = -inf; use 0 as its reference so that
+    # exp(-inf - 0) = 0 instead of exp(-inf - (-inf)) = NaN.
+    m_ref = torch.where(m_new == -math.inf, 0.0, m_new)
+    alpha = torch.exp(m_i - m_ref)  # exp(m_old - m_new): moves the old sums to the new max
+    if inplace:
+        pt = s.sub_(m_ref[..., None]).exp_()  # P_ij = exp(S_ij - m_new), in place over s      (line 9)
+    else:
+        pt = torch.exp(s - m_ref[..., None])
+    l_new = alpha * l_i + pt.sum(dim=-1)  # l_new = exp(m_old - m_new) l_old + rowsum(P_ij)
+    acc_new = torch.baddbmm(acc * alpha[..., None], pt, v_j)  # O = alpha O + P_ij V_j          (line 10)
+    return m_new, l_new, acc_new
+
+
+def _online_step_pure(s, m_i, l_i, acc, v_j):
+    return _online_step(s, m_i, l_i, acc, v_j, inplace=False)
+
+
+_COMPILED_STEP = None
+
+
+def compiled_tile_step():
+    """The per-tile online-softmax step (:func:`_online_step`, pure) under ``torch.compile`` (Inductor), built once.
+
+    The first call of each new tile shape compiles (seconds; Inductor's FX-graph and code caches under
+    ``torch._inductor.runtime.cache_dir_utils.cache_dir()`` make a later process's compile faster). On the CPU
+    Inductor generates C++, so it needs a C++ compiler (g++ or clang).
+    """
+    global _COMPILED_STEP
+    if _COMPILED_STEP is None:
+        _COMPILED_STEP = torch.compile(_online_step_pure, dynamic=False)
+    return _COMPILED_STEP
+
+
+def _tiled_forward(p: _Problem, block_q: int, block_k: int, compile_tile: bool = False):
+    """-> out (N, G, L, Ev) in q's dtype, lse (N, G, L) in the accumulation dtype (natural log).
+
+    ``compile_tile``: each tile's online-softmax step runs under ``torch.compile`` (:func:`compiled_tile_step`).
+    """
     q, k, v = p.q, p.k, p.v
     n, G, L, E = q.shape
     S, Ev = k.shape[1], v.shape[2]
     acc_t = _acc_dtype(q.dtype)
+    step = compiled_tile_step() if compile_tile else _online_step
     out = _new_output(n, G, L, Ev, dtype=q.dtype, device=q.device)
     lse = _new_output(n, G, L, dtype=acc_t, device=q.device)
     for i0 in range(0, L, block_q):  # outer loop over query blocks (Algorithm 1, line 3)
         i1 = min(i0 + block_q, L)  # ragged tail: the last block may be shorter
         R = G * (i1 - i0)  # rows of this tile: Bq rows of each of the G heads sharing the keys
         q_i = (q[:, :, i0:i1].to(acc_t) * p.scale).reshape(n, R, E)  # scale folded into q once (line 4)
-        m_i = torch.full((n, R), -math.inf, dtype=acc_t, device=q.device)  # running max (line 5)
-        l_i = torch.zeros(n, R, dtype=acc_t, device=q.device)  # running sum
+        if p.sinks is None:
+            m_i = torch.full((n, R), -math.inf, dtype=acc_t, device=q.device)  # running max (line 5)
+            l_i = torch.zeros(n, R, dtype=acc_t, device=q.device)  # running sum
+        else:  # gpt-oss's sink: a logit with no value, exp(sink) in the sum from the start: m = sink, l = e^0 = 1
+            m_i = p.sinks[:, :, None].expand(n, G, i1 - i0).reshape(n, R).clone()
+            l_i = torch.ones(n, R, dtype=acc_t, device=q.device)
         acc = torch.zeros(n, R, Ev, dtype=acc_t, device=q.device)  # running output, unnormalised
-        # causal: key c is visible from row r iff c <= r + offset; later key blocks are never computed
-        kv_end = max(0, min(S, i1 + p.offset)) if p.is_causal else S
-        for j0 in range(0, kv_end, block_k):  # inner loop over key blocks (line 6)
+        # key blocks after the causal diagonal or outside every row's window are never computed
+        kv_start, kv_end = _key_range(p, i0, i1, block_k)
+        for j0 in range(kv_start, kv_end, block_k):  # inner loop over key blocks (line 6)
             j1 = min(j0 + block_k, S)
             s = _tile_scores(p, q_i, k[:, j0:j1].to(acc_t), i0, i1, j0, j1).view(n, R, j1 - j0)  # S_ij (line 8)
-            m_new = torch.maximum(m_i, s.amax(dim=-1))  # m_new = max(m_old, rowmax(S_ij))    (line 9)
-            # A row that has seen only masked keys keeps m = -inf; use 0 as its reference so that
-            # exp(-inf - 0) = 0 instead of exp(-inf - (-inf)) = NaN.
-            m_ref = torch.where(m_new == -math.inf, 0.0, m_new)
-            alpha = torch.exp(m_i - m_ref)  # exp(m_old - m_new): moves the old sums to the new max
-            pt = s.sub_(m_ref[..., None]).exp_()  # P_ij = exp(S_ij - m_new), in place over s         (line 9)
-            l_i = alpha * l_i + pt.sum(dim=-1)  # l_new = exp(m_old - m_new) l_old + rowsum(P_ij)
-            acc = torch.baddbmm(acc * alpha[..., None], pt, v[:, j0:j1].to(acc_t))  # O = alpha O + P_ij V_j (line 10)
-            m_i = m_new
-            del s, pt  # free this tile before the next one is allocated: one tile alive at a time
+            m_i, l_i, acc = step(s, m_i, l_i, acc, v[:, j0:j1].to(acc_t))  # lines 9-10
+            del s  # free this tile before the next one is allocated: one tile alive at a time
         # Final rescale, once per query block (line 12): O_i = acc / l. A row with no visible key
-        # (l = 0) gets output 0 and log-sum-exp -inf, never NaN.
+        # (l = 0) gets output 0 and log-sum-exp -inf, never NaN (with a sink: output 0, lse = sink).
         empty = l_i == 0
         l_safe = torch.where(empty, 1.0, l_i)
         out[:, :, i0:i1] = (acc / l_safe[..., None]).view(n, G, i1 - i0, Ev).to(q.dtype)
@@ -285,21 +439,28 @@ def _tiled_forward(p: _Problem, block_q: int, block_k: int):
 # the backward pass: FlashAttention-2, Algorithm 2 (recompute P from the log-sum-exp)
 # ----------------------------------------------------------------------------------------------
 def _tiled_backward(p: _Problem, out, lse, d_out, d_lse, block_q: int, block_k: int, *,
-                    mask_grad: bool = False, slopes_grad: bool = False):
+                    mask_grad: bool = False, slopes_grad: bool = False, sinks_grad: bool = False):
     """Gradients of tiled attention, recomputing each probability tile from the saved log-sum-exp.
 
     ``out``, ``d_out`` (N, G, L, Ev); ``lse``, ``d_lse`` (N, G, L), ``d_lse`` may be None. Returns
-    (dq, dk, dv, d_mask, d_slopes): dq, dk, dv shaped like p.q, p.k, p.v in their dtypes; no (L, S) matrix is
+    (dq, dk, dv, d_mask, d_slopes, d_sinks): dq, dk, dv shaped like p.q, p.k, p.v in their dtypes; no (L, S) matrix is
     stored for them. ``mask_grad``: d_mask, the gradient of a float attn_mask, shaped like p.mask (..., L, S)
     (it is dS itself, since the mask is added to the logits; an (L, S) tensor because the mask is one);
     ``slopes_grad``: d_slopes (N, G) = -sum over the tile of dS * |r + S - L - c| (the bias is -m_h * distance).
-    Both are None when not asked for.
+    ``sinks_grad``: d_sinks (N, G) = -sum over rows of P_sink * D with P_sink = exp(sink - lse) (derivation
+    below). All three are None when not asked for.
 
     With P = softmax(S) and O = P V: dV = P^T dO, dP = dO V^T, dS = P * (dP - D) with
     D = rowsum(dO * O) (FlashAttention-2, section 2.3.2 and Algorithm 2, line 4), dQ = scale dS K,
     dK = scale dS^T Q. A gradient flowing into the log-sum-exp adds d_lse * P to dS (d lse / d S = P).
     With GQA, the G heads sharing a key/value head are rows of the same tile, so dK and dV are summed
     over the group by the products themselves.
+
+    Soft-capping s = cap tanh(t / cap) of the scaled product t: dt = dS (1 - tanh^2(t / cap)), and dQ, dK are
+    then scale dt K and scale dt^T Q. The sink (a logit z with no value): lse = log(sum_c e^{s_c} + e^z), so
+    with P_z = e^{z - lse}, dp_c / dz = -p_c P_z and d lse / dz = P_z, hence
+    d z = -P_z sum_c p_c (dO . v_c) + d_lse P_z = -P_z (rowsum(dO * O) - d_lse) = -P_z D: summed over the
+    rows of the head (and the batch). The P of the keys and dS = P (dP - D) are unchanged by a sink.
     """
     q, k, v = p.q, p.k, p.v
     n, G, L, E = q.shape
@@ -315,25 +476,34 @@ def _tiled_backward(p: _Problem, out, lse, d_out, d_lse, block_q: int, block_k: 
     dv = _new_output(n, S, Ev, dtype=acc_t, device=q.device)
     d_mask = torch.zeros(n, G, L, S, dtype=acc_t, device=q.device) if mask_grad else None
     d_slopes = torch.zeros(n, G, dtype=acc_t, device=q.device) if slopes_grad else None
+    d_sinks = None
+    if sinks_grad:  # d z = -sum_rows P_z D, P_z = exp(z - lse): no tile needed (lse is finite with a sink)
+        d_sinks = -(torch.exp(p.sinks[:, :, None] - lse.to(acc_t)) * delta).sum(dim=-1)  # (N, G)
     for j0 in range(0, S, block_k):  # outer loop over key blocks: dK_j, dV_j accumulate on chip (line 5)
         j1 = min(j0 + block_k, S)
         k_j, v_j = k[:, j0:j1].to(acc_t), v[:, j0:j1].to(acc_t)
         dk_j = torch.zeros(n, j1 - j0, E, dtype=acc_t, device=q.device)
         dv_j = torch.zeros(n, j1 - j0, Ev, dtype=acc_t, device=q.device)
-        # causal: rows r with r + offset < j0 see none of these keys; their blocks are skipped
-        i_start = max(0, (j0 - p.offset) // block_q * block_q) if p.is_causal else 0
-        for i0 in range(i_start, L, block_q):  # inner loop over query blocks (line 8)
+        # causal: rows r with r + offset < j0 see none of these keys; window: rows whose window misses them.
+        # Their blocks are skipped.
+        i_start, i_end = _query_range(p, j0, j1, block_q)
+        for i0 in range(i_start, i_end, block_q):  # inner loop over query blocks (line 8)
             i1 = min(i0 + block_q, L)
             R = G * (i1 - i0)
             q_i = q[:, :, i0:i1].to(acc_t).reshape(n, R, E)
-            s = _tile_scores(p, q_i * p.scale, k_j, i0, i1, j0, j1).view(n, R, j1 - j0)  # recompute S_ij (line 10)
+            s, th = _tile_scores(p, q_i * p.scale, k_j, i0, i1, j0, j1, with_tanh=True)  # recompute S_ij (line 10)
+            s = s.view(n, R, j1 - j0)
             pt = torch.exp(s - lse_ref[:, :, i0:i1].reshape(n, R, 1))  # P_ij = exp(S_ij - L_i), exact (line 11)
             do_i = d_out[:, :, i0:i1].reshape(n, R, Ev)
             dv_j += pt.transpose(1, 2) @ do_i  # dV_j += P_ij^T dO_i                         (line 12)
             dp = do_i @ v_j.transpose(1, 2)  # dP_ij = dO_i V_j^T                                (line 13)
             ds = pt * (dp - delta[:, :, i0:i1].reshape(n, R, 1))  # dS_ij = P_ij * (dP_ij - D_i)  (line 14)
-            dq[:, :, i0:i1] += (p.scale * (ds @ k_j)).view(n, G, i1 - i0, E)  # dQ_i += scale dS_ij K_j (line 15)
-            dk_j += p.scale * (ds.transpose(1, 2) @ q_i)  # dK_j += scale dS_ij^T Q_i               (line 16)
+            if th is not None:  # soft-cap: d(scale q k) = dS (1 - tanh^2); mask/ALiBi come after it, keep dS
+                ds_raw = ds * (1 - th.view(n, R, j1 - j0) ** 2)
+            else:
+                ds_raw = ds
+            dq[:, :, i0:i1] += (p.scale * (ds_raw @ k_j)).view(n, G, i1 - i0, E)  # dQ_i += scale dS_ij K_j (line 15)
+            dk_j += p.scale * (ds_raw.transpose(1, 2) @ q_i)  # dK_j += scale dS_ij^T Q_i               (line 16)
             if mask_grad:  # logits = ... + mask: d mask = dS
                 d_mask[:, :, i0:i1, j0:j1] = ds.view(n, G, i1 - i0, j1 - j0)
             if slopes_grad:  # logits = ... - m_h dist: d m_h = -sum dS dist
@@ -343,34 +513,34 @@ def _tiled_backward(p: _Problem, out, lse, d_out, d_lse, block_q: int, block_k: 
         dv[:, j0:j1] = dv_j
     if mask_grad:
         d_mask = d_mask.view(p.mask.shape)
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), d_mask, d_slopes
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), d_mask, d_slopes, d_sinks
 
 
 class _TiledAttentionFunction(torch.autograd.Function):
-    """Autograd wrapper: forward saves (q, k, v, mask, slopes, out, lse) and no (L, S) matrix; backward recomputes.
+    """Autograd wrapper: forward saves (q, k, v, mask, slopes, sinks, out, lse), no (L, S) matrix; backward recomputes.
 
     Everything the backward reads goes through ``ctx.save_for_backward``, so a query, key or value changed in
     place after the forward makes the backward raise torch's version-counter error instead of using it.
-    A float ``mask`` and the ALiBi ``slopes`` are inputs too: they get gradients when they require them.
+    A float ``mask``, the ALiBi ``slopes`` and the ``sinks`` are inputs too: they get gradients when they require them.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, slopes, problem, block_q, block_k):
-        out, lse = _tiled_forward(problem, block_q, block_k)
-        ctx.save_for_backward(q, k, v, mask, slopes, out, lse)
+    def forward(ctx, q, k, v, mask, slopes, sinks, problem, block_q, block_k, compile_tile):
+        out, lse = _tiled_forward(problem, block_q, block_k, compile_tile)
+        ctx.save_for_backward(q, k, v, mask, slopes, sinks, out, lse)
         ctx.problem, ctx.blocks = problem, (block_q, block_k)
         return out, lse
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
-        q, k, v, mask, slopes, out, lse = ctx.saved_tensors
-        p = dataclasses.replace(ctx.problem, q=q, k=k, v=v, mask=mask, slopes=slopes)
+        q, k, v, mask, slopes, sinks, out, lse = ctx.saved_tensors
+        p = dataclasses.replace(ctx.problem, q=q, k=k, v=v, mask=mask, slopes=slopes, sinks=sinks)
         if d_out is None:
             d_out = torch.zeros_like(out)
-        dq, dk, dv, d_mask, d_slopes = _tiled_backward(
+        dq, dk, dv, d_mask, d_slopes, d_sinks = _tiled_backward(
             p, out, lse, d_out, d_lse, *ctx.blocks,
-            mask_grad=ctx.needs_input_grad[3], slopes_grad=ctx.needs_input_grad[4])
-        return dq, dk, dv, d_mask, d_slopes, None, None, None
+            mask_grad=ctx.needs_input_grad[3], slopes_grad=ctx.needs_input_grad[4], sinks_grad=ctx.needs_input_grad[5])
+        return dq, dk, dv, d_mask, d_slopes, d_sinks, None, None, None, None
 
 
 def tiled_attention(
@@ -387,6 +557,10 @@ def tiled_attention(
     return_lse: bool = False,
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+    compile_tile: bool = False,
 ):
     """Scaled dot-product attention computed tile by tile with an online softmax (FlashAttention-2).
 
@@ -420,6 +594,25 @@ def tiled_attention(
         return_lse: also return the log-sum-exp of each row's logits (natural log).
         block_q: query rows per tile (the outer loop); block_k: keys per tile (the inner loop). The last
             tiles may be shorter. The defaults were chosen for CPU speed (docs/benchmarks.md).
+        window_size: ``(left, right)``, flash-attn's ``flash_attn_func(..., window_size=(left, right))``: query r,
+            at position r + S - L (bottom-right, as flash-attn, whatever ``causal_align``), may attend key c iff
+            ``r + S - L - left <= c <= r + S - L + right``; -1 leaves that side unbounded; default ``(-1, -1)``
+            (no window). Combined with ``is_causal`` and ``attn_mask`` by AND (flash-attn's causal=True is
+            ``is_causal=True, causal_align="bottom_right"``, equivalently right = 0). Key tiles outside every row's
+            window are skipped, never computed (:func:`window_tiles`, :func:`skipped_tiles` count them).
+        softcap: None or 0 (off), or a positive number: flash-attn's ``softcap`` and Gemma 2's
+            ``attn_logit_softcapping``. The scaled product t = scale q . k becomes ``softcap * tanh(t / softcap)``
+            *before* ALiBi and ``attn_mask`` are added (the order of flash-attn's kernel and of Gemma 2, whose mask
+            is added after the capping); the backward multiplies dS by the derivative 1 - tanh^2(t / softcap).
+        sinks: None, or (H,) floats, one logit per query head as gpt-oss's attention takes (``GptOssAttention``'s
+            ``sinks`` parameter, its kernels' ``Sinks``): each row's softmax denominator gets an extra exp(sinks[h])
+            with no value, so ``output = sum_c e^{s_c} v_c / (sum_c e^{s_c} + e^{sink_h})`` and the returned lse
+            includes it. A row that sees no key then gives output 0 and lse = sink. Not scaled, not capped, not
+            masked (gpt-oss concatenates it to the scaled, masked logits).
+        compile_tile: run each tile's online-softmax step (max, subtract-exp, row sum, rescale, P V) under
+            ``torch.compile`` (:func:`compiled_tile_step`): Inductor fuses what eager runs as separate passes over
+            the tile. The first call of each tile shape compiles (seconds; needs a C++ compiler on the CPU); the
+            backward is unchanged. The CPU lesson on fusion of notebook 09 and ``python -m attn_lib.bench cpu``.
 
     Returns:
         ``output`` (..., H, L, Ev) in query's dtype, or ``(output, lse)`` when ``return_lse``; lse is
@@ -428,8 +621,9 @@ def tiled_attention(
         and lse -inf, never NaN (torch's function gives NaN there).
 
     Gradients: differentiable in query, key and value (also through ``lse``), in a float ``attn_mask`` (its
-    gradient is dS, summed over broadcast dims; an (..., L, S) tensor is then built) and in ``alibi_slopes``
-    (-sum of dS times the distance, per head), and twice differentiable (the backward is PyTorch
+    gradient is dS, summed over broadcast dims; an (..., L, S) tensor is then built), in ``alibi_slopes``
+    (-sum of dS times the distance, per head) and in ``sinks`` (d sink_h = -sum over rows of e^{sink_h - lse} D
+    with D = rowsum(dO * O) - d_lse; see :func:`_tiled_backward`), and twice differentiable (the backward is PyTorch
     operations). The backward pass saves the inputs, the output and the log-sum-exp, no (L, S) matrix,
     and recomputes each probability tile as exp(S_ij - lse_i) (FlashAttention-2, Algorithm 2); with GQA,
     dK and dV are summed over each group of query heads. An input changed in place after the forward
@@ -465,26 +659,35 @@ def tiled_attention(
         True
 
     Raises:
-        TypeError: non-tensor or non-floating inputs, mixed dtypes, a mask neither bool nor floating,
-            a flag that is not a bool, a block size that is not an int.
+        TypeError: non-tensor or non-floating inputs (sinks included), mixed dtypes, a mask neither bool nor
+            floating, a flag that is not a bool, a block size that is not an int, window_size not a pair of ints,
+            softcap not a number.
         ValueError: mismatched shapes or devices, S = 0 or E = 0 (as torch's function), NaN or infinity
             in query/key/value, a mask that does not broadcast, H not a multiple of Hkv, alibi_slopes
-            not (H,) or (B, H), an unknown causal_align, block sizes < 1, a scale that is not positive;
+            not (H,) or (B, H), sinks not (H,), NaN or infinity in sinks or alibi_slopes, window_size sides below
+            -1, a negative softcap, an unknown causal_align, block sizes < 1, a scale that is not positive;
             finite inputs whose scores scale * q . k overflow the accumulation dtype (the same error as
             :func:`attn_lib.attention.scaled_dot_product_attention`, instead of NaN).
 
     Zero heads or an empty batch give an empty output, as torch's function does.
 
-    Source: Dao (2023), "FlashAttention-2", Algorithms 1 and 2; the ALiBi bias of Press et al. (2022).
+    Source: Dao (2023), "FlashAttention-2", Algorithms 1 and 2; the ALiBi bias of Press et al. (2022);
+    ``window_size`` and ``softcap`` as flash-attn's ``flash_attn_func`` (its docstring: "Query at position i will
+    only attend to keys between [i + seqlen_k - seqlen_q - window_size[0], i + seqlen_k - seqlen_q +
+    window_size[1]] inclusive"; softcap applied to the scaled scores before the mask and ALiBi); soft-capping
+    as Gemma 2 (Gemma Team, 2024); ``sinks`` as gpt-oss (OpenAI, 2025; ``GptOssAttention`` in transformers).
     """
-    p = _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enable_gqa, alibi_slopes)
+    p = _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enable_gqa, alibi_slopes,
+                 window_size=window_size, softcap=softcap, sinks=sinks)
     check_bool("return_lse", return_lse)
     _check_block("block_q", block_q)
     _check_block("block_k", block_k)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (p.q, p.k, p.v, p.mask, p.slopes)):
-        out, lse = _TiledAttentionFunction.apply(p.q, p.k, p.v, p.mask, p.slopes, p, block_q, block_k)
+    check_bool("compile_tile", compile_tile)
+    inputs = (p.q, p.k, p.v, p.mask, p.slopes, p.sinks)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
+        out, lse = _TiledAttentionFunction.apply(*inputs, p, block_q, block_k, compile_tile)
     else:
-        out, lse = _tiled_forward(p, block_q, block_k)
+        out, lse = _tiled_forward(p, block_q, block_k, compile_tile)
     L, Ev = query.shape[-2], value.shape[-1]
     out, lse = out.reshape(*p.lead, L, Ev), lse.reshape(*p.lead, L)
     return (out, lse) if return_lse else out
@@ -640,6 +843,47 @@ def causal_tiles(q_len: int, kv_len: int, block_q: int, block_k: int) -> list[tu
             if j * block_k <= last_row:
                 tiles.append((i, j))
     return tiles
+
+
+def window_tiles(q_len: int, kv_len: int, block_q: int, block_k: int, *, window_size=(-1, -1),
+                 is_causal: bool = False, causal_align: str = "top_left") -> list[tuple[int, int]]:
+    """The (query block, key block) tiles tiled_attention and flash_attention compute for a window and/or causal mask.
+
+    Tile (i, j) covers rows [i*block_q, ...) and keys [j*block_k, ...) as in :func:`causal_tiles`. Query row r
+    (at position r + kv_len - q_len) may see key c iff ``r + kv_len - q_len - left <= c <= r + kv_len - q_len +
+    right`` (flash-attn's ``window_size``, -1 = unbounded) and, when causal, ``c <= r + offset`` (offset 0 or
+    kv_len - q_len for ``causal_align="bottom_right"``). Each query block's loop runs over the key blocks from the
+    one holding its first row's first visible key to the one holding its last row's last visible key; the tiles
+    outside that range are skipped. These are the bounds the loops use (forward and both backward passes).
+
+    Returns:
+        Sorted list of (i, j) pairs.
+
+    Raises:
+        TypeError / ValueError: a length or block not a positive int; window_size not (left, right) of ints >= -1.
+    """
+    for name, value in (("q_len", q_len), ("kv_len", kv_len), ("block_q", block_q), ("block_k", block_k)):
+        _check_block(name, value)
+    check_bool("is_causal", is_causal)
+    check_choice("causal_align", causal_align, CAUSAL_ALIGNS)
+    offset = kv_len - q_len if (is_causal and causal_align == "bottom_right") else 0
+    # a shape-only problem: the bounds read only the lengths, the window and the causal settings
+    p = _Problem(torch.empty(1, 1, q_len, 0), torch.empty(1, kv_len, 0), None, (), None, None, 1.0, is_causal,
+                 offset, _check_window(window_size))
+    tiles = []
+    for i in range(math.ceil(q_len / block_q)):
+        start, stop = _key_range(p, i * block_q, min((i + 1) * block_q, q_len), block_k)
+        tiles += [(i, j0 // block_k) for j0 in range(start, stop, block_k)]
+    return tiles
+
+
+def skipped_tiles(q_len: int, kv_len: int, block_q: int, block_k: int, **kwargs) -> int:
+    """How many of the ceil(q_len / block_q) x ceil(kv_len / block_k) tiles the loops skip: never computed.
+
+    ``kwargs``: ``window_size``, ``is_causal``, ``causal_align`` as :func:`window_tiles`, which it counts.
+    """
+    done = window_tiles(q_len, kv_len, block_q, block_k, **kwargs)
+    return math.ceil(q_len / block_q) * math.ceil(kv_len / block_k) - len(done)
 
 
 def plot_online_softmax_step(scores: torch.Tensor, values: torch.Tensor, block_k: int, step: int, *, ax=None):

@@ -266,7 +266,8 @@ def test_kernel_compiles_for_hopper_after_an_interpreted_run():
 def test_every_kernel_compiles_ahead_of_time_for_a100_and_h100(kernel, arch):
     # what the README claims without a GPU: all four kernels compile for sm_80 and sm_90 (PTX and a cubin)
     compiled = flash_mod.compile_kernel(torch.float16, 64, kernel=kernel, is_causal=True,
-                                        mask_kind=flash_mod.MASK_FLOAT, alibi=True, arch=arch)
+                                        mask_kind=flash_mod.MASK_FLOAT, alibi=True, window=True, softcap=True,
+                                        sinks=True, arch=arch)
     assert f".target sm_{arch}" in compiled.asm["ptx"]
     assert len(compiled.asm["cubin"]) > 1000
 
@@ -290,6 +291,9 @@ def test_backward_kernels_compile_for_hopper(kernel):
     (dict(num_stages=0), ValueError, "num_stages must be an int >= 1"),
     (dict(is_causal="yes"), TypeError, "is_causal must be a bool"),
     (dict(alibi=1), TypeError, "alibi must be a bool"),
+    (dict(window=1), TypeError, "window must be a bool"),
+    (dict(softcap=30.0), TypeError, "softcap must be a bool"),
+    (dict(sinks=None), TypeError, "sinks must be a bool"),
 ])
 def test_compile_kernel_refuses_what_would_crash_or_give_raw_errors(kwargs, exc, words):
     with pytest.raises(exc, match=words):
@@ -397,3 +401,98 @@ def test_compiled_kernel_on_gpu(L, S, D, is_causal, dtype):  # pragma: no cover 
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=is_causal)
     assert torch.isfinite(out).all()
     assert ((out.double() - ref).norm() / ref.norm()).item() < (1e-2 if dtype == torch.float16 else 3e-2)
+
+
+# ----------------------------------------------------------------------------------------------
+# window_size, softcap and sinks in the four kernels (issue 25): interpreted, small
+# ----------------------------------------------------------------------------------------------
+# (H, Hkv, L, S, window, softcap, sinks, is_causal, align): GQA and MHA, L < S and L > S, both alignments
+WINDOW_CASES = [
+    (4, 2, 13, 40, (5, 2), None, False, False, "top_left"),
+    (4, 2, 13, 40, (7, -1), 3.0, True, True, "bottom_right"),
+    (2, 1, 40, 13, (-1, 3), 2.0, True, True, "top_left"),
+]
+
+
+@pytest.mark.parametrize("H,Hkv,L,S,window,cap,sink,is_causal,align", WINDOW_CASES)
+def test_kernels_window_softcap_sinks_forward_and_backward(H, Hkv, L, S, window, cap, sink, is_causal, align):
+    from test_tiled import window_reference
+
+    g = torch.Generator().manual_seed(L + S)
+    q, k, v = (torch.randn(2, h, n, 16, generator=g).requires_grad_() for h, n in ((H, L), (Hkv, S), (Hkv, S)))
+    z = (torch.randn(H, generator=g) * 2).requires_grad_() if sink else None
+    pad = (torch.arange(S) < torch.tensor([S, S - 4])[:, None])[:, None, None, :]
+    kw = dict(window_size=window, softcap=cap, sinks=z, is_causal=is_causal, causal_align=align, enable_gqa=H != Hkv,
+              attn_mask=pad)
+    out, lse = flash_attention(q, k, v, backend="triton", return_lse=True, block_m=16, block_n=16, **kw)
+    inputs = (q, k, v) + ((z,) if sink else ())
+    inputs64 = tuple(t.detach().double().requires_grad_() for t in inputs)
+    ref, ref_lse = window_reference(*inputs64[:3], **{**kw, "sinks": inputs64[3] if sink else None})
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=1e-5, rtol=1e-5)
+    d_out = torch.randn(out.shape, generator=g)
+
+    def loss(o, l_):
+        return (o * d_out.to(o.dtype)).sum() + l_.masked_fill(l_ == -math.inf, 0.0).sum()
+
+    for name, got, want in zip(["q", "k", "v", "sinks"], torch.autograd.grad(loss(out, lse), inputs),
+                               torch.autograd.grad(loss(ref, ref_lse), inputs64)):
+        assert got.shape == want.shape, name
+        torch.testing.assert_close(got.double(), want, atol=5e-5, rtol=1e-4, msg=f"d{name}")
+
+
+def test_kernels_window_and_softcap_match_flex_attention():
+    from test_tiled import _flex
+
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 2, n, 16, generator=g) for n in (20, 30, 30))
+    out, lse = flash_attention(q, k, v, backend="triton", window_size=(6, 1), softcap=2.5, return_lse=True,
+                               block_m=16, block_n=16)
+    flex, flex_lse = _flex(q.double(), k.double(), v.double(), window_size=(6, 1), softcap=2.5)
+    torch.testing.assert_close(out.double(), flex, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse.double(), flex_lse, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered:RuntimeWarning")  # the interpreter's max over NaN tiles
+def test_kernels_never_read_tiles_outside_the_window(monkeypatch):
+    # NaN in every tile window_tiles says is skipped: a kernel that read one would spread 0 * NaN = NaN.
+    from attn_lib.tiled import skipped_tiles, window_tiles
+
+    monkeypatch.setattr(tiled_mod, "check_qkv", lambda *args, **kwargs: None)  # NaN inputs are refused otherwise
+    g = torch.Generator().manual_seed(4)
+    # forward and dQ: 16 queries at positions 80..95, window 16 back: key blocks 4, 5 computed, 0..3 skipped
+    q, k, v = (torch.randn(1, 1, n, 16, generator=g) for n in (16, 96, 96))
+    assert window_tiles(16, 96, 16, 16, window_size=(16, 0)) == [(0, 4), (0, 5)]
+    assert skipped_tiles(16, 96, 16, 16, window_size=(16, 0)) == 4
+    k_bad, v_bad = k.clone(), v.clone()
+    k_bad[..., :64, :], v_bad[..., :64, :] = math.nan, math.nan
+    q.requires_grad_()
+    out = flash_attention(q, k_bad, v_bad, backend="triton", window_size=(16, 0), block_m=16, block_n=16)
+    want = flash_attention(q, k, v, backend="triton", window_size=(16, 0), block_m=16, block_n=16)
+    torch.testing.assert_close(out, want)
+    (dq,) = torch.autograd.grad(out.sum(), q)
+    assert dq.isfinite().all()
+    # dK/dV: 96 queries, 16 keys; rows 0..79 sit before key 0 (window (-1, 0)): query blocks 0..4 skipped
+    q, k, v = (torch.randn(1, 1, n, 16, generator=g) for n in (96, 16, 16))
+    assert skipped_tiles(96, 16, 16, 16, window_size=(-1, 0)) == 5
+    q_bad = q.clone()
+    q_bad[..., :80, :] = math.nan
+    k.requires_grad_()
+    v.requires_grad_()
+    out = flash_attention(q_bad, k, v, backend="triton", window_size=(-1, 0), block_m=16, block_n=16)
+    assert (out[..., :80, :] == 0).all() and out.isfinite().all()
+    dk, dv = torch.autograd.grad(out.sum(), (k, v))
+    assert dk.isfinite().all() and dv.isfinite().all()
+    # not windowed, those tiles are read, and the NaN shows: the test can fail
+    assert flash_attention(q_bad, k, v, backend="triton", block_m=16, block_n=16).isnan().any()
+
+
+@pytest.mark.parametrize("kwargs,exc,words", [
+    (dict(window_size=(1, -2)), ValueError, "window_size"),
+    (dict(softcap=-2.0), ValueError, "softcap must be a number >= 0"),
+    (dict(sinks=torch.zeros(5)), ValueError, r"sinks must have shape \(H,\)"),
+])
+def test_triton_window_softcap_sinks_bad_arguments(kwargs, exc, words):
+    q = torch.randn(1, 2, 5, 16)
+    with pytest.raises(exc, match=words):
+        flash_attention(q, q, q, backend="triton", **kwargs)

@@ -21,7 +21,9 @@ from attn_lib.tiled import (
     online_softmax_trace,
     online_softmax_update,
     plot_online_softmax_step,
+    skipped_tiles,
     tiled_attention,
+    window_tiles,
 )
 
 F = torch.nn.functional
@@ -512,7 +514,7 @@ def test_bench_cpu_smoke(tmp_path, capsys):
 
     out = tmp_path / "cpu.json"
     threads = torch.get_num_threads()
-    assert bench.main(["cpu", "--sizes", "32", "64", "--repeats", "1", "--out", str(out)]) == 0
+    assert bench.main(["cpu", "--sizes", "32", "64", "--repeats", "1", "--no-compile", "--out", str(out)]) == 0
     assert torch.get_num_threads() == threads  # restored after the run
     printed = capsys.readouterr().out
     assert "tiled/torch cpu" in printed and f"wrote {out}" in printed
@@ -699,3 +701,287 @@ def test_alibi_distance_padded_and_flash_attn_varlen_conventions(is_causal):
         assert (varlen[b, :, lq:] == 0).all()  # padded query rows see no key
         same = lk - lq == S - L
         assert torch.allclose(padded[b:b + 1, :, :lq], alone, atol=1e-12) == same, (b, same)
+
+
+# ----------------------------------------------------------------------------------------------
+# flash-attn's window_size and softcap, gpt-oss's sinks (issue 25, "In the kernels")
+# ----------------------------------------------------------------------------------------------
+def window_reference(q, k, v, *, window_size=(-1, -1), softcap=None, sinks=None, attn_mask=None, is_causal=False,
+                     causal_align="top_left", enable_gqa=False):
+    """Float64 torch SDPA with every option folded into one explicit float mask; (output, lse).
+
+    The logits l = softcap(scale q k^T) are built explicitly (soft-capping is a function of the score, not a mask),
+    with -inf outside the window / causal / bool mask, and passed to SDPA as its float mask with a zero query
+    (SDPA then computes softmax(0 + mask) V). A sink is one more key column whose mask entry is sinks[h] and whose
+    value is 0. Rows that see no key give 0 and lse -inf. Differentiable in q, k, v and sinks.
+    """
+    from attn_lib.masks import causal_mask
+
+    q, k, v = q.double(), k.double(), v.double()
+    L, S = q.shape[-2], k.shape[-2]
+    if enable_gqa:
+        g = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(g, -3), v.repeat_interleave(g, -3)
+    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., H, L, S)
+    if softcap:
+        logits = softcap * torch.tanh(logits / softcap)
+    pos = torch.arange(L)[:, None] + S - L  # query r at position r + S - L (flash-attn's window, bottom-right)
+    col = torch.arange(S)[None, :]
+    allowed = torch.ones(L, S, dtype=torch.bool)
+    if window_size[0] >= 0:
+        allowed = allowed & (col >= pos - window_size[0])
+    if window_size[1] >= 0:
+        allowed = allowed & (col <= pos + window_size[1])
+    if is_causal:
+        allowed = allowed & causal_mask(L, S, align=causal_align)
+    if attn_mask is not None:
+        allowed = allowed & attn_mask
+    logits = logits.masked_fill(~allowed, -math.inf)
+    if sinks is not None:  # one more key: logit sinks[h], value 0
+        sink_col = sinks.double()[:, None, None].expand(*logits.shape[:-1], 1)
+        logits = torch.cat([logits, sink_col], dim=-1)
+        v = torch.cat([v, torch.zeros(*v.shape[:-2], 1, v.shape[-1], dtype=v.dtype)], dim=-2)
+    empty = (logits == -math.inf).all(-1, keepdim=True)
+    mask = logits.masked_fill(empty, 0.0)
+    zero_q = torch.zeros(*logits.shape[:-1], 1, dtype=torch.float64)  # scale * 0 . k = 0: the mask is the logit
+    key = torch.zeros(*logits.shape[:-2], logits.shape[-1], 1, dtype=torch.float64)
+    out = F.scaled_dot_product_attention(zero_q, key, v.expand(*logits.shape[:-2], *v.shape[-2:]), attn_mask=mask)
+    lse = torch.logsumexp(mask, -1).masked_fill(empty[..., 0], -math.inf)
+    return out.masked_fill(empty, 0.0), lse
+
+
+def _windowed_inputs(B, H, Hkv, L, S, E, seed, dtype=torch.float64, sinks=False):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, L, E, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+    k = torch.randn(B, Hkv, S, E, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+    v = torch.randn(B, Hkv, S, E, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+    z = (torch.randn(H, generator=g, dtype=torch.float64) * 2).to(dtype).requires_grad_() if sinks else None
+    return q, k, v, z
+
+
+_side = st.one_of(st.just(-1), st.integers(0, 12))
+
+
+@settings(max_examples=40, deadline=None)
+@given(L=st.integers(1, 14), S=st.integers(1, 14), left=_side, right=_side, cap=st.sampled_from([None, 0.0, 0.7, 5.0]),
+       sink=st.booleans(), is_causal=st.booleans(), align=st.sampled_from(["top_left", "bottom_right"]),
+       bq=st.integers(1, 6), bk=st.integers(1, 6), seed=st.integers(0, 99))
+def test_window_softcap_sinks_match_the_float64_reference(L, S, left, right, cap, sink, is_causal, align, bq, bk, seed):
+    q, k, v, z = _windowed_inputs(1, 4, 2, L, S, 8, seed, sinks=sink)
+    kw = dict(window_size=(left, right), softcap=cap, sinks=z, is_causal=is_causal, causal_align=align, enable_gqa=True)
+    with torch.no_grad():
+        out, lse = tiled_attention(q, k, v, return_lse=True, block_q=bq, block_k=bk, **kw)
+        ref, ref_lse = window_reference(q, k, v, **kw)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-12, rtol=1e-10)
+
+
+# (H, Hkv, L, S, window, softcap, sinks, is_causal, align): GQA and MHA, L < S, L > S, both alignments
+GRAD_CASES = [
+    (4, 2, 9, 23, (6, 2), 2.0, True, False, "top_left"),
+    (4, 1, 23, 9, (-1, 0), 1.5, True, True, "bottom_right"),
+    (2, 2, 16, 16, (3, -1), None, True, True, "top_left"),
+    (4, 2, 12, 19, (4, 4), 30.0, False, True, "bottom_right"),
+]
+
+
+@pytest.mark.parametrize("H,Hkv,L,S,window,cap,sink,is_causal,align", GRAD_CASES)
+def test_window_softcap_sinks_gradients_with_padding(H, Hkv, L, S, window, cap, sink, is_causal, align):
+    # q, k, v and sinks gradients, also through lse, against autograd through the float64 SDPA reference
+    q, k, v, z = _windowed_inputs(2, H, Hkv, L, S, 8, seed=L + S + H, sinks=sink)
+    pad = (torch.arange(S) < torch.tensor([S, max(1, S - 5)])[:, None])[:, None, None, :]  # (B, 1, 1, S)
+    kw = dict(window_size=window, softcap=cap, sinks=z, is_causal=is_causal, causal_align=align, enable_gqa=H != Hkv,
+              attn_mask=pad)
+    out, lse = tiled_attention(q, k, v, return_lse=True, block_q=4, block_k=5, **kw)
+    ref, ref_lse = window_reference(q, k, v, **kw)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+    g = torch.Generator().manual_seed(5)
+    d_out, d_lse = torch.randn(out.shape, generator=g, dtype=torch.float64), torch.randn(lse.shape, generator=g, dtype=torch.float64)
+    inputs = (q, k, v) + ((z,) if sink else ())
+
+    def loss(o, lse_):
+        return (o * d_out).sum() + (lse_.masked_fill(lse_ == -math.inf, 0.0) * d_lse).sum()
+
+    grads = torch.autograd.grad(loss(out, lse), inputs)
+    want = torch.autograd.grad(loss(ref, ref_lse), inputs)
+    for name, a, b in zip(["q", "k", "v", "sinks"], grads, want):
+        torch.testing.assert_close(a, b, atol=1e-11, rtol=1e-9, msg=f"d{name}")
+
+
+def test_sinks_gradient_in_float32_and_gradcheck():
+    q, k, v, z = _windowed_inputs(1, 2, 2, 7, 9, 4, seed=3, sinks=True)
+    fn = lambda q_, k_, v_, z_: tiled_attention(q_, k_, v_, sinks=z_, softcap=1.5, window_size=(3, 1),  # noqa: E731
+                                                block_q=3, block_k=4, return_lse=True)
+    assert torch.autograd.gradcheck(fn, (q, k, v, z))
+    q32, k32, v32, z32 = (t.detach().float().requires_grad_() for t in (q, k, v, z))
+    g32 = torch.autograd.grad(fn(q32, k32, v32, z32)[0].sum(), (q32, k32, v32, z32))
+    g64 = torch.autograd.grad(fn(q, k, v, z)[0].sum(), (q, k, v, z))
+    for a, b in zip(g32, g64):
+        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-4)
+
+
+def _flex(q, k, v, *, window_size=(-1, -1), softcap=None, sinks=None, lengths=None, enable_gqa=False):
+    """FlexAttention (eager, CPU): the window as a mask_mod, soft-capping as a score_mod, the sink from its lse.
+
+    With a sink z: out_sink = sum e^s v / (sum e^s + e^z) = out / (1 + e^{z - lse}), lse_sink = logaddexp(lse, z).
+    """
+    import warnings
+
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    B, H, L, _ = q.shape
+    S = k.shape[-2]
+    left, right = window_size
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        pos = q_idx + (S - L)
+        keep = kv_idx < lengths[b] if lengths is not None else kv_idx >= 0
+        if left >= 0:
+            keep = keep & (kv_idx >= pos - left)
+        if right >= 0:
+            keep = keep & (kv_idx <= pos + right)
+        return keep
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return softcap * torch.tanh(score / softcap)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        block_mask = create_block_mask(mask_mod, B, H, L, S, device="cpu")
+        out, lse = flex_attention(q, k, v, score_mod=score_mod if softcap else None, block_mask=block_mask,
+                                  enable_gqa=enable_gqa, return_lse=True)
+    if sinks is not None:
+        z = sinks[:, None].to(lse.dtype)
+        out = out / (1 + torch.exp(z - lse))[..., None]
+        lse = torch.logaddexp(lse, z.expand_as(lse))
+    return out, lse
+
+
+@pytest.mark.parametrize("window,cap,sink", [((5, 0), 2.0, True), ((-1, 3), 4.0, False), ((2, 6), None, True)])
+def test_window_softcap_sinks_match_flex_attention(window, cap, sink):
+    # forward and lse against FlexAttention; its backward is not implemented on the CPU (torch 2.13 raises
+    # "FlexAttention does not support backward on CPU"), so the gradients are checked against the SDPA reference
+    q, k, v, z = (None if t is None else t.detach() for t in _windowed_inputs(2, 4, 2, 10, 24, 8, seed=7, sinks=sink))
+    lengths = torch.tensor([24, 19])
+    pad = (torch.arange(24) < lengths[:, None])[:, None, None, :]
+    out, lse = tiled_attention(q, k, v, window_size=window, softcap=cap, sinks=z, attn_mask=pad, enable_gqa=True,
+                               return_lse=True, block_q=4, block_k=8)
+    flex, flex_lse = _flex(q, k, v, window_size=window, softcap=cap, sinks=z, lengths=lengths, enable_gqa=True)
+    torch.testing.assert_close(out, flex, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(lse, flex_lse, atol=1e-12, rtol=1e-10)
+
+
+def _count_tiles(monkeypatch_ctx, fn):
+    """Run ``fn`` with a spy on tiled._tile_scores: (forward tiles, backward tiles) the loops computed."""
+    seen = {"forward": [], "backward": []}
+    real = tiled_mod._tile_scores
+
+    def spy(p, q_i, k_j, i0, i1, j0, j1, **kw):
+        seen["backward" if kw.get("with_tanh") else "forward"].append((i0, j0))
+        return real(p, q_i, k_j, i0, i1, j0, j1, **kw)
+
+    monkeypatch_ctx.setattr(tiled_mod, "_tile_scores", spy)
+    fn()
+    return seen
+
+
+@settings(max_examples=40, deadline=None)
+@given(L=st.integers(1, 30), S=st.integers(1, 30), left=_side, right=_side, bq=st.integers(1, 8), bk=st.integers(1, 8),
+       is_causal=st.booleans(), align=st.sampled_from(["top_left", "bottom_right"]))
+def test_skipped_tiles_are_the_tiles_the_loops_skip(L, S, left, right, bq, bk, is_causal, align):
+    # the spy sees every tile the forward and the backward compute; window_tiles / skipped_tiles must say the same
+    kw = dict(window_size=(left, right), is_causal=is_causal, causal_align=align)
+    q, k, v, _ = _windowed_inputs(1, 1, 1, L, S, 4, seed=L * S)
+    with pytest.MonkeyPatch.context() as mp:
+        seen = _count_tiles(mp, lambda: tiled_attention(q, k, v, block_q=bq, block_k=bk, **kw).sum().backward())
+    want = sorted((i * bq, j * bk) for i, j in window_tiles(L, S, bq, bk, **kw))
+    assert sorted(seen["forward"]) == want
+    assert sorted(seen["backward"]) == want  # the backward skips the same tiles
+    total = math.ceil(L / bq) * math.ceil(S / bk)
+    assert skipped_tiles(L, S, bq, bk, **kw) == total - len(want)
+    # nothing visible is skipped: every (row, key) pair the mask allows lies in a computed tile
+    allowed = window_reference(q, k, v, **kw)[1].isfinite()  # (1, 1, L) rows that see a key
+    r = torch.arange(L)[:, None] + S - L
+    c = torch.arange(S)[None, :]
+    vis = torch.ones(L, S, dtype=torch.bool)
+    if left >= 0:
+        vis &= c >= r - left
+    if right >= 0:
+        vis &= c <= r + right
+    if is_causal:
+        from attn_lib.masks import causal_mask
+        vis &= causal_mask(L, S, align=align)
+    assert torch.equal(vis.any(-1), allowed[0, 0])
+    touched = {(int(a) // bq, int(b) // bk) for a, b in vis.nonzero()}
+    assert touched <= set(window_tiles(L, S, bq, bk, **kw))
+    if not is_causal:  # a window alone: the computed tiles are exactly the tiles it touches
+        assert touched == set(window_tiles(L, S, bq, bk, **kw))
+
+
+def test_sliding_window_skips_most_tiles_at_length():
+    # Mistral-like: 4096 tokens, window 1024 back, causal: of 16 x 16 tiles of 256, the loops compute 16 + 4 * 15
+    kw = dict(window_size=(1024, 0), is_causal=True)
+    assert skipped_tiles(4096, 4096, 256, 256, **kw) == 256 - (16 * 5 - (1 + 2 + 3 + 4))
+    assert skipped_tiles(4096, 4096, 256, 256, is_causal=True) == 256 - 136  # causal alone: 120 of 256
+
+
+@pytest.mark.parametrize("kwargs,exc,words", [
+    (dict(window_size=3), TypeError, r"window_size must be a pair of ints \(left, right\).*got int 3"),
+    (dict(window_size=(2, 1.5)), TypeError, "window_size must be a pair of ints"),
+    (dict(window_size=(True, 1)), TypeError, "window_size must be a pair of ints"),
+    (dict(window_size=(-2, 0)), ValueError, r"each -1 \(unbounded\) or >= 0, got \(-2, 0\)"),
+    (dict(softcap=-1.0), ValueError, "softcap must be a number >= 0"),
+    (dict(softcap="30"), TypeError, "softcap must be None or a number"),
+    (dict(softcap=math.inf), ValueError, "softcap must be a finite number"),
+    (dict(sinks=[0.0, 1.0]), TypeError, "sinks must be a torch.Tensor"),
+    (dict(sinks=torch.zeros(3)), ValueError, r"sinks must have shape \(H,\) = \(2,\).*got shape \(3,\)"),
+    (dict(sinks=torch.zeros(1, 2)), ValueError, "sinks must have 1 dims"),
+    (dict(sinks=torch.tensor([0.0, math.nan])), ValueError, "sinks"),
+    (dict(sinks=torch.zeros(2, dtype=torch.long)), TypeError, "sinks must have a floating dtype"),
+    (dict(compile_tile=1), TypeError, "compile_tile must be a bool"),
+])
+def test_window_softcap_sinks_bad_arguments_raise_clear_errors(kwargs, exc, words):
+    q = torch.randn(1, 2, 5, 8)
+    with pytest.raises(exc, match=words):
+        tiled_attention(q, q, q, **kwargs)
+
+
+def test_window_tiles_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="window_size"):
+        window_tiles(8, 8, 4, 4, window_size=(-3, 0))
+    with pytest.raises(ValueError, match="q_len"):
+        skipped_tiles(0, 8, 4, 4)
+
+
+def _compiler_available() -> bool:
+    import shutil
+
+    return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
+
+
+@pytest.mark.slow  # one Inductor compile: ~20-40 s on the 2-core machine (less when its on-disk cache is warm)
+@pytest.mark.skipif(not _compiler_available(), reason="torch.compile (Inductor) needs a C++ compiler on the CPU; "
+                    "none of g++, c++, clang++ is on PATH")
+def test_compiled_tile_step_equals_the_eager_step():
+    # the fusion lesson: the same online-softmax step, Inductor-compiled, gives the eager numbers (float32 round-off)
+    g = torch.Generator().manual_seed(0)
+    n, R, Bk, Ev = 2, 8, 16, 8  # the shapes of the loop below: one compile
+    s = torch.randn(n, R, Bk, generator=g) * 3
+    s[0, 0] = -math.inf  # a row that has seen only masked keys so far
+    s[1, 2, :5] = -math.inf
+    m = torch.randn(n, R, generator=g)
+    m[0, 0] = -math.inf
+    l, acc, v = torch.rand(n, R, generator=g), torch.randn(n, R, Ev, generator=g), torch.randn(n, Bk, Ev, generator=g)
+    l[0, 0], acc[0, 0] = 0.0, 0.0
+    eager = tiled_mod._online_step(s.clone(), m, l, acc, v)
+    compiled = tiled_mod.compiled_tile_step()(s, m, l, acc, v)
+    for a, b in zip(compiled, eager):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    assert not any(t.isnan().any() for t in compiled)
+    # and the whole loop: every tile the same shape (one compile), causal and a window included
+    q, k, vv, _ = _windowed_inputs(1, 2, 2, 32, 32, 8, seed=1, dtype=torch.float32)
+    with torch.no_grad():
+        for kw in (dict(), dict(is_causal=True, window_size=(9, 0))):
+            want = tiled_attention(q, k, vv, block_q=8, block_k=16, **kw)
+            got = tiled_attention(q, k, vv, block_q=8, block_k=16, compile_tile=True, **kw)
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
