@@ -53,6 +53,7 @@ from attn_lib._checks import (
     check_choice,
     check_finite,
     check_int,
+    check_number,
     check_qkv,
     check_scale,
     check_tensor,
