@@ -73,7 +73,7 @@ _LAZY = {
 _SUBMODULES = {
     "attention", "bench", "data", "deltanet", "env", "capstone", "exercises", "flash", "gqa", "heads", "hf", "hf_equal",
     "kv_cache", "kv_table", "lab", "linear", "masks", "mha", "mla", "models", "positional", "pretrained", "quantization",
-    "recall", "sparse", "streaming", "tiled", "tokenization", "train", "variants", "viz", "windows",
+    "recall", "sparse", "streaming", "style", "tiled", "tokenization", "train", "variants", "viz", "windows",
 }
 
 __all__ = ["setup", "load_pretrained", "DATA_DIR", "REPO_ROOT", *_LAZY]

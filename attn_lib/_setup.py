@@ -12,11 +12,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO_ROOT / "data"
 """The course's ``data/`` folder."""
 
-#: Colour-blind-safe defaults used by every figure of the course.
-SEQUENTIAL_CMAP = "viridis"
-DIVERGING_CMAP = "PuOr"
-# Okabe & Ito (2008) colour-blind-safe palette
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+from attn_lib.style import DIVERGING_CMAP, PALETTE, SEQUENTIAL_CMAP  # noqa: F401  (attn_lib._setup.PALETTE still works)
 
 
 def setup(seed: int = 0) -> None:

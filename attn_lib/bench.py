@@ -25,6 +25,7 @@ share the record format of docs/benchmarks_*.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -38,7 +39,61 @@ from pathlib import Path
 import torch
 
 from attn_lib._setup import REPO_ROOT
-from attn_lib.tiled import BLOCK_K, BLOCK_Q, measure_peak_memory, naive_attention, tiled_attention
+from attn_lib.tiled import BLOCK_K, BLOCK_Q, naive_attention, tiled_attention
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence C-level stderr (the profiler's start/stop log lines) for the duration."""
+    try:
+        fd = os.dup(2)
+    except OSError:  # pragma: no cover - no stderr at all
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+
+
+def measure_peak_memory(fn, *args, **kwargs) -> tuple[int, object]:
+    """Peak extra CPU memory, in bytes, that torch allocates while running ``fn(*args, **kwargs)``.
+
+    Counts every allocation and free made through PyTorch's CPU allocator during the call (with
+    ``torch.profiler``'s memory profiling) and returns the highest running total, i.e. the most
+    memory the call held at once beyond what existed before; the returned output counts, the
+    inputs do not. Exact and deterministic for a given computation (no RSS noise), but it only
+    sees tensors, not the Python interpreter's own memory.
+
+    Returns:
+        (peak_bytes, result of the call)
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn(*args, **kwargs)
+    events = []
+
+    def walk(node):
+        extra = node.extra_fields
+        if hasattr(extra, "alloc_size"):
+            events.append((node.start_time_ns, extra.alloc_size))
+        for child in node.children:
+            walk(child)
+
+    for root in prof.profiler.kineto_results.experimental_event_tree():
+        walk(root)
+    events.sort(key=lambda e: e[0])
+    total = peak = 0
+    for _, size in events:  # frees have negative sizes
+        total += size
+        peak = max(peak, total)
+    return peak, result
 
 DOCS = REPO_ROOT / "docs"
 CPU_JSON = DOCS / "benchmarks_cpu.json"
@@ -284,12 +339,12 @@ def _gpu_correctness(device) -> list[dict]:
     Ragged lengths, L != S; bottom-right causal, GQA (4 query heads on 2 key/value heads) and per-batch key
     padding on every case, so the one short run covers the features the CPU tests check in the interpreter.
     """
-    import attn_lib.tiled as tiled_mod
+    import attn_lib._tiling as tiling_mod
     from attn_lib.flash import flash_attention
     from attn_lib.masks import causal_mask
 
     rows = []
-    tiled_mod._POISON_OUTPUTS = True  # outputs start as NaN: an element the kernel misses shows up
+    tiling_mod._POISON_OUTPUTS = True  # outputs start as NaN: an element the kernel misses shows up
     try:
         for dtype, tol in ((torch.float16, 1e-2), (torch.bfloat16, 3e-2)):
             for L, S, D, causal in GPU_CHECK_CASES:
@@ -317,7 +372,7 @@ def _gpu_correctness(device) -> list[dict]:
                              "is_causal": causal, "rel_error": rel, "all_finite": finite,
                              "ok": finite and max(rel.values()) < tol})
     finally:
-        tiled_mod._POISON_OUTPUTS = False
+        tiling_mod._POISON_OUTPUTS = False
     return rows
 
 

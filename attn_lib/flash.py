@@ -48,9 +48,9 @@ from dataclasses import dataclass
 
 import torch
 
-import attn_lib.tiled as _tiled
 from attn_lib._checks import check_bool, check_choice, check_device, check_int
-from attn_lib.tiled import _prepare, tiled_attention
+from attn_lib._tiling import _new_output, _prepare
+from attn_lib.tiled import tiled_attention
 
 try:  # Triton has no macOS/Windows wheels: the module still imports there (backend="auto" on CPU works)
     import triton
@@ -618,8 +618,8 @@ def _forward(q, k, v, la: _Launch):
     """q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev) -> out (B, H, L, Ev), lse (B, H, L) float32."""
     B, H, L, E = q.shape
     Ev = v.shape[-1]
-    out = _tiled._new_output(B, H, L, Ev, dtype=q.dtype, device=q.device)
-    lse = _tiled._new_output(B, H, L, dtype=torch.float32, device=q.device)
+    out = _new_output(B, H, L, Ev, dtype=q.dtype, device=q.device)
+    lse = _new_output(B, H, L, dtype=torch.float32, device=q.device)
     sinks = q if la.sinks is None else la.sinks  # a dummy pointer without sinks
     args = (q, k, v, out, lse, la.mask, la.alibi, sinks, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *out.stride()[:3], *la.mask_strides(), la.alibi_stride, H, L, la.S, H // la.Hkv, la.causal_offset, la.scale,

@@ -28,9 +28,9 @@ Rabe & Staats, "Self-attention does not need O(n^2) memory" (2021); Press et al.
 Test Long" (ALiBi, 2022).
 
 The functions below the main one (:func:`online_softmax_update`, :func:`online_softmax_trace`,
-:func:`causal_tiles`, :func:`window_tiles`, :func:`skipped_tiles`, :func:`plot_online_softmax_step`,
-:func:`measure_peak_memory`) are the small
-pieces notebook 09 explains and its widget and exercises use.
+:func:`causal_tiles`, :func:`window_tiles`, :func:`skipped_tiles`) are the small pieces notebook 09 explains
+and its widget and exercises use; the widget's figure is :func:`attn_lib.viz.plot_online_softmax_step` and
+the memory measurement :func:`attn_lib.bench.measure_peak_memory` (both still importable from here).
 
 Why one module of over 400 lines: the tiled algorithm, its backward pass and the small pieces notebook 09
 teaches with it (one online-softmax update, causal tiles, memory) are one idea, read side by side.
@@ -38,27 +38,23 @@ teaches with it (one online-softmax update, causal tiles, memory) are one idea, 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import os
 from dataclasses import dataclass
 
 import torch
 
-from attn_lib._checks import (
-    _got,
-    check_attn_mask,
-    check_bool,
-    check_choice,
-    check_finite,
-    check_int,
-    check_number,
-    check_qkv,
-    check_scale,
-    check_tensor,
-    scores_overflow_error,
-    shape_of,
+from attn_lib._checks import check_bool, check_choice, check_qkv, check_scale, check_tensor, shape_of
+from attn_lib._tiling import (  # noqa: F401  (BLOCK_Q/BLOCK_K/CAUSAL_ALIGNS are public here)
+    BLOCK_K,
+    BLOCK_Q,
+    CAUSAL_ALIGNS,
+    _Problem,
+    _acc_dtype,
+    _check_block,
+    _check_window,
+    _new_output,
+    _prepare,
 )
 
 __all__ = [
@@ -70,183 +66,8 @@ __all__ = [
     "causal_tiles",
     "window_tiles",
     "skipped_tiles",
-    "plot_online_softmax_step",
-    "measure_peak_memory",
     "CAUSAL_ALIGNS",
 ]
-
-CAUSAL_ALIGNS = ("top_left", "bottom_right")  # the values of masks.causal_mask's ``align``
-
-# Default tiles on the CPU. The loop body is a handful of whole-tile tensor operations, so bigger tiles
-# mean fewer Python-level steps; 256 x 512 float32 scores for 8 heads is 4 MiB, small next to the output
-# at long lengths. Measured with `python -m attn_lib.bench cpu` (docs/benchmarks.md).
-BLOCK_Q = 256
-BLOCK_K = 512
-
-
-# ----------------------------------------------------------------------------------------------
-# argument checks shared with attn_lib.flash
-# ----------------------------------------------------------------------------------------------
-def _check_block(name: str, value) -> int:
-    return check_int(name, value, minimum=1)
-
-
-@dataclass(frozen=True)
-class _Problem:
-    """The checked arguments, with q/k/v viewed as q (N, G, L, E), k (N, S, E), v (N, S, Ev).
-
-    N = (batch elements) x Hkv, G = H / Hkv query heads per key/value head (G = 1 without GQA);
-    ``lead`` is query's shape without (L, E). ``mask`` is attn_mask broadcast (a view) to (*lead, L, S).
-    ``slopes`` (N, G) float32/64 or None. ``offset`` = S - L for bottom-right causal, else 0.
-    ``window`` (left, right) with -1 for unbounded (flash-attn's window_size; always bottom-right: query r at
-    position r + S - L), ``softcap`` a positive float or None (off), ``sinks`` (N, G) in the accumulation dtype
-    or None: the sink logit of each row group's query head.
-    """
-
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    lead: tuple
-    mask: torch.Tensor | None
-    slopes: torch.Tensor | None
-    scale: float
-    is_causal: bool
-    offset: int
-    window: tuple = (-1, -1)
-    softcap: float | None = None
-    sinks: torch.Tensor | None = None
-
-
-def _check_window(window_size) -> tuple[int, int]:
-    """flash-attn's ``window_size=(left, right)``: two ints, each -1 (unbounded) or >= 0."""
-    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
-            or any(isinstance(w, bool) or not isinstance(w, int) for w in window_size)):
-        raise TypeError(f"window_size must be a pair of ints (left, right), each -1 (unbounded) or >= 0, as "
-                        f"flash-attn's window_size; got {_got(window_size)}")
-    left, right = window_size
-    if left < -1 or right < -1:
-        raise ValueError(f"window_size must be (left, right) with each -1 (unbounded) or >= 0, got {tuple(window_size)}")
-    return int(left), int(right)
-
-
-def _check_softcap(softcap) -> float | None:
-    """flash-attn's ``softcap``: None or 0 = off, else a positive finite number."""
-    cap = check_number("softcap", softcap, minimum=0.0, allow_none=True)
-    return cap if cap else None
-
-
-def _sink_rows(sinks, query, lead, n: int, G: int, hkv: int) -> torch.Tensor:
-    """gpt-oss's ``sinks``: one logit per query head (H,) -> (N, G), the sink of each row group (differentiable)."""
-    check_tensor("sinks", sinks, floating=True, ndim=1)
-    H = lead[-1] if lead else 1
-    if query.dim() < 3 or sinks.shape[0] != H:
-        raise ValueError(f"sinks must have shape (H,) = ({H},), one logit per query head as gpt-oss's attention "
-                         f"takes, for a query (..., H, L, E); got shape {shape_of(sinks)} for query shape "
-                         f"{shape_of(query)}")
-    check_finite("sinks", sinks)
-    rows = sinks.to(query.device, _acc_dtype(query.dtype))
-    return rows.reshape(hkv, G).repeat(n // hkv if hkv else 0, 1)  # (H,) -> (N, G): head h = kv * G + g
-
-
-def _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enable_gqa, alibi_slopes,
-             *, window_size=(-1, -1), softcap=None, sinks=None, allow_float_mask: bool = True) -> _Problem:
-    """Every check of tiled_attention / flash_attention, then the (N, G, L, E) views the loops use."""
-    check_bool("is_causal", is_causal)
-    check_choice("causal_align", causal_align, CAUSAL_ALIGNS)
-    check_bool("enable_gqa", enable_gqa)
-    check_qkv(query, key, value, enable_gqa=enable_gqa)
-    if enable_gqa:
-        if query.shape[:-3] != key.shape[:-3]:
-            raise ValueError(f"query and key must have the same batch dims before the heads dim: query shape "
-                             f"{shape_of(query)}, key shape {shape_of(key)}")
-    elif query.shape[:-2] != key.shape[:-2]:
-        raise ValueError(f"query and key must have the same batch/head dims (..., H) (pass enable_gqa=True for "
-                         f"fewer key/value heads): query shape {shape_of(query)}, key shape {shape_of(key)}")
-    scale = check_scale(scale, query.shape[-1])
-    lead, (L, E), (S, Ev) = tuple(query.shape[:-2]), query.shape[-2:], value.shape[-2:]
-    H = lead[-1] if lead else 1
-    hkv = key.shape[-3] if enable_gqa else H
-    G = H // hkv if hkv else 1  # zero heads (H = Hkv = 0): an empty problem, as torch returns an empty tensor
-    n = math.prod(lead) // G
-    q = query.reshape(n, G, L, E)  # (..., Hkv, G, L, E): query head h = hkv_index * G + g, as torch's enable_gqa
-    k, v = key.reshape(n, S, E), value.reshape(n, S, Ev)
-    mask = check_attn_mask(attn_mask, (*lead, L, S), allow_float=allow_float_mask)
-    if mask is not None:
-        mask = mask.to(query.device).expand(*lead, L, S)  # a view: no (L, S) copy per head
-        if mask.is_floating_point():
-            mask = mask.to(_acc_dtype(query.dtype))
-    slopes = None
-    if alibi_slopes is not None:
-        slopes = _alibi_rows(alibi_slopes, query, lead, n, G, hkv)
-    offset = S - L if (is_causal and causal_align == "bottom_right") else 0
-    window = _check_window(window_size)
-    cap = _check_softcap(softcap)
-    sink_rows = None if sinks is None else _sink_rows(sinks, query, lead, n, G, hkv)
-    _check_scores_fit(q, k, scale)
-    return _Problem(q, k, v, lead, mask, slopes, scale, is_causal, offset, window, cap, sink_rows)
-
-
-def _alibi_rows(alibi_slopes, query, lead, n: int, G: int, hkv: int) -> torch.Tensor:
-    """(H,) slopes, or (B, H) per batch element as flash-attn accepts -> (N, G): the slope of each row group."""
-    check_tensor("alibi_slopes", alibi_slopes, floating=True, ndim=(1, 2))
-    H = lead[-1] if lead else 1
-    per_head = alibi_slopes.dim() == 1 and alibi_slopes.shape[0] == H and query.dim() >= 3
-    per_batch = alibi_slopes.dim() == 2 and query.dim() == 4 and shape_of(alibi_slopes) == lead
-    if not (per_head or per_batch):
-        raise ValueError(f"alibi_slopes must have shape (H,) = ({H},), one slope per query head, or (B, H) = "
-                         f"{lead if query.dim() == 4 else '(B, H)'} for a query (B, H, L, E), one row per batch "
-                         f"element as flash-attn takes; got shape {shape_of(alibi_slopes)} for query shape "
-                         f"{shape_of(query)}")
-    check_finite("alibi_slopes", alibi_slopes)
-    slopes = alibi_slopes.to(query.device, _acc_dtype(query.dtype))
-    if per_batch:  # (B, H) -> (B * Hkv, G): row group n = (b, kv head), its G query heads
-        return slopes.reshape(n, G)
-    # (H,) -> (N, G): the same slopes for every batch element; a few numbers, not an (L, S) bias
-    return slopes.reshape(hkv, G).repeat(n // hkv if hkv else 0, 1)
-
-
-def _check_scores_fit(q: torch.Tensor, k: torch.Tensor, scale: float) -> None:
-    """Refuse finite inputs whose scores scale * q . k overflow the accumulation dtype (one rule for all paths).
-
-    ``scaled_dot_product_attention`` raises on such scores; the tiled loop and the kernels would return NaN
-    (inf - inf in the online softmax). Cauchy-Schwarz bounds every score by scale * max|q_i| * max|k_j|
-    (row norms): when that bound is far below the dtype's maximum, which is nearly always, nothing more is
-    done (two norms, O(L E) work). Otherwise the largest score is computed exactly, in float64, one block of
-    query rows at a time (no (L, S) matrix), and a score beyond half the maximum is refused.
-    """
-    if q.numel() == 0 or k.numel() == 0:
-        return
-    acc = _acc_dtype(q.dtype)
-    big = torch.finfo(acc).max
-    q_norm = float(torch.linalg.vector_norm(q.detach(), dim=-1, dtype=acc).amax())
-    k_norm = float(torch.linalg.vector_norm(k.detach(), dim=-1, dtype=acc).amax())
-    if scale * q_norm * k_norm < big / 4:  # |scale q.k| <= scale |q| |k| (inf norms fall through)
-        return
-    n, G, L, E = q.shape
-    worst = 0.0
-    k64 = k.detach().to(torch.float64).transpose(1, 2)
-    for i0 in range(0, L, BLOCK_Q):
-        s = torch.bmm(q[:, :, i0:i0 + BLOCK_Q].detach().to(torch.float64).reshape(n, -1, E), k64) * scale
-        worst = max(worst, float(s.abs().amax()))
-    if worst > big / 2:
-        raise scores_overflow_error(q, k, scale, acc)
-
-
-# Tests set this to True: outputs are then allocated filled with NaN instead of left uninitialised,
-# so an element the algorithm forgets to write shows up as NaN.
-_POISON_OUTPUTS = False
-
-
-def _new_output(*shape, dtype, device) -> torch.Tensor:
-    if _POISON_OUTPUTS:
-        return torch.full(shape, math.nan, dtype=dtype, device=device)
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float32 for the running statistics, float64 when the inputs are float64."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
 
 # ----------------------------------------------------------------------------------------------
 # one tile of scores: soft-capping, causal and window masks, attn_mask and ALiBi bias applied in place
@@ -887,103 +708,14 @@ def skipped_tiles(q_len: int, kv_len: int, block_q: int, block_k: int, **kwargs)
     return math.ceil(q_len / block_q) * math.ceil(kv_len / block_k) - len(done)
 
 
-def plot_online_softmax_step(scores: torch.Tensor, values: torch.Tensor, block_k: int, step: int, *, ax=None):
-    """Draw the online softmax of one query row after ``step`` blocks (the widget's figure).
-
-    Left: the scores as bars, blocks already seen coloured, the running max as a line. Right: the
-    running output ``acc / l`` after this step next to the exact softmax output over all keys.
-
-    Args:
-        scores: (S,), values: (S, Ev) as in :func:`online_softmax_trace`.
-        block_k: keys per block; step: 0-based index of the block just processed.
-        ax: optional pair of matplotlib Axes; created when None.
-
-    Returns:
-        The pair of Axes.
-
-    Raises:
-        ValueError: ``step`` outside 0..number of blocks - 1.
-    """
-    import matplotlib.pyplot as plt
-
-    from attn_lib._setup import PALETTE
-
-    trace = online_softmax_trace(scores, values, block_k)
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(trace):
-        raise ValueError(f"step must be an int in 0..{len(trace) - 1}, got {step!r}")
-    st = trace[step]
-    if ax is None:
-        _, ax = plt.subplots(1, 2, figsize=(9, 3.2), gridspec_kw={"width_ratios": [3, 2]})
-    a0, a1 = ax
-    a0.clear()
-    a1.clear()
-    s = scores.detach().double()
-    colours = [PALETTE[0] if c < st.start else PALETTE[1] if c < st.stop else "#BBBBBB" for c in range(len(s))]
-    a0.bar(range(len(s)), s.tolist(), color=colours)
-    a0.axhline(st.m, color=PALETTE[5], linestyle="--", label=f"running max m = {st.m:.3f}")
-    a0.set_xlabel("key position")
-    a0.set_ylabel("score")
-    a0.set_title(f"block {st.tile}: keys {st.start}..{st.stop - 1}   l = {st.l:.3f}   rescale = {st.rescale:.3f}")
-    a0.legend(loc="lower right", fontsize=8)
-    exact = torch.softmax(s, dim=0) @ values.detach().double()
-    x = torch.arange(values.shape[1])
-    a1.bar(x - 0.2, st.output.tolist(), width=0.4, color=PALETTE[1], label="running acc / l")
-    a1.bar(x + 0.2, exact.tolist(), width=0.4, color=PALETTE[2], label="softmax over all keys")
-    a1.set_xlabel("output dimension")
-    a1.set_title("output so far vs final")
-    a1.legend(loc="best", fontsize=8)
-    return ax
+# Moved out of the math (issue 23): the figure to attn_lib.viz, the memory measurement to attn_lib.bench.
+# Both old paths keep working; the import happens on first use, so tiled never imports plotting.
+_MOVED = {"plot_online_softmax_step": "attn_lib.viz", "measure_peak_memory": "attn_lib.bench"}
 
 
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Silence C-level stderr (the profiler's start/stop log lines) for the duration."""
-    try:
-        fd = os.dup(2)
-    except OSError:  # pragma: no cover - no stderr at all
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            try:
-                yield
-            finally:
-                os.dup2(fd, 2)
-    finally:
-        os.close(fd)
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
 
-
-def measure_peak_memory(fn, *args, **kwargs) -> tuple[int, object]:
-    """Peak extra CPU memory, in bytes, that torch allocates while running ``fn(*args, **kwargs)``.
-
-    Counts every allocation and free made through PyTorch's CPU allocator during the call (with
-    ``torch.profiler``'s memory profiling) and returns the highest running total, i.e. the most
-    memory the call held at once beyond what existed before; the returned output counts, the
-    inputs do not. Exact and deterministic for a given computation (no RSS noise), but it only
-    sees tensors, not the Python interpreter's own memory.
-
-    Returns:
-        (peak_bytes, result of the call)
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        result = fn(*args, **kwargs)
-    events = []
-
-    def walk(node):
-        extra = node.extra_fields
-        if hasattr(extra, "alloc_size"):
-            events.append((node.start_time_ns, extra.alloc_size))
-        for child in node.children:
-            walk(child)
-
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root)
-    events.sort(key=lambda e: e[0])
-    total = peak = 0
-    for _, size in events:  # frees have negative sizes
-        total += size
-        peak = max(peak, total)
-    return peak, result
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module 'attn_lib.tiled' has no attribute {name!r}")

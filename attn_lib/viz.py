@@ -18,13 +18,13 @@ from typing import Sequence
 import torch
 
 from attn_lib._checks import check_bool, check_int, check_number
-from attn_lib._setup import DIVERGING_CMAP, PALETTE, SEQUENTIAL_CMAP
+from attn_lib.style import DIVERGING_CMAP, PALETTE, SEQUENTIAL_CMAP
 
 __all__ = [
     "PALETTE", "SEQUENTIAL_CMAP", "DIVERGING_CMAP", "plot_attention", "attention_stack", "select_head",
     "head_options", "explorer_figure", "attention_explorer", "head_view", "model_view",
     "softmax_temperature_demo", "temperature_figure", "temperature_explorer", "demo_mask", "mask_figure",
-    "mask_explorer", "head_view_panels", "head_view_figure", "model_view_figure", "offline_page", "use_offline_bertviz",
+    "mask_explorer", "plot_online_softmax_step", "head_view_panels", "head_view_figure", "model_view_figure", "offline_page", "use_offline_bertviz",
 ]
 
 
@@ -804,3 +804,54 @@ def mask_explorer(*, seed: int = 0):
         w.observe(show, names="value")
     show()
     return widgets.VBox([widgets.HBox([kind_w, q_w]), widgets.HBox([kv_w, pad_w]), out])
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 09: one step of the online softmax
+# ---------------------------------------------------------------------------------------------
+def plot_online_softmax_step(scores: torch.Tensor, values: torch.Tensor, block_k: int, step: int, *, ax=None):
+    """Draw the online softmax of one query row after ``step`` blocks (the widget's figure).
+
+    Left: the scores as bars, blocks already seen coloured, the running max as a line. Right: the
+    running output ``acc / l`` after this step next to the exact softmax output over all keys.
+
+    Args:
+        scores: (S,), values: (S, Ev) as in :func:`online_softmax_trace`.
+        block_k: keys per block; step: 0-based index of the block just processed.
+        ax: optional pair of matplotlib Axes; created when None.
+
+    Returns:
+        The pair of Axes.
+
+    Raises:
+        ValueError: ``step`` outside 0..number of blocks - 1.
+    """
+    import matplotlib.pyplot as plt
+
+    from attn_lib.tiled import online_softmax_trace
+
+    trace = online_softmax_trace(scores, values, block_k)
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(trace):
+        raise ValueError(f"step must be an int in 0..{len(trace) - 1}, got {step!r}")
+    st = trace[step]
+    if ax is None:
+        _, ax = plt.subplots(1, 2, figsize=(9, 3.2), gridspec_kw={"width_ratios": [3, 2]})
+    a0, a1 = ax
+    a0.clear()
+    a1.clear()
+    s = scores.detach().double()
+    colours = [PALETTE[0] if c < st.start else PALETTE[1] if c < st.stop else "#BBBBBB" for c in range(len(s))]
+    a0.bar(range(len(s)), s.tolist(), color=colours)
+    a0.axhline(st.m, color=PALETTE[5], linestyle="--", label=f"running max m = {st.m:.3f}")
+    a0.set_xlabel("key position")
+    a0.set_ylabel("score")
+    a0.set_title(f"block {st.tile}: keys {st.start}..{st.stop - 1}   l = {st.l:.3f}   rescale = {st.rescale:.3f}")
+    a0.legend(loc="lower right", fontsize=8)
+    exact = torch.softmax(s, dim=0) @ values.detach().double()
+    x = torch.arange(values.shape[1])
+    a1.bar(x - 0.2, st.output.tolist(), width=0.4, color=PALETTE[1], label="running acc / l")
+    a1.bar(x + 0.2, exact.tolist(), width=0.4, color=PALETTE[2], label="softmax over all keys")
+    a1.set_xlabel("output dimension")
+    a1.set_title("output so far vs final")
+    a1.legend(loc="best", fontsize=8)
+    return ax

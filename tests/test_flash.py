@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import attn_lib.flash as flash_mod
+import attn_lib._tiling as tiling_mod
 import attn_lib.tiled as tiled_mod
 from attn_lib.flash import flash_attention, kernel_source
 from attn_lib.tiled import tiled_attention
@@ -42,7 +43,7 @@ INTERP_CASES = [
 
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
-    monkeypatch.setattr(tiled_mod, "_POISON_OUTPUTS", True)
+    monkeypatch.setattr(tiling_mod, "_POISON_OUTPUTS", True)  # _new_output lives in attn_lib._tiling
 
 
 def _qkv(B, H, L, S, D, dtype, seed=0):
@@ -88,7 +89,7 @@ def test_bfloat16_is_upcast_in_the_interpreter():
 def test_causal_kernel_never_reads_blocks_above_the_diagonal(monkeypatch):
     # NaN in the values no row may see: if the kernel loaded those blocks, 0 * NaN = NaN would show.
     # NaN inputs are refused at the door, so the check is switched off for this test only.
-    monkeypatch.setattr(tiled_mod, "check_qkv", lambda *args, **kwargs: None)
+    monkeypatch.setattr(tiling_mod, "check_qkv", lambda *args, **kwargs: None)
     q, k, v = _qkv(1, 1, 32, 96, 16, torch.float32, seed=3)
     v_poisoned = v.clone()
     v_poisoned[..., 32:, :] = math.nan  # keys no row may see (top-left causal, L < S)
@@ -458,7 +459,7 @@ def test_kernels_never_read_tiles_outside_the_window(monkeypatch):
     # NaN in every tile window_tiles says is skipped: a kernel that read one would spread 0 * NaN = NaN.
     from attn_lib.tiled import skipped_tiles, window_tiles
 
-    monkeypatch.setattr(tiled_mod, "check_qkv", lambda *args, **kwargs: None)  # NaN inputs are refused otherwise
+    monkeypatch.setattr(tiling_mod, "check_qkv", lambda *args, **kwargs: None)  # NaN inputs are refused otherwise
     g = torch.Generator().manual_seed(4)
     # forward and dQ: 16 queries at positions 80..95, window 16 back: key blocks 4, 5 computed, 0..3 skipped
     q, k, v = (torch.randn(1, 1, n, 16, generator=g) for n in (16, 96, 96))

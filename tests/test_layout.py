@@ -82,3 +82,83 @@ def test_readme_layout_names_every_module():
     modules |= {p.stem for p in (root / "attn_lib" / "models").glob("*.py") if p.stem != "__init__"}
     missing = sorted(m for m in modules if m not in named)
     assert not missing, f"README's Layout does not name: {missing}"
+
+
+def _module_imports():
+    """attn_lib module -> the attn_lib modules it imports at module level (not inside functions)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    graph = {}
+    for path in (root / "attn_lib").rglob("*.py"):
+        rel = path.relative_to(root).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        deps = set()
+        for node in tree.body:  # top level only: a function-level import runs on use, not on import
+            if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+                continue  # the script entry point runs only as `python -m`
+            if isinstance(node, ast.If):  # `if triton is not None:` style guards still run at import time
+                nodes = node.body + node.orelse
+            elif isinstance(node, ast.Try):
+                nodes = node.body
+            else:
+                nodes = [node]
+            for n in nodes:
+                if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("attn_lib"):
+                    deps.add(n.module)
+                elif isinstance(n, ast.Import):
+                    deps.update(a.name for a in n.names if a.name.startswith("attn_lib"))
+        graph[name] = {d for d in deps if d != name}
+    return graph
+
+
+def test_no_import_cycle_inside_attn_lib():
+    graph = _module_imports()
+    state = {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for dep in sorted(graph.get(node, ())):
+            if dep == "attn_lib":  # the package's lazy __init__ imports only _setup and pretrained
+                continue
+            if state.get(dep) == "open":
+                raise AssertionError("import cycle: " + " -> ".join(path + [dep]))
+            if dep not in state:
+                visit(dep, path + [dep])
+        state[node] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_no_module_of_the_math_imports_plotting():
+    """The attention math imports neither matplotlib nor attn_lib.viz at import time (figures import on use)."""
+    import ast
+    from pathlib import Path
+
+    math_modules = ["attention", "masks", "mha", "positional", "kv_cache", "quantization", "gqa", "tiled", "_tiling",
+                    "flash", "mla", "windows", "variants", "sparse", "linear", "deltanet", "_checks"]
+    root = Path(__file__).resolve().parent.parent / "attn_lib"
+    for name in math_modules:
+        tree = ast.parse((root / f"{name}.py").read_text(encoding="utf-8"))
+        for node in tree.body:
+            mods = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                mods = [node.module]
+            elif isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            for m in mods:
+                assert not (m.startswith("matplotlib") or m == "attn_lib.viz"), f"attn_lib.{name} imports {m}"
+    graph = _module_imports()
+    for name in math_modules:  # nor through another attn_lib module
+        seen, todo = set(), [f"attn_lib.{name}"]
+        while todo:
+            m = todo.pop()
+            assert m != "attn_lib.viz", f"attn_lib.{name} reaches attn_lib.viz at import time"
+            for dep in graph.get(m, ()):
+                if dep not in seen and dep != "attn_lib":
+                    seen.add(dep)
+                    todo.append(dep)

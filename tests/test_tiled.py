@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import attn_lib._tiling as tiling_mod
 import attn_lib.tiled as tiled_mod
 from attn_lib.tiled import (
     causal_tiles,
@@ -37,7 +38,7 @@ TOL = {torch.float32: dict(atol=2e-6, rtol=1e-5), torch.float16: dict(atol=2e-3,
 
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
-    monkeypatch.setattr(tiled_mod, "_POISON_OUTPUTS", True)
+    monkeypatch.setattr(tiling_mod, "_POISON_OUTPUTS", True)  # _new_output lives in attn_lib._tiling
 
 
 def _qkv(shape_q, S, Ev=None, *, seed=0, dtype=torch.float64):

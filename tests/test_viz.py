@@ -314,7 +314,7 @@ def test_plot_attention_and_head_options_refuse_bad_input_by_name():
 
 
 def test_palette_and_colour_maps_are_public_in_viz_and_defined_once():
-    from attn_lib import _setup
+    from attn_lib import _setup, style
 
-    assert viz.PALETTE is _setup.PALETTE and len(viz.PALETTE) == 8 and viz.PALETTE[0] == "#0072B2"  # Okabe-Ito blue
+    assert viz.PALETTE is _setup.PALETTE is style.PALETTE and len(viz.PALETTE) == 8 and viz.PALETTE[0] == "#0072B2"  # Okabe-Ito blue
     assert (viz.SEQUENTIAL_CMAP, viz.DIVERGING_CMAP) == ("viridis", "PuOr")
