@@ -7,7 +7,7 @@ students' package and keeps its own style) is scored on four features, each a re
 ========  ===================================================================================================
 shapes    a shape in attn_lib's letters, e.g. ``(B, L)``, ``(..., L, E)``, ``(H,)``, ``(V, D)``; or, for a
           function that takes and returns no tensor, the words "no tensors"
-dtypes    a dtype or type: float32, bfloat16, int64, bool, int, str, "dtype", ...
+dtypes    a dtype or type: float32, bfloat16, int64, bool, int, str, "dtype", ... ("no tensors" too)
 raises    a ``Raises:`` section (``Raises: nothing of its own (...)`` counts: it says so)
 source    a ``Source:`` line, a paper (et al., §, section N, Algorithm N, Eq. N, arXiv), the library it
           matches (transformers', torch's, HuggingFace's, torch.nn.X), or "the course's own"
@@ -33,11 +33,13 @@ THRESHOLD = 0.90
 _SHAPE = re.compile(
     r"\((?:\.\.\.|…|[A-Z][A-Za-z]{0,3}\b|\d+)[^,()\n]{0,12}"  # first dim: ..., B, Hkv, H·E, H * E, 3
     r"(?:\s*,\s*[^,()\n]{1,24})*\s*,(?:\s*[^,()\n]{1,24})?\s*\)"  # at least one comma: (H,), (B, L), (..., L, E)
+    r"|\([a-z_]{1,8},(?:\s*[A-Z][A-Za-z]{0,3}\b,)*\s*[A-Z][A-Za-z]{0,3}\)"  # (layers, H, L, S)
     r"|\b[Nn]o tensors?\b"
 )
 _DTYPE = re.compile(
     r"\b(?:b?float(?:16|32|64)?|half|double|dtype|u?int(?:8|16|32|64)?|long|bool|str|complex(?:64|128)?)s?\b"
 )
+_NO_TENSORS = re.compile(r"\b[Nn]o tensors?\b")  # a function without tensors has no dtype to give
 _RAISES = re.compile(r"^\s*Raises\b", re.M)
 _SOURCE = re.compile(
     r"^\s*Sources?\b|et al\.|§|\bsection \d|\bAlgorithm \d|\b[Ee]q(?:uation|\.)\s*\(?\d|arXiv"
@@ -78,7 +80,7 @@ def docstring(obj) -> str:
 def score(doc: str) -> dict[str, bool]:
     return {
         "shapes": bool(_SHAPE.search(doc)),
-        "dtypes": bool(_DTYPE.search(doc)),
+        "dtypes": bool(_DTYPE.search(doc) or _NO_TENSORS.search(doc)),
         "raises": bool(_RAISES.search(doc)),
         "source": bool(_SOURCE.search(doc)),
     }
@@ -100,7 +102,7 @@ def test_the_regexes_recognise_the_usual_spellings():
     assert score("x: (B, L) int64 token ids.\n\nRaises:\n    ValueError: bad.\n\nSource: Vaswani et al. 2017")["source"]
     good = "(..., L, E) float32\nRaises:\n    TypeError: x\nSource: the course's own: notebook 03"
     assert all(score(good).values())
-    for shape in ("(B, L)", "(H,)", "(V, D)", "(L, S)", "(..., Hkv, S, Ev)", "(B, 1, 1, S)", "(H·E, d_in)"):
+    for shape in ("(B, L)", "(H,)", "(V, D)", "(L, S)", "(..., Hkv, S, Ev)", "(B, 1, 1, S)", "(H·E, d_in)", "(layers, H, L, S)"):
         assert score(shape)["shapes"], shape
     for not_shape in ("(Vaswani et al. 2017, section 3.2.1)", "(Shazeer 2019, MQA)", "(the default)", "(B)"):
         assert not score(not_shape)["shapes"], not_shape
