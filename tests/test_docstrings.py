@@ -36,7 +36,7 @@ THRESHOLD = 0.58
 _SHAPE = re.compile(
     r"\((?:\.\.\.|…|[A-Z][A-Za-z]{0,3}\b|\d+)[^,()\n]{0,12}"  # first dim: ..., B, Hkv, H·E, H * E, 3
     r"(?:\s*,\s*[^,()\n]{1,24})*\s*,(?:\s*[^,()\n]{1,24})?\s*\)"  # at least one comma: (H,), (B, L), (..., L, E)
-    r"|\([a-z_]{1,8},(?:\s*[A-Z][A-Za-z]{0,3}\b,)*\s*[A-Z][A-Za-z]{0,3}\)"  # (layers, H, L, S)
+    r"|\([a-z_]{1,8},(?:\s*[A-Z][A-Za-z_]{0,5}\b,)*\s*[A-Z][A-Za-z_]{0,5}\)"  # (layers, H, T_out, S)
     r"|\b[Nn]o tensors?\b"
 )
 _DTYPE = re.compile(
