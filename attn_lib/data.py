@@ -66,6 +66,15 @@ class CharVocab:
 
     Raises:
         ValueError: a repeated character or an entry that is not one character.
+
+    No tensors: ``encode`` maps a str to a list of int ids, ``decode`` / ``labels`` take ints (or a (L,)
+    int64 tensor's rows) back to str.
+
+    Raises (of the methods):
+        TypeError: ``encode`` of a non-str. ValueError: ``encode`` of a character outside the vocabulary (named);
+        ``decode`` of an id outside 0..len - 1.
+
+    Source: the course's own: notebook 07 (special ids as HuggingFace tokenizers' pad / bos / eos).
     """
 
     chars: tuple[str, ...]
@@ -218,6 +227,13 @@ class DateExample:
         style: one of :data:`STYLES`.
         spans: field -> (start, end) character span of the source holding that field
             (``source[start:end]``), for "year", "month" and "day".
+
+    No tensors: source, target, style are str; spans maps str to (start, end) int pairs.
+
+    Raises:
+        nothing (a dataclass).
+
+    Source: the course's own: notebook 07 (the date-normalisation task).
     """
 
     source: str
@@ -231,7 +247,15 @@ class DateExample:
 
 
 def target_field_slices() -> dict[str, slice]:
-    """Where each field sits in the ISO target "YYYY-MM-DD": year 0:4, month 5:7, day 8:10."""
+    """Where each field sits in the ISO target "YYYY-MM-DD": year 0:4, month 5:7, day 8:10.
+
+    No tensors: returns a dict of str to slice (of int positions).
+
+    Raises:
+        nothing.
+
+    Source: ISO 8601's calendar date YYYY-MM-DD; the course's own: notebook 07.
+    """
     return {"year": slice(0, 4), "month": slice(5, 7), "day": slice(8, 10)}
 
 
@@ -242,6 +266,10 @@ def format_date(date: _dt.date, style: str) -> DateExample:
         TypeError: ``date`` is not a ``datetime.date``.
         ValueError: ``style`` is not one of :data:`STYLES`, or the date is outside 1950-01-01 .. 2049-12-31
             (where two-digit years would be ambiguous).
+
+    No tensors: a datetime.date and a str in; a DateExample (str fields, int spans) out.
+
+    Source: the course's own: notebook 07.
     """
     if not isinstance(date, _dt.date) or isinstance(date, _dt.datetime):
         raise TypeError(f"date must be a datetime.date, got {type(date).__name__} {date!r}")
@@ -273,6 +301,10 @@ def make_splits(seed: int = DEFAULT_SEED, sizes: dict | None = None) -> dict[str
 
     Raises:
         TypeError: ``seed`` not an int. ValueError: bad sizes or more dates asked than exist (36525).
+
+    No tensors: seed an int, sizes a dict of str to int; DateExample lists (str fields) out.
+
+    Source: the course's own: notebook 07.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
@@ -315,7 +347,15 @@ def _from_line(line: str, where: str) -> DateExample:
 
 
 def save_splits(splits: dict[str, list[DateExample]], folder: Path | str = DATES_DIR) -> list[Path]:
-    """Write each split as ``<folder>/<name>.tsv`` (header line, then one example a line); returns the paths."""
+    """Write each split as ``<folder>/<name>.tsv`` (header line, then one example a line); returns the paths.
+
+    No tensors: DateExample lists (str fields) in; folder a str or Path; a list of Path out.
+
+    Raises:
+        nothing of its own: OSError from the file system, KeyError for a DateExample without all three spans.
+
+    Source: the course's own: notebook 07 (data/dates/*.tsv).
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -331,6 +371,11 @@ def load_splits(folder: Path | str = DATES_DIR) -> dict[str, list[DateExample]]:
 
     Raises:
         ValueError: a file does not have the expected header or columns (the message names the file and line).
+
+    No tensors: folder a str or Path; returns a dict of str to DateExample lists. An unreadable file
+    raises OSError; an int span that does not parse, ValueError too.
+
+    Source: the course's own: notebook 07 (data/dates/*.tsv).
     """
     folder = Path(folder)
     if not all((folder / f"{n}.tsv").exists() for n in SPLIT_SIZES):
@@ -355,6 +400,11 @@ class DateBatch(NamedTuple):
         tgt_in: long (B, L) decoder input: ``<s>`` then the target characters (teacher forcing).
         tgt_out: long (B, L) what the decoder must predict: the target characters then ``</s>``.
         tgt_padding_mask: bool (B, L), True = real position of ``tgt_in``/``tgt_out``.
+
+    Raises:
+        nothing (a NamedTuple).
+
+    Source: the course's own: notebook 07 (right padding and bool masks as HuggingFace tokenizers' attention_mask).
     """
 
     src: torch.Tensor
@@ -390,6 +440,8 @@ def collate(
         TypeError: pairs not a list, an entry neither a DateExample nor a (source, target) pair of str.
         ValueError: empty list; an empty source (the encoder would have no key to attend to: a softmax
             over zero keys); a character outside a vocabulary (the message names it).
+
+    Source: the course's own: notebook 07; the batch layout of a HuggingFace tokenizer with ``padding=True``.
     """
     if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
         raise TypeError(f"pairs must be a list of DateExample or (source, target) pairs, got {type(pairs).__name__}")
@@ -422,7 +474,17 @@ def iterate_batches(
     """Yield :class:`DateBatch` es of ``batch_size`` examples (the last one may be smaller).
 
     Args:
+        examples: a sequence of DateExample. batch_size: an int >= 1. generator: a torch.Generator or None.
         shuffle: visit the examples in a random order drawn from ``generator`` (a fresh order per call).
+
+    Yields:
+        :class:`DateBatch`: src (B, S) int64 ids, tgt_in / tgt_out (B, L) int64, bool padding masks.
+
+    Raises:
+        ValueError: batch_size not an int >= 1 (a non-int too: ValueError, not TypeError); :func:`collate`'s
+            TypeError/ValueError.
+
+    Source: the course's own: notebook 07.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")

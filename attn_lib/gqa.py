@@ -54,6 +54,8 @@ def kv_head_for_query_head(num_heads: int, num_kv_heads: int) -> list[int]:
 
     Raises:
         TypeError: a count is not an int. ValueError: a count < 1, or num_kv_heads does not divide num_heads.
+
+    No tensors: two ints in, a list of H ints out.
     """
     group = _check_heads(num_heads, num_kv_heads)
     return [j // group for j in range(num_heads)]
@@ -67,6 +69,10 @@ def query_groups(num_heads: int, num_kv_heads: int) -> list[list[int]]:
 
     Raises:
         TypeError / ValueError: as :func:`kv_head_for_query_head`.
+
+    No tensors: two ints in, Hkv lists of ints out.
+
+    Source: Ainslie et al. 2023 (GQA), section 2.2: groups of consecutive query heads.
     """
     owner = kv_head_for_query_head(num_heads, num_kv_heads)
     groups: list[list[int]] = [[] for _ in range(num_kv_heads)]
@@ -82,6 +88,10 @@ def describe_grouping(num_heads: int, num_kv_heads: int) -> str:
 
     Raises:
         TypeError / ValueError: as :func:`kv_head_for_query_head`.
+
+    No tensors: two ints in, a str out.
+
+    Source: Ainslie et al. 2023 (GQA), section 2.2; the cache share is Hkv / H.
     """
     G = _check_heads(num_heads, num_kv_heads)
     name = "MHA" if num_kv_heads == num_heads else "MQA" if num_kv_heads == 1 else "GQA"
@@ -213,6 +223,8 @@ def mean_pool_kv_heads(weight: torch.Tensor, num_heads: int, num_kv_heads: int) 
     Raises:
         TypeError: not a tensor, or not floating (an integer weight); counts not ints.
         ValueError: 0-dim; num_kv_heads not dividing num_heads; rows not a multiple of num_heads.
+
+    Source: Ainslie et al. 2023 (GQA), section 2.1 (mean pooling).
     """
     check_tensor("weight", weight, floating=True, min_ndim=1)  # an integer mean would truncate
     G = _check_heads(num_heads, num_kv_heads)
@@ -248,7 +260,10 @@ def to_gqa(mha, num_kv_heads: int):
         num_kv_heads: int dividing the layer's num_kv_heads.
 
     Raises:
-        TypeError: mha is not a MultiHeadAttention. ValueError: num_kv_heads does not divide.
+        TypeError: mha is not a MultiHeadAttention; num_kv_heads not an int.
+        ValueError: num_kv_heads < 1, or it does not divide the layer's num_kv_heads.
+
+    The new layer's parameters keep mha's dtype and device: k_proj/v_proj (Hkv * E, kdim) and (Hkv * E, vdim).
     """
     from attn_lib.mha import MultiHeadAttention
 
@@ -296,6 +311,9 @@ def model_to_gqa(model: nn.Module, num_kv_heads: int) -> nn.Module:
     Raises:
         TypeError: model is not an nn.Module, or num_kv_heads not an int.
         ValueError: no MultiHeadAttention inside, or num_kv_heads does not divide a layer's (names the layer).
+
+    The new model's parameters keep their dtype and device; each converted k_proj/v_proj weight becomes
+    (Hkv * E, d_in).
     """
     from attn_lib.mha import MultiHeadAttention
 
@@ -336,6 +354,8 @@ def plot_groups(num_heads: int, num_kv_heads: int, *, ax=None):
 
     Raises:
         TypeError / ValueError: as :func:`kv_head_for_query_head`.
+
+    No tensors: two ints in, a matplotlib Axes out.
     """
     import matplotlib.pyplot as plt
 

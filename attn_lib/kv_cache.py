@@ -51,6 +51,13 @@ class KVCacheProtocol(Protocol):
     - ``update(key, value)``: append key (B, Hkv, S_new, E) and value (B, Hkv, S_new, Ev); return all
       cached keys (B, Hkv, S, E) and values (B, Hkv, S, Ev), S = old seq_len + S_new.
     - ``nbytes()``: bytes stored. ``reset()``: empty it.
+
+    Raises:
+        nothing itself (a Protocol); implementations' ``check`` / ``update`` raise TypeError (not floating
+        tensors, dtypes differ) and ValueError (not 4-D, NaN/inf, shapes or devices that disagree).
+
+    Source: HuggingFace's ``transformers.Cache`` interface (``update`` returns the layer's keys and values),
+    reduced to one layer.
     """
 
     @property
@@ -108,6 +115,11 @@ class KVCache:
 
     Attributes:
         keys: (B, Hkv, S, E), values: (B, Hkv, S, Ev) tensors of one floating dtype, or None while empty.
+
+    Raises (``check`` / ``update``):
+        TypeError: key/value not floating tensors; their dtypes differ, or differ from the cache's.
+        ValueError: not 4-D; NaN or inf; key and value disagree in (B, Hkv, S_new); B, Hkv, E or Ev differ
+            from the cached ones; another device than the cache's.
     """
 
     def __init__(self) -> None:
@@ -181,6 +193,11 @@ class QuantizedKVCache:
 
     Raises:
         TypeError / ValueError: bits not 8 or 4; scale_dtype not a floating dtype.
+
+    Shapes: ``update(key, value)`` takes (B, Hkv, S_new, E) and (B, Hkv, S_new, Ev) and returns the cached
+    (B, Hkv, S, E) and (B, Hkv, S, Ev), dequantized to the input dtype; it raises as :class:`KVCache`'s.
+
+    Source: Liu et al. 2024 (KIVI), section 3; absmax quantization as Dettmers et al. 2022 (LLM.int8()), section 2.
     """
 
     def __init__(self, bits: int = 8, *, scale_dtype: torch.dtype = torch.float16):
@@ -252,6 +269,10 @@ def bytes_per_element(dtype) -> float:
 
     Raises:
         ValueError: an unknown name. TypeError: neither a torch.dtype nor a str.
+
+    No tensors: a torch.dtype or a str in, a float out.
+
+    Source: torch's ``dtype.itemsize`` for torch dtypes; int4 packs two values per byte (GPTQ/AWQ's storage).
     """
     if isinstance(dtype, torch.dtype):
         return torch.empty((), dtype=dtype).element_size()
@@ -283,6 +304,10 @@ def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, seq_len: i
 
     Raises:
         TypeError: a count is not an int, dtype of the wrong type. ValueError: a count out of range, unknown dtype name.
+
+    No tensors: ints and a dtype (or its name) in, an int out.
+
+    Source: the KV-cache memory accounting of Pope et al. 2022, "Efficiently Scaling Transformer Inference".
     """
     _check_int("num_layers", num_layers, minimum=1)
     _check_int("num_kv_heads", num_kv_heads, minimum=1)
@@ -314,6 +339,10 @@ def kv_cache_memory_table(
 
     Raises:
         ValueError: a variant's num_kv_heads does not divide num_heads (and what :func:`kv_cache_bytes` raises).
+
+    No tensors: ints, dtype names (str) and torch dtypes in; a list of dicts (int, float, str) out.
+
+    Source: the course's own: notebook 08; the configs of LLaMA-2-7B / Mistral-7B (transformers' ``LlamaConfig``).
     """
     if variants is None:
         variants = {"MHA": num_heads, "GQA": 8, "MQA": 1}
@@ -333,7 +362,15 @@ def kv_cache_memory_table(
 
 def format_memory_table(rows: list[dict]) -> str:
     """A plain-text table of :func:`kv_cache_memory_table`'s rows: one line per variant and dtype,
-    one column per (context length, batch size), sizes in GiB (2**30 bytes, 5 significant digits)."""
+    one column per (context length, batch size), sizes in GiB (2**30 bytes, 5 significant digits).
+
+    No tensors: dicts of str, int and float in, a str out.
+
+    Raises:
+        nothing of its own (KeyError for a row without the keys of :func:`kv_cache_memory_table`).
+
+    Source: the course's own: notebook 08.
+    """
     cols = sorted({(r["seq_len"], r["batch_size"]) for r in rows})
     lines_keys = list(dict.fromkeys((r["variant"], r["num_kv_heads"], r["dtype"]) for r in rows))
     cell = {(r["variant"], r["dtype"], r["seq_len"], r["batch_size"]): r["gib"] for r in rows}
@@ -362,6 +399,10 @@ def decoding_cost(prompt_len: int, max_new_tokens: int, *, use_cache: bool) -> d
 
     Raises:
         TypeError: not ints, use_cache not a bool. ValueError: prompt_len < 1 or max_new_tokens < 0.
+
+    No tensors: ints and a bool in, a dict of int out.
+
+    Source: the course's own: notebook 08 (the count behind HuggingFace's ``use_cache=True``).
     """
     _check_int("prompt_len", prompt_len, minimum=1)
     check_bool("use_cache", use_cache)

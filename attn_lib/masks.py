@@ -74,13 +74,17 @@ def padding_mask(lengths, max_len: int | None = None) -> torch.Tensor:
 
     Args:
         lengths: B non-negative ints (list, tuple or 1-D integer tensor): the real length of each sequence.
-        max_len: padded length T; default ``max(lengths)`` (0 for an empty batch).
+        max_len: padded length S (an int >= 0); default ``max(lengths)`` (0 for an empty batch).
 
     Returns:
-        bool tensor (B, L): ``mask[b, t] = t < lengths[b]``; on the device of ``lengths`` if a tensor.
+        bool tensor (B, S): ``mask[b, s] = s < lengths[b]``; on the device of ``lengths`` if a tensor.
 
     Raises:
-        TypeError: lengths are not integers. ValueError: lengths not 1-D, negative, or longer than max_len.
+        TypeError: lengths are not integers (a bool, floating or complex tensor; a list holding a non-int);
+            max_len not an int.
+        ValueError: lengths not 1-D, negative, or longer than max_len; max_len < 0.
+
+    Source: HuggingFace's tokenizers (``padding=True`` returns this ``attention_mask``, 1 = real token).
     """
     if isinstance(lengths, torch.Tensor):
         if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
@@ -115,8 +119,12 @@ def to_torch_key_padding_mask(padding_mask: torch.Tensor) -> torch.Tensor:
         bool (B, S), True = padding (to be ignored), for ``nn.MultiheadAttention(..., key_padding_mask=)``.
 
     Raises:
-        TypeError: the mask is not a bool tensor (a 0/1 int or float mask is ambiguous; call ``.bool()`` first).
-        ValueError: not 2-D (torch's key_padding_mask is (B, S); a 3-D (B, L, S) mask is an attn_mask).
+        TypeError: not a tensor, or a floating/complex dtype (0/1 integers are accepted, as HuggingFace's
+            attention_mask).
+        ValueError: not 2-D (torch's key_padding_mask is (B, S); a 3-D (B, L, S) mask is an attn_mask);
+            integer values other than 0 and 1.
+
+    Source: the inverse convention of torch.nn.MultiheadAttention's ``key_padding_mask`` (True = ignore).
     """
     padding_mask = check_padding_mask("padding_mask", padding_mask)  # bool or 0/1 ints, (B, S)
     return ~padding_mask
@@ -125,8 +133,16 @@ def to_torch_key_padding_mask(padding_mask: torch.Tensor) -> torch.Tensor:
 def from_torch_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`to_torch_key_padding_mask`: True = ignore -> True = real token.
 
+    Args:
+        key_padding_mask: (B, S) bool (or 0/1 integers), True = padding, as torch.nn.MultiheadAttention takes it.
+
+    Returns:
+        bool (B, S), True = real token (attn_lib's and HuggingFace's convention).
+
     Raises:
-        TypeError: the mask is not a bool tensor. ValueError: not 2-D (B, S).
+        TypeError: not a tensor, or a floating/complex dtype. ValueError: not 2-D (B, S); integers other than 0/1.
+
+    Source: torch.nn.MultiheadAttention's ``key_padding_mask`` convention, negated.
     """
     key_padding_mask = check_padding_mask("key_padding_mask", key_padding_mask)  # bool or 0/1 ints, (B, S)
     return ~key_padding_mask
@@ -138,8 +154,17 @@ def padding_to_attn_mask(padding_mask: torch.Tensor) -> torch.Tensor:
     Every query may attend to the real keys of its own sequence. Combine with a causal mask by
     ``&``: ``padding_to_attn_mask(pad) & causal_mask(L, S)`` -> (B, 1, L, S).
 
+    Args:
+        padding_mask: (B, S) bool (or 0/1 integers), True = real token.
+
+    Returns:
+        bool (B, 1, 1, S).
+
     Raises:
-        TypeError: not a bool tensor. ValueError: not 2-D.
+        TypeError: not a tensor, or a floating/complex dtype. ValueError: not 2-D; integers other than 0/1.
+
+    Source: the key-padding mask of HuggingFace's BERT (``get_extended_attention_mask``, there as an additive
+    float mask of the same (B, 1, 1, S) shape).
     """
     padding_mask = check_padding_mask("padding_mask", padding_mask)  # bool or 0/1 ints, (B, S)
     return padding_mask[:, None, None, :]

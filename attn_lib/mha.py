@@ -47,8 +47,15 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     Head j gets the features ``j*head_dim : (j+1)*head_dim`` of each token (the layout of
     ``torch.nn.MultiheadAttention`` and HuggingFace BERT).
 
+    Args:
+        x: (B, L, H * E) tensor of any dtype (a view is returned: same dtype and storage).
+        num_heads: H, an int >= 1.
+
     Raises:
-        ValueError: x is not 3-D or its last dim is not a multiple of ``num_heads``.
+        ValueError: x is not 3-D or its last dim is not a multiple of ``num_heads`` (also num_heads <= 0).
+        Nothing checks that x is a tensor or num_heads an int: other types fail inside torch.
+
+    Source: HuggingFace's ``BertSelfAttention.transpose_for_scores`` (the same view and transpose).
     """
     if x.dim() != 3:
         raise ValueError(f"x must be (B, L, num_heads * head_dim), got shape {shape_of(x)}")
@@ -61,8 +68,12 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(B, num_heads, L, head_dim) -> (B, L, num_heads * head_dim): the inverse of :func:`split_heads`.
 
+    x: (B, H, L, E) tensor of any dtype; the result (B, L, H * E) keeps it (a copy when x is not contiguous).
+
     Raises:
-        ValueError: x is not 4-D.
+        ValueError: x is not 4-D (a non-tensor fails inside torch).
+
+    Source: the concatenation of Vaswani et al. 2017, section 3.2.2 (HuggingFace BERT's context-layer reshape).
     """
     if x.dim() != 4:
         raise ValueError(f"x must be (B, num_heads, L, head_dim), got shape {shape_of(x)}")

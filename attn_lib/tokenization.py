@@ -63,6 +63,10 @@ def pre_tokenize(text: str) -> list[str]:
 
     Raises:
         TypeError: ``text`` is not a str.
+
+    No tensors: a str in, a list of str out.
+
+    Source: GPT-2's pre-tokenizer regex (Radford et al. 2019; HuggingFace's ``ByteLevel`` pre-tokenizer), simplified.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__} {text!r:.60}")
@@ -97,6 +101,14 @@ def merge_pair(symbols: Sequence[str], pair: tuple[str, str]) -> list[str]:
     """Replace every occurrence of ``pair`` in ``symbols`` by the joined symbol, left to right.
 
     Occurrences do not overlap: ``merge_pair(["a", "a", "a"], ("a", "a"))`` -> ``["aa", "a"]``.
+
+    No tensors: symbols a sequence of str, pair two str; a list of str out.
+
+    Raises:
+        nothing of its own (a pair that is not two items raises Python's ValueError on unpacking).
+
+    Source: Sennrich et al. 2016, "Neural Machine Translation of Rare Words with Subword Units", section 3.2
+    (Algorithm 1, ``merge_vocab``).
     """
     a, b = pair
     out: list[str] = []
@@ -116,6 +128,13 @@ def apply_merges_in_order(symbols: Sequence[str], merges: Sequence[tuple[str, st
     """The plain definition of BPE tokenization: go through the merges in learned order and
     apply each one everywhere in the word. (:meth:`BPETokenizer.tokenize_word` gives the same
     result faster; a test checks they agree.)
+
+    No tensors: symbols a sequence of str, merges (str, str) pairs; a list of str out.
+
+    Raises:
+        nothing of its own (as :func:`merge_pair`).
+
+    Source: Sennrich et al. 2016, section 3.2: merges applied in the order learned.
     """
     symbols = list(symbols)
     for pair in merges:
@@ -133,6 +152,13 @@ def count_pairs(word_counts: dict[tuple[str, ...], int]) -> Counter:
 
     Returns:
         Counter {(left, right): count}. ``("a", "a", "a")`` contributes ``("a", "a")`` twice.
+
+    No tensors: keys are tuples of str, counts int.
+
+    Raises:
+        nothing of its own (a non-dict raises AttributeError).
+
+    Source: Sennrich et al. 2016, section 3.2 (Algorithm 1, ``get_stats``).
     """
     pairs: Counter = Counter()
     for word, freq in word_counts.items():
@@ -185,6 +211,12 @@ class BPETokenizer:
 
     Raises:
         TypeError / ValueError: malformed merges or alphabet (the message names the merge).
+
+    No tensors: text is str, ids are int (lists of int), merges pairs of str; ``num_merges`` / ``vocab_size``
+    ints.
+
+    Source: Sennrich et al. 2016, section 3.2 (BPE); byte level as GPT-2 (Radford et al. 2019, section 2.2);
+    the id layout of HuggingFace's ``tokenizers`` BPE trainer.
     """
 
     def __init__(self, merges: Iterable[tuple[str, str]], alphabet: Iterable[str] | str | None = None,
@@ -561,6 +593,11 @@ def bpe_summary(tokenizer: BPETokenizer, vocab_size: int, sentence: str, *, last
 
     Raises:
         ValueError: ``vocab_size`` outside the range the tokenizer can be cut back to.
+
+    No tensors: a BPETokenizer, an int vocab_size, a str sentence, an int last; a str out.
+    Also TypeError: vocab_size not an int, or sentence not a str.
+
+    Source: the course's own: notebook 01 (its BPE widget).
     """
     _check_text("sentence", sentence)
     start = tokenizer.vocab_size - len(tokenizer.merges)
@@ -655,6 +692,10 @@ def basic_split(text: str, *, lowercase: bool = True) -> list[str]:
 
     Raises:
         TypeError: ``text`` is not a str, ``lowercase`` not a bool.
+
+    No tensors: a str and a bool in, a list of str out.
+
+    Source: HuggingFace's ``tokenizers`` ``BertNormalizer`` + ``BertPreTokenizer`` (BERT's ``BasicTokenizer``).
     """
     _check_text("text", text)
     if not isinstance(lowercase, bool):
@@ -701,6 +742,8 @@ def wordpiece_tokenize(text: str, vocab, *, unk_token: str = "[UNK]", lowercase:
         TypeError: ``text`` or ``unk_token`` not a str; ``vocab`` a str (it would match substrings; read
             a vocabulary file into a dict first) or not a container; ``max_input_chars_per_word`` not an int.
         ValueError: ``max_input_chars_per_word`` < 1.
+
+    No tensors: str text and tokens, int ``max_input_chars_per_word``; a list of str out.
     """
     _check_text("text", text)
     if isinstance(vocab, (str, bytes)) or vocab is None or not hasattr(vocab, "__contains__"):

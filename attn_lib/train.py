@@ -1,6 +1,6 @@
 """Training and evaluation for the small models of notebook 07 (the date task of :mod:`attn_lib.data`).
 
-:func:`train` is one plain loop (AdamW, linear warm-up then cosine decay, gradient clipping) with a
+:func:`train_loop` is one plain loop (AdamW, linear warm-up then cosine decay, gradient clipping) with a
 ``tqdm.auto`` progress bar. The three architectures see the date task differently; each has a loss
 (teacher forcing) and a predict function here:
 
@@ -43,6 +43,14 @@ def single_thread(threads: int | None = 1):
 
     Models this small run faster on one thread than on several (less synchronisation), and results
     on one thread do not depend on the machine's core count. ``threads=None`` changes nothing.
+
+    Args:
+        threads: an int >= 1, or None. No tensors in or out (a context manager).
+
+    Raises:
+        nothing of its own (torch.set_num_threads raises RuntimeError/TypeError for a bad count).
+
+    Source: torch's ``torch.set_num_threads``; the course's own: notebook 07.
     """
     old = torch.get_num_threads()
     if threads is not None:
@@ -54,7 +62,15 @@ def single_thread(threads: int | None = 1):
 
 
 class TrainResult(NamedTuple):
-    """losses: the training loss at each step; seconds: wall-clock time of the loop."""
+    """losses: the training loss at each step; seconds: wall-clock time of the loop.
+
+    Fields: losses, a list of float (one per step); seconds, a float. No tensors (plain Python numbers).
+
+    Raises:
+        nothing (a NamedTuple).
+
+    Source: the course's own: notebook 07.
+    """
 
     losses: list
     seconds: float
@@ -67,6 +83,18 @@ def endless_batches(examples: Sequence[DateExample], batch_size: int, *, seed: i
     To waste less work on padding, each run of ``bucket * batch_size`` shuffled examples is sorted by
     source length and cut into batches of similar lengths, and the batches are then shuffled
     (``bucket=1``: plain random batches). Batches still hold different lengths, so padding stays real.
+
+    Args:
+        examples: a sequence of :class:`attn_lib.data.DateExample`. batch_size: an int in 1..len(examples).
+        seed: an int (a torch.Generator's seed). bucket: an int >= 1.
+
+    Yields:
+        :class:`attn_lib.data.DateBatch`: src (B, S) int64, masks (B, S)/(B, L) bool, tgt_in/tgt_out (B, L) int64.
+
+    Raises:
+        ValueError: batch_size or bucket not an int in range (a non-int too: ValueError, not TypeError).
+
+    Source: the course's own: notebook 07 (bucketing by length as in Vaswani et al. 2017, section 5.1).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= len(examples):
         raise ValueError(f"batch_size must be an int in 1..{len(examples)}, got {batch_size!r}")
@@ -111,6 +139,9 @@ def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, 
 
     Raises:
         ValueError: ``steps`` not a positive int, or a loss that is not finite (names the step).
+
+    Shapes: ``loss_fn`` returns a 0-dim float tensor, shape (), i.e. (1,) squeezed; batches are
+    whatever ``loss_fn`` takes, e.g. DateBatch tensors (B, S) int64.
     """
     from tqdm.auto import tqdm
 
@@ -149,7 +180,22 @@ def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, 
 
 # --------------------------------------------------------------------------- encoder-decoder
 def seq2seq_loss(model, batch: DateBatch) -> torch.Tensor:
-    """Cross-entropy of the teacher-forced decoder: predict ``tgt_out[t]`` from source and ``tgt_in[:t+1]``."""
+    """Cross-entropy of the teacher-forced decoder: predict ``tgt_out[t]`` from source and ``tgt_in[:t+1]``.
+
+    Args:
+        model: a :class:`attn_lib.models.Seq2SeqTransformer` (its logits (B, L, V_tgt), float).
+        batch: a :class:`attn_lib.data.DateBatch`: src (B, S) int64, tgt_in / tgt_out (B, L) int64, masks bool.
+
+    Returns:
+        a 0-dim float tensor (the model's dtype, float32 here): the mean over non-padding target positions.
+
+    Raises:
+        nothing of its own: the model's checks (TypeError/ValueError on bad ids or masks) and
+        ``F.cross_entropy``'s.
+
+    Source: the course's own: notebook 07 (teacher forcing); torch's ``F.cross_entropy`` with
+    ``ignore_index`` = pad.
+    """
     logits = model(batch.src, batch.tgt_in, batch.src_padding_mask, batch.tgt_padding_mask).logits  # (B, L, V)
     return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=TARGET_VOCAB.pad_id)
 
@@ -161,7 +207,17 @@ def _in_batches(examples, batch_size):
 
 @torch.no_grad()
 def predict_seq2seq(model, examples: Sequence[DateExample], *, batch_size: int = 500) -> list[str]:
-    """Greedy translations of the examples' sources (one str per example)."""
+    """Greedy translations of the examples' sources (one str per example).
+
+    Args:
+        model: a Seq2SeqTransformer (set to eval mode). examples: a sequence of DateExample.
+        batch_size: an int: examples per batch of (B, S) int64 source ids.
+
+    Raises:
+        nothing of its own: collate's and ``model.greedy_decode``'s TypeError/ValueError.
+
+    Source: the course's own: notebook 07 (greedy decoding, up to 12 new tokens).
+    """
     model.eval()
     preds = []
     with single_thread():
@@ -174,7 +230,15 @@ def predict_seq2seq(model, examples: Sequence[DateExample], *, batch_size: int =
 
 
 class Evaluation(NamedTuple):
-    """accuracy: exact-match fraction; errors: list of (example, prediction) that were wrong."""
+    """accuracy: exact-match fraction; errors: list of (example, prediction) that were wrong.
+
+    Fields: accuracy, a float in [0, 1]; errors, a list of (DateExample, str) pairs. No tensors.
+
+    Raises:
+        nothing (a NamedTuple).
+
+    Source: the course's own: notebook 07.
+    """
 
     accuracy: float
     errors: list
@@ -185,6 +249,14 @@ def exact_match(examples: Sequence[DateExample], predictions: Sequence[str]) -> 
 
     Raises:
         ValueError: different numbers of examples and predictions, or no examples.
+
+    Args:
+        examples: DateExample items (their ``target``, a str). predictions: one str each. No tensors.
+
+    Returns:
+        :class:`Evaluation` (accuracy a float).
+
+    Source: the course's own: notebook 07 (exact match, the usual metric of seq2seq date parsing).
     """
     if len(examples) != len(predictions) or not examples:
         raise ValueError(f"need as many predictions as examples (> 0), got {len(predictions)} and {len(examples)}")
@@ -204,6 +276,11 @@ def encoder_only_inputs(batch: DateBatch) -> tuple[torch.Tensor, torch.Tensor]:
 
     Returns:
         ids long (B, 10 + S), padding_mask bool (B, 10 + S) (slots are real tokens).
+
+    Raises:
+        nothing of its own (a batch without ``src`` / ``src_padding_mask`` raises AttributeError).
+
+    Source: the course's own: notebook 07 (BERT-like slot filling; Devlin et al. 2019, section 3.1 for [MASK]).
     """
     B = batch.src.shape[0]
     slots = torch.full((B, NUM_SLOTS), MASK_ID, dtype=torch.long)
@@ -213,7 +290,20 @@ def encoder_only_inputs(batch: DateBatch) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def encoder_only_loss(model, batch: DateBatch) -> torch.Tensor:
-    """Cross-entropy of the 10 slots' outputs against the 10 target characters (logits over TARGET_VOCAB)."""
+    """Cross-entropy of the 10 slots' outputs against the 10 target characters (logits over TARGET_VOCAB).
+
+    Args:
+        model: an :class:`attn_lib.models.EncoderOnly` (logits (B, 10 + S, V_tgt), float).
+        batch: a DateBatch: src (B, S) int64, tgt_out (B, L) int64 with L >= 10.
+
+    Returns:
+        a 0-dim float tensor (the model's dtype): the mean over the B x 10 slots.
+
+    Raises:
+        nothing of its own: the model's TypeError/ValueError, ``F.cross_entropy``'s.
+
+    Source: the course's own: notebook 07; Devlin et al. 2019 (BERT), section 3.1 (predicting [MASK] tokens).
+    """
     ids, mask = encoder_only_inputs(batch)
     logits = model(ids, mask).logits[:, :NUM_SLOTS]  # (B, 10, V_tgt)
     return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out[:, :NUM_SLOTS].flatten())
@@ -221,7 +311,17 @@ def encoder_only_loss(model, batch: DateBatch) -> torch.Tensor:
 
 @torch.no_grad()
 def predict_encoder_only(model, examples: Sequence[DateExample], *, batch_size: int = 500) -> list[str]:
-    """All 10 characters in one pass: the arg-max of each slot."""
+    """All 10 characters in one pass: the arg-max of each slot.
+
+    Args:
+        model: an EncoderOnly (set to eval mode). examples: DateExample items. batch_size: an int.
+        Logits (B, 10 + S, V_tgt) float; the slots' arg-max (B, 10) int64 is decoded into one str per example.
+
+    Raises:
+        nothing of its own: collate's and the model's TypeError/ValueError.
+
+    Source: the course's own: notebook 07.
+    """
     model.eval()
     preds = []
     with single_thread():
@@ -242,6 +342,11 @@ def decoder_only_inputs(batch: DateBatch) -> tuple[torch.Tensor, torch.Tensor]:
 
     Returns:
         ids long (B, L), labels long (B, L).
+
+    Raises:
+        nothing of its own (SOURCE_VOCAB.encode's ValueError for a target character it lacks).
+
+    Source: the course's own: notebook 07 (GPT-style prompt + answer; labels -100 as transformers' ``labels``).
     """
     rows, label_rows = [], []
     src_lens = batch.src_padding_mask.sum(1).tolist()
@@ -261,7 +366,20 @@ def decoder_only_inputs(batch: DateBatch) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def decoder_only_loss(model, batch: DateBatch) -> torch.Tensor:
-    """Next-token cross-entropy on the answer part of ``source <s> target </s>``."""
+    """Next-token cross-entropy on the answer part of ``source <s> target </s>``.
+
+    Args:
+        model: an :class:`attn_lib.models.DecoderOnly` (logits (B, L, V), float). batch: a DateBatch (int64 ids).
+
+    Returns:
+        a 0-dim float tensor: the next-token cross-entropy over the answer positions (labels != -100).
+
+    Raises:
+        nothing of its own: the model's TypeError/ValueError, ``F.cross_entropy``'s.
+
+    Source: Radford et al. 2018 (GPT), section 3.1 (next-token likelihood); transformers' convention of
+    ignoring label -100.
+    """
     ids, labels = decoder_only_inputs(batch)
     logits = model(ids).logits  # (B, L, V); causal, so padding at the end is never seen by real tokens
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
@@ -269,7 +387,17 @@ def decoder_only_loss(model, batch: DateBatch) -> torch.Tensor:
 
 @torch.no_grad()
 def predict_decoder_only(model, examples: Sequence[DateExample], *, batch_size: int = 500) -> list[str]:
-    """Greedy continuation of each prompt ``source <s>`` until ``</s>``."""
+    """Greedy continuation of each prompt ``source <s>`` until ``</s>``.
+
+    Args:
+        model: a DecoderOnly (set to eval mode). examples: DateExample items. batch_size: an int.
+        Prompts are lists of int ids (a ragged (B, S) batch); ``model.generate`` returns up to 11 new int ids each, decoded to a str.
+
+    Raises:
+        nothing of its own: ``model.generate``'s TypeError/ValueError (e.g. a prompt longer than max_len).
+
+    Source: the course's own: notebook 07 (greedy decoding).
+    """
     model.eval()
     preds = []
     with single_thread():
@@ -304,11 +432,20 @@ def train_date_model(seed: int = 0, *, progress: bool = True, stop_after: int | 
 
     Args:
         seed: seeds torch (initial weights) and the batch order.
-        stop_after: stop early, keeping the learning-rate schedule (see :func:`train`).
+        stop_after: stop early, keeping the learning-rate schedule (see :func:`train_loop`).
         overrides: replace entries of :data:`DATE_TRAIN_CONFIG` (e.g. ``steps=50`` for a quick test).
 
     Returns:
         (model in eval mode, :class:`TrainResult`).
+
+    Returns ``model`` with float32 parameters; its inputs are (B, S) int64 source ids and (B, L) int64
+    target ids. seed: an int.
+
+    Raises:
+        nothing of its own: ``train_loop``'s ValueError (bad steps, a non-finite loss), ``endless_batches``'
+        ValueError, ``load_splits``'s FileNotFoundError; TypeError for an unknown override name.
+
+    Source: the course's own: notebook 07; the schedule of Vaswani et al. 2017, section 5.3 (warm-up).
     """
     from attn_lib.models.seq2seq import Seq2SeqTransformer
 
@@ -320,7 +457,7 @@ def train_date_model(seed: int = 0, *, progress: bool = True, stop_after: int | 
 
 
 def _train_on_dates(model, cfg: dict, *, seed: int, progress: bool, desc: str, stop_after: int | None = None):
-    """:func:`train` on the date task's train split with a config dict (steps, batch_size, lr, warmup_steps, fused)."""
+    """:func:`train_loop` on the date task's train split with a config dict (steps, batch_size, lr, warmup_steps, fused)."""
     from attn_lib.data import load_splits
 
     return train_loop(model, endless_batches(load_splits()["train"], cfg["batch_size"], seed=seed), seq2seq_loss,
@@ -340,13 +477,35 @@ def uptrain_date_model(model, *, seed: int = 1, progress: bool = True, **overrid
 
     Returns:
         :class:`TrainResult`; the model is left in eval mode.
+
+    The model's parameters keep their dtype (float32 for the date model); its batches are DateBatch
+    tensors (B, S) and (B, L) of int64 ids. seed: an int.
+
+    Raises:
+        nothing of its own: ``train_loop``'s ValueError and ``endless_batches``' ValueError; TypeError for an
+        unknown override name.
     """
     torch.manual_seed(seed)
     return _train_on_dates(model, {**GQA_UPTRAIN_CONFIG, **overrides}, seed=seed, progress=progress, desc="uptraining")
 
 
 def save_model(model, path: Path | str = CHECKPOINT, *, losses: Sequence[float] | None = None) -> Path:
-    """Save a model's weights as safetensors, with its config (and the training losses) in the file's metadata."""
+    """Save a model's weights as safetensors, with its config (and the training losses) in the file's metadata.
+
+    Args:
+        model: a module with ``config`` (a JSON-able dict) and a state dict of tensors, e.g. a
+            Seq2SeqTransformer (float32 weights such as the embedding (V, d_model)), saved as they are.
+        path: a str or Path; parent folders are created. losses: floats, or None.
+
+    Returns:
+        the Path written.
+
+    Raises:
+        nothing of its own: AttributeError without ``model.config``, TypeError for a config json cannot
+        write, OSError from the file system.
+
+    Source: the safetensors format (HuggingFace's ``safetensors.torch.save_file``, metadata as str).
+    """
     import json
 
     from safetensors.torch import save_file
@@ -368,6 +527,11 @@ def load_model(path: Path | str = CHECKPOINT):
 
     Raises:
         FileNotFoundError: no file at ``path``.
+
+    Returns a Seq2SeqTransformer in eval mode with the saved dtypes (float32 for the shipped checkpoint:
+    e.g. its embedding (V, d_model)); ``path`` a str or Path.
+
+    Source: HuggingFace's ``safetensors.torch.load_file``; the checkpoint of notebook 07.
     """
     import json
 
@@ -404,6 +568,14 @@ class Translation(NamedTuple):
         output_tokens: labels of the decoder's positions: each generated character, then ``</s>``.
         cross_attentions: (layers, H, T_out, S) cross-attention weights (T_out = len(output_tokens)),
             or None unless asked for. Row t = what the decoder read while choosing output token t.
+
+    Types: source, output str; source_tokens, output_tokens lists of str; cross_attentions
+    (layers, H, T_out, S) float32.
+
+    Raises:
+        nothing (a NamedTuple).
+
+    Source: the course's own: notebook 07.
     """
 
     source: str
@@ -433,6 +605,11 @@ def translate(model, texts: str | Sequence[str], src_vocab=None, tgt_vocab=None,
         TypeError: ``texts`` is not a str or a sequence of str.
         ValueError: empty text, a text with characters outside the source vocabulary (the message names
             them), or longer than the model's max_len.
+
+    Shapes: the texts become src (B, S) int64 ids with a (B, S) bool padding mask; cross_attentions of
+    each Translation are (layers, H, T_out, S_text) float (the model's dtype).
+
+    Source: the course's own: notebook 07 (its text box).
     """
     from attn_lib.masks import padding_mask
 
@@ -497,6 +674,8 @@ def span_hit_rate(cross_attentions: torch.Tensor, examples: Sequence, fields: Se
     Raises:
         ValueError: not 5-D, a batch size different from ``len(examples)``, fewer than 10 target positions,
             or an unknown field.
+
+    Source: the course's own: notebook 07 (cross-attention read as an alignment, as in Bahdanau et al. 2015's figures).
     """
     from attn_lib.data import FIELDS, target_field_slices
 

@@ -94,6 +94,8 @@ def plot_attention(
 
     Matches what ``bertviz``'s head view shows for one head, as a static matplotlib heatmap
     (rows = queries, as in Vaswani et al. 2017, Figure 3).
+
+    Source: bertviz's head view (Vig 2019) as a static heatmap; Vaswani et al. 2017, Figure 3.
     """
     import matplotlib.pyplot as plt
     from matplotlib.axes import Axes
@@ -180,6 +182,13 @@ def attention_stack(attentions, *, batch_index: int = 0) -> torch.Tensor:
     Raises:
         ValueError: an empty tuple (the message says to load the model with eager attention);
             a tensor that is not 4-D; layers of different shapes; batch_index out of range.
+
+    ``attentions``: float tensors of any floating dtype (float32 from transformers); ``batch_index`` an int.
+
+    Raises:
+        TypeError: through torch for an entry that is not a tensor.
+
+    Source: the layout of transformers' ``output_attentions=True`` (``outputs.attentions``).
     """
     if attentions is None or (isinstance(attentions, (tuple, list)) and len(attentions) == 0):
         raise ValueError(f"attentions is {attentions!r}: {_EAGER_HINT}")
@@ -207,6 +216,15 @@ def select_head(stack: torch.Tensor, layer: int, head: int | None) -> torch.Tens
 
     Raises:
         ValueError: layer or head out of range (the message gives the valid range).
+
+    Args:
+        stack: (layers, H, L, S) float tensor (float32 from :func:`attention_stack`). layer: an int.
+        head: an int, or None.
+
+    Returns:
+        an (L, S) tensor of stack's dtype.
+
+    Source: the course's own: notebook 06 (the explorer's head selector; None = bertviz-free mean).
     """
     layers, heads = stack.shape[:2]
     if not 0 <= layer < layers:
@@ -223,6 +241,10 @@ def head_options(num_heads: int) -> list[tuple[str, int | None]]:
 
     Raises:
         TypeError: num_heads not an int. ValueError: num_heads < 1 (no head to choose).
+
+    No tensors: an int in, a list of (str, int or None) pairs out.
+
+    Source: the course's own: notebook 06.
     """
     check_int("num_heads", num_heads, minimum=1)
     return [("mean of heads", None)] + [(f"head {h}", h) for h in range(num_heads)]
@@ -230,7 +252,20 @@ def head_options(num_heads: int) -> list[tuple[str, int | None]]:
 
 def explorer_figure(stack: torch.Tensor, tokens: Sequence[str], layer: int, head: int | None, *,
                     key_tokens: Sequence[str] | None = None, annotate: bool = False):
-    """The heatmap the explorer shows for (layer, head): :func:`plot_attention` with a title."""
+    """The heatmap the explorer shows for (layer, head): :func:`plot_attention` with a title.
+
+    Args:
+        stack: (layers, H, L, S) float tensor. tokens: L str (key_tokens: S str). layer: an int; head: an int
+            or None (mean). annotate: a bool.
+
+    Returns:
+        the matplotlib Figure.
+
+    Raises:
+        TypeError / ValueError: as :func:`select_head` and :func:`plot_attention`.
+
+    Source: the course's own: notebook 06.
+    """
     which = "mean of heads" if head is None else f"head {head}"
     return plot_attention(select_head(stack, layer, head), tokens, key_tokens,
                           title=f"layer {layer}, {which}", annotate=annotate)
@@ -253,6 +288,11 @@ def attention_explorer(attentions, tokens: Sequence[str], *, key_tokens: Sequenc
 
     Raises:
         ValueError: as :func:`attention_stack`; a token count that does not match L or S (names both).
+
+    ``attentions`` hold float tensors (float32 from transformers); tokens are str; batch_index an int;
+    annotate a bool (TypeError otherwise, from :func:`plot_attention`).
+
+    Source: the course's own: notebook 06 (a static, offline alternative to bertviz, Vig 2019).
     """
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
@@ -328,6 +368,8 @@ def head_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_a
         ValueError: an empty tuple of attentions (the message says to load the model with eager
             attention); a token count that does not match the attention size (names both);
             an unknown html_action.
+
+    ``attentions`` are float tensors (float32 from transformers); tokens a list of str; html_action a str.
     """
     _check_html_action(html_action)
     page = _bertviz_original("head_view")(_bertviz_input(attentions, tokens, batch_index=batch_index),
@@ -347,6 +389,14 @@ def model_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_
     static grid of heatmaps (one per layer and head, :func:`model_view_figure`). Arguments, return
     value and errors as :func:`head_view`; ``display_mode`` is ``"light"`` or ``"dark"``; other keyword
     arguments (``include_layers``, ``include_heads``, ``sentence_b_start``) go to ``bertviz.model_view``.
+
+    Shapes: ``attentions`` a tuple of num_layers float (B, H, L, L) tensors or one (layers, H, L, L)
+    tensor; tokens a list of L str; display_mode a str.
+
+    Raises:
+        ValueError: as :func:`head_view`; display_mode neither "light" nor "dark".
+
+    Source: bertviz's ``model_view`` (Vig 2019, "A Multiscale Visualization of Attention in the Transformer Model").
     """
     _check_html_action(html_action)
     if display_mode not in ("light", "dark"):
@@ -403,7 +453,20 @@ def _mosaic_figure(weights: torch.Tensor, panel_labels: Sequence[Sequence[str]],
 def head_view_panels(attentions, tokens: Sequence[str], *, layer: int | None = None, heads=None,
                      batch_index: int = 0, max_columns: int = 6) -> tuple[torch.Tensor, list[list[str]]]:
     """The grid :func:`head_view_figure` draws: (rows, columns, L, L) weights, heads in reading order
-    (empty panels are NaN), and each panel's label ("head h", "" for an empty one)."""
+    (empty panels are NaN), and each panel's label ("head h", "" for an empty one).
+
+    Args:
+        attentions, tokens, batch_index: as :func:`head_view` (float (B, H, L, L) tensors, str tokens).
+        layer: an int or None; heads: ints or None; max_columns: an int.
+
+    Returns:
+        (grid, labels): grid a float32 (rows, columns, L, L) tensor; labels rows of str.
+
+    Raises:
+        ValueError: as :func:`attention_stack`; a token count that is not L; a layer or head out of range.
+
+    Source: the panels of bertviz's head view (Vig 2019), one heatmap per head; the course's own: notebook 06.
+    """
     stack = attention_stack(attentions, batch_index=batch_index)
     _check_token_counts(stack, tokens)
     layer = 0 if layer is None else layer
@@ -431,6 +494,12 @@ def head_view_figure(attentions, tokens: Sequence[str], *, layer: int | None = N
     Returns:
         the matplotlib Figure: the panels of :func:`head_view_panels`; in each, rows are queries and
         columns keys (as :func:`plot_attention`).
+
+    Raises:
+        ValueError: as :func:`head_view_panels`.
+
+    Source: bertviz's head view (Vig 2019) as static matplotlib panels; the course's own: notebook 06.
+    Types: float (B, H, L, L) attentions, str tokens, int layer/heads/max_columns.
     """
     grid, labels = head_view_panels(attentions, tokens, layer=layer, heads=heads, batch_index=batch_index,
                                     max_columns=max_columns)
@@ -441,7 +510,20 @@ def head_view_figure(attentions, tokens: Sequence[str], *, layer: int | None = N
 def model_view_figure(attentions, tokens: Sequence[str], *, include_layers=None, include_heads=None,
                       batch_index: int = 0):
     """The static counterpart of :func:`model_view`: a grid of heatmaps in one image, one row per layer,
-    one column per head (in each panel rows are queries, columns keys)."""
+    one column per head (in each panel rows are queries, columns keys).
+
+    Args:
+        attentions: a tuple of num_layers float (B, H, L, L) tensors or one (layers, H, L, L) tensor.
+        tokens: L str. include_layers, include_heads: lists of int, or None (all). batch_index: an int.
+
+    Returns:
+        the matplotlib Figure.
+
+    Raises:
+        ValueError: as :func:`attention_stack`; a token count that is not L.
+
+    Source: bertviz's ``model_view`` (Vig 2019), drawn as static heatmaps; the course's own: notebook 06.
+    """
     stack = attention_stack(attentions, batch_index=batch_index)
     _check_token_counts(stack, tokens)
     layers = list(range(stack.shape[0])) if include_layers is None else list(include_layers)
@@ -500,6 +582,10 @@ def offline_page(page):
 
     Raises:
         ValueError: the page is not bertviz's (bertviz changed: the rewrite would not be sure to work).
+
+    No tensors: an HTML object or a str in, an ``IPython.display.HTML`` out.
+
+    Source: bertviz 1.4's page (``head_view(..., html_action="return")``); the course's own: notebook 06.
     """
     from IPython.display import HTML
 
@@ -567,6 +653,14 @@ def use_offline_bertviz() -> None:
     a static figure after the view), with bertviz's own arguments. If bertviz is not imported yet,
     this only registers an import hook (bertviz takes ~5 s to import, so it is not imported here);
     the functions are replaced when the learner imports bertviz. Idempotent.
+
+    No tensors: no arguments, returns None.
+
+    Raises:
+        nothing of its own.
+
+    Source: bertviz 1.4's ``head_view`` / ``model_view`` (patched, with their arguments unchanged);
+    the course's own: notebook 06.
     """
     import sys
 
@@ -646,6 +740,9 @@ def softmax_temperature_demo(d_k: int, temperature: float = 1.0, *, scaled: bool
 
     Raises:
         ValueError: d_k outside 1..4096, num_keys < 1, or temperature <= 0.
+
+    Source: Vaswani et al. 2017, section 3.2.1 (footnote 4: q·k has variance d_k); d_k, num_keys, seed are
+    ints, temperature a float, scaled a bool.
     """
     if isinstance(d_k, bool) or not isinstance(d_k, int) or not 1 <= d_k <= 4096:
         raise ValueError(f"d_k must be an int in 1..4096, got {d_k!r}")
@@ -671,6 +768,15 @@ def temperature_figure(d_k: int, temperature: float = 1.0, *, num_keys: int = 8,
     """Bar charts of the weights of :func:`softmax_temperature_demo`, without and with 1/sqrt(d_k).
 
     Each panel's title gives the largest weight and the gradient norm. Returns the matplotlib Figure.
+
+    Args:
+        d_k: an int in 1..4096. temperature: a float > 0. num_keys: an int >= 1. seed: an int.
+        No tensors in: the weights are (num_keys,) float64 tensors of :func:`softmax_temperature_demo`.
+
+    Raises:
+        ValueError: as :func:`softmax_temperature_demo`.
+
+    Source: the course's own: notebook 03; Vaswani et al. 2017, section 3.2.1 (why 1/sqrt(d_k)).
     """
     import matplotlib.pyplot as plt
 
@@ -693,6 +799,13 @@ def temperature_explorer(*, num_keys: int = 8, seed: int = 0):
     """Widget: a d_k selector and a temperature slider redraw :func:`temperature_figure`.
 
     Returns an ``ipywidgets.VBox``; display it as a cell's last expression.
+
+    No tensors in: num_keys and seed are ints (the weights drawn are (num_keys,) float64).
+
+    Raises:
+        ValueError: as :func:`softmax_temperature_demo` (num_keys < 1), on the first draw.
+
+    Source: the course's own: notebook 03.
     """
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
@@ -733,6 +846,12 @@ def demo_mask(kind: str, q_len: int, kv_len: int, *, num_padding: int = 0) -> to
 
     Raises:
         ValueError: unknown kind, or num_padding outside 0..kv_len.
+
+    Shapes: returns (L, S) = (q_len, kv_len), bool. Types: kind a str; q_len, kv_len, num_padding ints.
+    Also TypeError / ValueError from :func:`attn_lib.masks.causal_mask` (a length not an int >= 0).
+
+    Source: the course's own: notebook 04; ``attn_lib.masks.causal_mask`` (torch's is_causal / FlashAttention-2's
+    bottom-right).
     """
     from attn_lib.masks import causal_mask, padding_mask
 
@@ -753,6 +872,15 @@ def mask_figure(kind: str, q_len: int, kv_len: int, *, num_padding: int = 0, see
 
     The weights come from :func:`attn_lib.attention.scaled_dot_product_attention` on random
     queries and keys (seeded); a fully masked query row shows weights 0. Returns the Figure.
+
+    Args:
+        kind: a str of :data:`MASK_KINDS`. q_len, kv_len: ints (L, S). num_padding, seed: ints.
+        Draws the (L, S) bool mask and the (L, S) float32 weights of random (L, 16) queries and (S, 16) keys.
+
+    Raises:
+        TypeError / ValueError: as :func:`demo_mask`.
+
+    Source: the course's own: notebook 04.
     """
     import matplotlib.pyplot as plt
 
@@ -781,7 +909,15 @@ def mask_figure(kind: str, q_len: int, kv_len: int, *, num_padding: int = 0, see
 
 def mask_explorer(*, seed: int = 0):
     """Widget: choose the mask kind, the numbers of queries and keys and of padded keys; see
-    :func:`mask_figure`. Returns an ``ipywidgets.VBox``."""
+    :func:`mask_figure`. Returns an ``ipywidgets.VBox``.
+
+    No tensors in: seed is an int; the figures show (L, S) bool masks and float32 weights.
+
+    Raises:
+        nothing of its own (the sliders keep every value valid).
+
+    Source: the course's own: notebook 04.
+    """
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
     from IPython.display import display

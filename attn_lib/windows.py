@@ -43,6 +43,9 @@ def sliding_window_mask(q_len: int, kv_len: int | None = None, *, window: int, d
 
     Raises:
         TypeError / ValueError: as :func:`attn_lib.masks.causal_mask`; window not an int >= 1.
+
+    Source: transformers' ``sliding_window`` convention (``masking_utils.sliding_window_overlay``);
+    Beltagy et al. 2020 (Longformer), section 3.1.
     """
     window = check_int("window", window, minimum=1)
     causal = causal_mask(q_len, kv_len, align="bottom_right", device=device)
@@ -71,6 +74,9 @@ def window_mask_from_positions(q_positions: torch.Tensor, k_positions: torch.Ten
 
     Raises:
         TypeError: positions not 1-D integer tensors. ValueError: window < 1 or num_sinks < 0.
+
+    Source: transformers' sliding-window cache masks (the mask built from each slot's position), with
+    StreamingLLM's sinks (Xiao et al. 2023, section 3.2).
     """
     q, k = _positions("q_positions", q_positions)[:, None], _positions("k_positions", k_positions)[None, :]
     num_sinks = check_int("num_sinks", num_sinks, minimum=0)
@@ -86,7 +92,10 @@ def streaming_mask(q_len: int, kv_len: int | None = None, *, window: int, num_si
     sinks") for every query. ``num_sinks=0`` is :func:`sliding_window_mask`.
 
     Returns:
-        bool (L, S). Raises: as :func:`sliding_window_mask`; num_sinks not an int >= 0.
+        bool (L, S).
+
+    Raises:
+        TypeError / ValueError: as :func:`sliding_window_mask`; num_sinks not an int >= 0.
     """
     num_sinks = check_int("num_sinks", num_sinks, minimum=0)
     mask = sliding_window_mask(q_len, kv_len, window=window, device=device)
@@ -101,6 +110,10 @@ def ring_slot_positions(num_seen: int, window: int) -> list[int]:
 
     Raises:
         TypeError / ValueError: num_seen not an int >= 0, window not an int >= 1.
+
+    Takes and returns no tensors: ints in, a list of ints out.
+
+    Source: the course's own: notebook 11 (the ring buffer of transformers' sliding-window cache layer).
     """
     num_seen = check_int("num_seen", num_seen, minimum=0)
     window = check_int("window", window, minimum=1)
@@ -195,6 +208,10 @@ def local_global_cache_bytes(seq_len: int, *, num_layers: int, num_kv_heads: int
 
     Raises:
         TypeError / ValueError: a size not an int (>= 1; local_per_global >= 0); bytes_per_element not > 0.
+
+    No tensors: ints in (bytes_per_element an int or float), a dict of float out.
+
+    Source: Gemma Team 2025, "Gemma 3 Technical Report", section 2 (5 local layers per global one).
     """
     S, L, h, d, W = (check_int(n, v, minimum=1) for n, v in (("seq_len", seq_len), ("num_layers", num_layers),
                                                           ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
