@@ -40,10 +40,7 @@ one tile helper and one launcher; the developers' guide lets the Triton kernels 
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
-import types
 from dataclasses import dataclass
 
 import torch
@@ -370,150 +367,9 @@ def kernel_source(kernel: str = "forward") -> str:
     return textwrap.dedent(inspect.getsource(_kernel(kernel).fn))
 
 
-# ----------------------------------------------------------------------------------------------
-# running the kernel under Triton's interpreter, whatever mode triton was imported in
-# ----------------------------------------------------------------------------------------------
-_INTERPRET_LOCK = threading.RLock()
-_INTERPRETED: dict = {}  # JITFunction -> InterpretedFunction twin
-
-
-def _language_objects():
-    """Modules and classes of triton.language that the interpreter patches while it runs."""
-    mods = [tl, tl.core, tl.math, tl.standard]
-    classes = [v for m in mods for v in vars(m).values() if isinstance(v, type) and v.__module__.startswith("triton.")]
-    seen, objs = set(), []
-    for o in mods + classes:
-        if id(o) not in seen:
-            seen.add(id(o))
-            objs.append(o)
-    return objs
-
-
-@contextlib.contextmanager
-def _restore_language():
-    """Snapshot triton.language's namespaces and restore them afterwards.
-
-    The interpreter swaps triton.language's functions for NumPy versions while a kernel runs; in
-    interpret mode proper (TRITON_INTERPRET=1) nothing else ever compiles, so it does not always
-    put them back. Here the same process may compile for a GPU next, so everything is restored.
-    """
-    objs = _language_objects()
-    saved = [(o, dict(vars(o))) for o in objs]
-    try:
-        yield
-    finally:
-        for o, before in saved:
-            now = dict(vars(o))
-            for name in now.keys() - before.keys():
-                with contextlib.suppress(AttributeError, TypeError):
-                    delattr(o, name)
-            for name, value in before.items():
-                if now.get(name, _MISSING) is not value:
-                    with contextlib.suppress(AttributeError, TypeError):
-                        setattr(o, name, value)
-
-
-_MISSING = object()
-
-
-def _interpreted(jit_fn, interp):
-    """The InterpretedFunction twin of a JITFunction (cached).
-
-    The twin runs a clone of the Python function whose globals are a private copy of the original
-    module's globals in which every jitted function is replaced by its own twin. So the kernel's
-    calls (and triton.language's helpers' calls, e.g. tl.max -> _elementwise_max) reach
-    interpreted code, identities match the ones the interpreter checks for its fast NumPy paths,
-    and the interpreter's own helper names land in the copy, not in the real modules.
-    """
-    from triton.runtime.jit import JITFunction
-
-    if jit_fn in _INTERPRETED:
-        return _INTERPRETED[jit_fn]
-    fn = jit_fn.fn
-    namespace: dict = {}  # filled below; lookups happen at call time
-    clone = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
-    clone.__kwdefaults__, clone.__annotations__ = fn.__kwdefaults__, dict(fn.__annotations__)
-    clone.__module__, clone.__qualname__, clone.__doc__ = fn.__module__, fn.__qualname__, fn.__doc__
-    twin = _INTERPRETED[jit_fn] = interp.InterpretedFunction(clone)
-    namespace.update(fn.__globals__)
-    for name, value in fn.__globals__.items():
-        if isinstance(value, JITFunction):
-            namespace[name] = _interpreted(value, interp)
-    return twin
-
-
-@contextlib.contextmanager
-def _interpreter_mode():
-    """Run jitted Triton code under the interpreter inside an ordinary (compiling) process.
-
-    Triton decides at decoration time: ``@triton.jit`` gives a compiling JITFunction unless
-    TRITON_INTERPRET=1 was set, and triton.language's own helpers (tl.zeros, tl.max, tl.sum, ...)
-    were decorated when triton was first imported. This context (1) turns the interpret knob on,
-    (2) swaps every jitted helper in triton.language for an interpreted twin, and (3) restores all
-    of it on exit. The caller then launches ``_interpreted(kernel)[grid](...)``.
-    """
-    from triton.runtime import interpreter as interp
-    from triton.runtime.jit import JITFunction
-
-    with _INTERPRET_LOCK, _restore_language(), _interpret_knob(), _index_fix(interp):
-        for mod in (tl, tl.core, tl.math, tl.standard):
-            for name, value in list(vars(mod).items()):
-                if isinstance(value, JITFunction):
-                    setattr(mod, name, _interpreted(value, interp))
-        yield interp
-
-
-@contextlib.contextmanager
-def _index_fix(interp):
-    """Let the interpreter use a scalar tensor as a loop bound with NumPy 2 (needed for Triton <= 3.6).
-
-    The interpreter holds scalars as 1-element arrays; Triton 3.6 turns them into Python ints with
-    ``int(array)``, which NumPy 2 refuses for arrays that are not 0-dimensional, so ``range(0, S, ...)``
-    fails. Triton 3.9 squeezes first; this does the same for older versions, while a kernel runs.
-    """
-    original = interp._patch_lang
-
-    def patch_lang(fn):
-        scope = original(fn)
-        scope.set_attr(tl.core.tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-        return scope
-
-    interp._patch_lang = patch_lang
-    try:
-        yield
-    finally:
-        interp._patch_lang = original
-
-
-@contextlib.contextmanager
-def _interpret_knob():
-    """Turn Triton's interpret knob on (and the TRITON_INTERPRET variable it mirrors), then restore both."""
-    import os
-
-    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
-    scope = getattr(runtime, "scope", None)
-    if scope is not None:  # Triton >= 3.4: knobs.runtime.scope() restores the knobs and the environment
-        with scope():
-            runtime.interpret = True
-            yield
-        return
-    old = os.environ.get("TRITON_INTERPRET")  # pragma: no cover - older Triton reads the variable
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old
-
-
 def _kernel_is_interpreted() -> bool:
     """True when triton was imported with TRITON_INTERPRET=1 (then @triton.jit made interpreted functions)."""
     return type(_attn_fwd_kernel).__name__ == "InterpretedFunction"
-
-
-# ----------------------------------------------------------------------------------------------
 
 
 # ----------------------------------------------------------------------------------------------
@@ -561,14 +417,13 @@ def _run(name: str, grid, args, consts: dict, interpret: bool, block_m, block_n,
         g = grid(bm, bn)
         if not interpret:
             _kernel(name)[g](*args, **kw)
-        elif _kernel_is_interpreted():  # TRITON_INTERPRET=1 was set before triton was imported
-            from triton.runtime import interpreter as interp
+        elif _kernel_is_interpreted():  # TRITON_INTERPRET=1 was set before triton was imported: the supported way
+            _kernel(name)[g](*args, **kw)
+        else:  # a compiling process (compile_kernel works here too): the twin kernels of _triton_interp
+            from attn_lib import _triton_interp
 
-            with _INTERPRET_LOCK, _index_fix(interp):  # nothing compiles in this process: no restore needed
-                _kernel(name)[g](*args, **kw)
-        else:
-            with _interpreter_mode() as interp:
-                _interpreted(_kernel(name), interp)[g](*args, **kw)
+            with _triton_interp.interpreter_mode() as interp:
+                _triton_interp.interpreted(_kernel(name), interp)[g](*args, **kw)
     else:
         _autotuned(name)[lambda meta: grid(meta["BLOCK_M"], meta["BLOCK_N"])](*args, **consts)
 

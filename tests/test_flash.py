@@ -230,6 +230,25 @@ def test_interpreter_leaves_triton_as_it_found_it():
     assert os.environ.get("TRITON_INTERPRET") == env_before
 
 
+def test_triton_internals_the_interpreter_twin_relies_on():
+    """attn_lib._triton_interp builds on these Triton internals: this test fails first when a release changes them."""
+    import inspect
+
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter
+    from triton.runtime.jit import JITFunction
+
+    assert isinstance(interpreter.InterpretedFunction, type)
+    assert list(inspect.signature(interpreter.InterpretedFunction.__init__).parameters)[:2] == ["self", "fn"]
+    assert isinstance(tl.standard.max, JITFunction) or isinstance(tl.max, JITFunction)  # helpers are jitted
+    assert callable(flash_mod._attn_fwd_kernel.fn) and hasattr(flash_mod._attn_fwd_kernel.fn, "__globals__")
+    runtime = triton.knobs.runtime
+    assert hasattr(runtime, "interpret") and callable(runtime.scope)
+    for mod in (tl, tl.core, tl.math, tl.standard):  # the namespaces interpreter_mode snapshots and restores
+        assert isinstance(vars(mod), dict)
+
+
 @pytest.mark.slow
 def test_works_when_triton_was_imported_in_interpret_mode():
     # a fresh process where the user did set TRITON_INTERPRET=1 before importing triton
