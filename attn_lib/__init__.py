@@ -20,7 +20,8 @@ Modules (one idea each):
                                HuggingFace Llama with attn_lib attention and KV cache (07, 08)
 - ``attn_lib.train``          training loops and the date task's translate / span_hit_rate (07)
 - ``attn_lib.tiled``          FlashAttention-style tiled attention in PyTorch (notebook 09)
-- ``attn_lib.flash``          the same algorithm as Triton kernels, forward and backward (notebook 09)
+- ``attn_lib.flash``          the same algorithm as Triton kernels, forward and backward: launch and API (notebook 09)
+- ``attn_lib.flash_kernels``  the four Triton kernels themselves (notebook 09 reads them)
 - ``attn_lib.heads``          measuring what the heads of a real model do: offsets, shuffles, head gates (06)
 - ``attn_lib.capstone``       a tiny decoder assembled from the course's pieces (10)
 - ``attn_lib.mla``            DeepSeek's multi-head latent attention, its latent cache and absorbed decode (11)
@@ -71,7 +72,8 @@ _LAZY = {
 # No submodule shares a name with an entry of _LAZY (a submodule import would overwrite the attribute:
 # the old tiled_attention/flash_attention clash); tests/test_layout.py checks this.
 _SUBMODULES = {
-    "attention", "bench", "data", "deltanet", "env", "capstone", "exercises", "flash", "gqa", "heads", "hf", "hf_equal",
+    "attention", "bench", "data", "deltanet", "env", "capstone", "exercises", "flash", "flash_kernels", "gqa", "heads",
+    "hf", "hf_equal",
     "kv_cache", "kv_table", "lab", "linear", "masks", "mha", "mla", "models", "positional", "pretrained", "quantization",
     "recall", "sparse", "streaming", "style", "tiled", "tokenization", "train", "variants", "viz", "windows",
 }
