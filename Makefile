@@ -18,12 +18,12 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: lab test execute install check-python clean
+.PHONY: lab test test-portable execute install check-python clean
 
 # Tests and saved outputs use one torch thread per process: `make test` runs two pytest workers
 # (each with its notebook kernels) on the 2-core CI machine, and small matrices are several times
 # slower when OpenMP threads fight over the cores.
-test execute: export OMP_NUM_THREADS := 1
+test test-portable execute: export OMP_NUM_THREADS := 1
 
 check-python:
 	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0) if v >= (3, 10) else sys.exit("This course needs Python 3.10 or newer; found Python %d.%d at %s. Run: make PYTHON=python3.11 ..." % (v[0], v[1], sys.executable))'
@@ -47,6 +47,21 @@ lab: install
 test: install
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
 		--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 120 tests notebooks
+
+# Strict nbval over every notebook and solution (no tests/), twice: with PyTorch's plain C++ kernels
+# (ATEN_CPU_CAPABILITY=default) and with the widest SIMD kernels this CPU has (avx512 where the CPU has
+# avx512f, else avx2). The saved outputs must not depend on the CPU they were recorded on. Non-x86: once, default.
+# The default run also limits MKL's and oneDNN's matmul kernels to SSE4 (other CPUs get other BLAS kernels).
+PORTABLE_CAPS := default $(shell (cat /proc/cpuinfo 2>/dev/null || sysctl -n machdep.cpu.features machdep.cpu.leaf7_features 2>/dev/null) \
+	| grep -qiw avx512f && echo avx512 || { (cat /proc/cpuinfo 2>/dev/null || sysctl -n machdep.cpu.features 2>/dev/null) \
+	| grep -qiw avx2 && echo avx2; })
+test-portable: install
+	@status=0; for cap in $(PORTABLE_CAPS); do \
+		if [ $$cap = default ]; then plain="MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41"; else plain=; fi; \
+		echo "== strict nbval with ATEN_CPU_CAPABILITY=$$cap $$plain"; \
+		env $$plain ATEN_CPU_CAPABILITY=$$cap $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
+			--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 120 notebooks || status=1; \
+	done; exit $$status
 
 # Re-run notebooks and save their outputs (the outputs nbval checks).
 execute: install
