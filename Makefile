@@ -18,7 +18,28 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: lab test test-portable execute install check-python clean
+.PHONY: help lab test test-portable execute install check-python clean
+.DEFAULT_GOAL := help
+
+# `make help`: the targets in the order a newcomer needs them (first study, then check, then teach).
+help:
+	@echo "Study and check (README: Two commands):"
+	@echo "  make lab            JupyterLab on notebooks/00_welcome.ipynb (creates .venv on first use)"
+	@echo "  make test           pytest over tests/ and strict nbval over every notebook"
+	@echo "  make test-portable  strict nbval again with the CPU's default and widest SIMD kernels"
+	@echo "  make execute        re-run notebooks and save their outputs (NB=path to choose)"
+	@echo "The website and the browser:"
+	@echo "  make book           the course website into build/book/, offline"
+	@echo "  make test-browser   every notebook in JupyterLab in headless Chromium, and the website"
+	@echo "Teaching (docs/teaching.md, docs/hub.md):"
+	@echo "  make release        the student edition (nbgrader release) into release/ and build/student-edition/"
+	@echo "  make autograde SUBMISSIONS=dir   sandboxed grading into grades/"
+	@echo "  make test-class     release, synthetic and attacking students, the gradebook"
+	@echo "  make hub / make test-hub         the course on a JupyterHub (as root) / its load test"
+	@echo "Data and models:"
+	@echo "  make train-dates    regenerate notebook 07's data and checkpoint"
+	@echo "  make train-recall   notebook 12's recall curve"
+	@echo "  make clean          remove everything the targets create"
 
 # Tests and saved outputs use one torch thread per process: `make test` runs two pytest workers
 # (each with its notebook kernels) on the 2-core CI machine, and small matrices are several times
@@ -69,8 +90,9 @@ execute: install
 		--ExecutePreprocessor.kernel_name=$(KERNEL) --ExecutePreprocessor.timeout=300 \
 		--ExecutePreprocessor.record_timing=False $(NB)
 
+# Everything the targets create: the venvs, the class, site and hub builds, the releases, grades and test results.
 clean:
-	rm -rf $(VENV) .hypothesis .pytest_cache
+	rm -rf $(VENV) .venv-class build release grades test-results .hypothesis .pytest_cache
 
 # Notebook 07: regenerate data/dates/*.tsv and retrain the date model data/dates/seq2seq.safetensors
 # (deterministic, one CPU thread, several minutes).
