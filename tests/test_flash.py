@@ -20,9 +20,9 @@ import torch
 
 import attn_lib.flash as flash_mod
 import attn_lib._tiling as tiling_mod
-import attn_lib.tiled as tiled_mod
 from attn_lib.flash import flash_attention, kernel_source
 from attn_lib.tiled import tiled_attention
+from references import _flex, sdpa_reference, window_reference
 
 pytest.importorskip("triton")  # Linux only; on macOS the module imports but has no kernel
 
@@ -106,27 +106,6 @@ def test_auto_backend_on_cpu_is_tiled_attention():
     assert flash_mod._AUTOTUNED == {}  # autotuning is only ever set up for a GPU
 
 
-def _reference(q, k, v, *, attn_mask=None, is_causal=False, causal_align="top_left", enable_gqa=False,
-               alibi_slopes=None):
-    """Float64 torch SDPA with every option folded into one float mask; rows that see no key give 0."""
-    from attn_lib.masks import causal_mask
-
-    q, k, v = q.double(), k.double(), v.double()
-    L, S = q.shape[-2], k.shape[-2]
-    bias = torch.zeros(L, S, dtype=torch.float64)
-    if alibi_slopes is not None:
-        dist = (torch.arange(L)[:, None] + S - L - torch.arange(S)[None, :]).abs().double()
-        bias = -alibi_slopes.double()[:, None, None] * dist  # (H, L, S): what the kernel must compute in registers
-    allowed = torch.ones(L, S, dtype=torch.bool)
-    if is_causal:
-        allowed = allowed & causal_mask(L, S, align=causal_align)
-    if attn_mask is not None:
-        allowed = allowed & attn_mask
-    full = torch.where(allowed, bias, -math.inf)
-    empty = ~allowed.expand(full.shape).any(-1, keepdim=True)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=full.masked_fill(empty, 0.0), enable_gqa=enable_gqa)
-    return out.masked_fill(empty, 0.0)
-
 
 def _gqa(B, H, Hkv, L, S, E, Ev, seed, requires_grad=False):
     g = torch.Generator().manual_seed(seed)
@@ -153,7 +132,7 @@ def test_kernels_forward_and_backward_with_gqa_padding_alibi(H, Hkv, L, S, E, Ev
     kw = dict(attn_mask=pad, is_causal=True, causal_align=align, enable_gqa=H != Hkv, alibi_slopes=slopes)
     out, lse = flash_attention(q, k, v, backend="triton", return_lse=True, block_m=16, block_n=16, **kw)
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    ref = _reference(q64, k64, v64, **kw)
+    ref = sdpa_reference(q64, k64, v64, **kw)
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
     assert not torch.isnan(lse).any()
     if align == "bottom_right" and L > S:
@@ -436,7 +415,6 @@ WINDOW_CASES = [
 
 @pytest.mark.parametrize("H,Hkv,L,S,window,cap,sink,is_causal,align", WINDOW_CASES)
 def test_kernels_window_softcap_sinks_forward_and_backward(H, Hkv, L, S, window, cap, sink, is_causal, align):
-    from test_tiled import window_reference
 
     g = torch.Generator().manual_seed(L + S)
     q, k, v = (torch.randn(2, h, n, 16, generator=g).requires_grad_() for h, n in ((H, L), (Hkv, S), (Hkv, S)))
@@ -462,7 +440,6 @@ def test_kernels_window_softcap_sinks_forward_and_backward(H, Hkv, L, S, window,
 
 
 def test_kernels_window_and_softcap_match_flex_attention():
-    from test_tiled import _flex
 
     g = torch.Generator().manual_seed(11)
     q, k, v = (torch.randn(1, 2, n, 16, generator=g) for n in (20, 30, 30))

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import attn_lib._tiling as tiling_mod
 import attn_lib.tiled as tiled_mod
+from references import _flex, sdpa_reference, window_reference
 from attn_lib.tiled import (
     causal_tiles,
     measure_peak_memory,
@@ -296,33 +297,6 @@ def test_gqa_shapes_refused_clearly():
 # ----------------------------------------------------------------------------------------------
 # the FlashAttention-2 API: GQA, masks, both causal alignments, ALiBi (float64 against torch)
 # ----------------------------------------------------------------------------------------------
-def _reference(q, k, v, *, attn_mask=None, is_causal=False, causal_align="top_left", enable_gqa=False,
-               alibi_slopes=None):
-    """torch's SDPA with every option turned into one float mask (built with attn_lib.masks / positional)."""
-    from attn_lib.masks import causal_mask
-    from attn_lib.positional import alibi_bias
-
-    L, S = q.shape[-2], k.shape[-2]
-    bias = torch.zeros(L, S, dtype=torch.float64)
-    if alibi_slopes is not None:
-        bias = (alibi_bias(q.shape[-3], L, S, dtype=torch.float64) / alibi_slopes_default(q.shape[-3])[:, None, None]
-                * alibi_slopes.double()[:, None, None])
-    allowed = torch.ones(L, S, dtype=torch.bool)
-    if is_causal:
-        allowed = allowed & causal_mask(L, S, align=causal_align)
-    if attn_mask is not None:
-        allowed = allowed & attn_mask
-    full = torch.where(allowed, bias, -math.inf)
-    empty = ~allowed.expand(full.shape).any(-1, keepdim=True)  # rows that see no key: torch gives NaN, we 0
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=full.masked_fill(empty, 0.0), enable_gqa=enable_gqa)
-    return out.masked_fill(empty, 0.0)
-
-
-def alibi_slopes_default(h):
-    from attn_lib.positional import alibi_slopes
-
-    return alibi_slopes(h, dtype=torch.float64)
-
 
 def _gqa_qkv(B, H, Hkv, L, S, E, Ev, seed):
     g = torch.Generator().manual_seed(seed)
@@ -342,7 +316,7 @@ def test_gqa_padding_alignment_against_torch(L, S, H, Hkv, align):
     pad = (torch.arange(S) < PAD_LENGTHS.clamp(max=S)[:, None])[:, None, None, :]  # (B, 1, 1, S)
     kw = dict(attn_mask=pad, is_causal=True, causal_align=align, enable_gqa=Hkv != H)
     out, lse = tiled_attention(q, k, v, block_q=4, block_k=3, return_lse=True, **kw)
-    torch.testing.assert_close(out, _reference(q, k, v, **kw), atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(out, sdpa_reference(q, k, v, **kw), atol=1e-12, rtol=1e-10)
     assert not torch.isnan(lse).any()
     if align == "bottom_right" and L > S:  # the first L - S rows see no key: 0, not NaN
         assert (out[:, :, : L - S] == 0).all() and (lse[:, :, : L - S] == -math.inf).all()
@@ -382,7 +356,7 @@ def test_gradients_with_gqa_padding_alibi_both_alignments(L, S, align):
     kw = dict(attn_mask=pad, is_causal=True, causal_align=align, enable_gqa=True, alibi_slopes=slopes)
     d_out = torch.randn(2, 4, L, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     grads = torch.autograd.grad(tiled_attention(q, k, v, block_q=4, block_k=4, **kw), (q, k, v), d_out)
-    ref = torch.autograd.grad(_reference(q, k, v, **kw), (q, k, v), d_out)
+    ref = torch.autograd.grad(sdpa_reference(q, k, v, **kw), (q, k, v), d_out)
     for got, want in zip(grads, ref):
         torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-8)
 
@@ -503,61 +477,6 @@ def test_plot_step_draws_the_state():
     with pytest.raises(ValueError, match="step"):
         plot_online_softmax_step(s, v, 2, 3)
     plt.close("all")
-
-
-# ----------------------------------------------------------------------------------------------
-# the benchmark CLI (python -m attn_lib.bench), at tiny sizes; the real runs are not part of the tests
-# ----------------------------------------------------------------------------------------------
-def test_bench_cpu_smoke(tmp_path, capsys):
-    import json
-
-    from attn_lib import bench
-
-    out = tmp_path / "cpu.json"
-    threads = torch.get_num_threads()
-    assert bench.main(["cpu", "--sizes", "32", "64", "--repeats", "1", "--no-compile", "--out", str(out)]) == 0
-    assert torch.get_num_threads() == threads  # restored after the run
-    printed = capsys.readouterr().out
-    assert "tiled/torch cpu" in printed and f"wrote {out}" in printed
-    result = json.loads(out.read_text())
-    assert [row["n"] for row in result["rows"]] == [32, 64] and result["torch_threads"] == 1
-    for row in result["rows"]:
-        assert max(row["max_abs_diff_vs_torch"].values()) < 1e-4  # the three compute the same thing
-        assert row["ratios"]["tiled_memory_over_naive"] == row["tiled"]["peak_bytes"] / row["naive"]["peak_bytes"]
-    assert bench.markdown_cpu_table(result).count("\n") == 3
-
-
-def test_bench_gpu_without_cuda_says_so_and_exits_0():
-    import subprocess
-    import sys
-
-    res = subprocess.run([sys.executable, "-m", "attn_lib.bench", "gpu", "--no-save"], capture_output=True,
-                         text=True, timeout=300, env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "No CUDA GPU is available" in res.stdout
-
-
-def test_attention_flops():
-    from attn_lib.bench import attention_flops
-
-    # two matrix products (Q K^T and P V) of 2 N^2 D multiply-adds each, per head and batch element
-    assert attention_flops(4, 32, 1024, 128, False) == 2 * 2 * 4 * 32 * 1024 * 1024 * 128
-    assert attention_flops(4, 32, 1024, 128, True) == attention_flops(4, 32, 1024, 128, False) / 2
-
-
-def test_recorded_cpu_benchmark_is_what_the_docs_quote():
-    import json
-
-    from attn_lib import REPO_ROOT
-    from attn_lib.bench import markdown_cpu_table
-
-    result = json.loads((REPO_ROOT / "docs" / "benchmarks_cpu.json").read_text())
-    assert markdown_cpu_table(result) in (REPO_ROOT / "docs" / "benchmarks.md").read_text()
-    assert [row["n"] for row in result["rows"]] == [1024, 2048, 4096, 8192]
-    # memory is exact (allocator bytes), so its recorded claims must hold in the recorded file
-    naive_8k = result["rows"][-1]["naive"]["peak_bytes"]
-    assert naive_8k >= 2 * 8 * 8192 * 8192 * 4  # scores and their softmax, float32
-    assert result["targets"]["tiled_memory_within_1.5x_of_torch"] and result["targets"]["tiled_memory_at_most_quarter_of_naive"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -707,49 +626,6 @@ def test_alibi_distance_padded_and_flash_attn_varlen_conventions(is_causal):
 # ----------------------------------------------------------------------------------------------
 # flash-attn's window_size and softcap, gpt-oss's sinks (issue 25, "In the kernels")
 # ----------------------------------------------------------------------------------------------
-def window_reference(q, k, v, *, window_size=(-1, -1), softcap=None, sinks=None, attn_mask=None, is_causal=False,
-                     causal_align="top_left", enable_gqa=False):
-    """Float64 torch SDPA with every option folded into one explicit float mask; (output, lse).
-
-    The logits l = softcap(scale q k^T) are built explicitly (soft-capping is a function of the score, not a mask),
-    with -inf outside the window / causal / bool mask, and passed to SDPA as its float mask with a zero query
-    (SDPA then computes softmax(0 + mask) V). A sink is one more key column whose mask entry is sinks[h] and whose
-    value is 0. Rows that see no key give 0 and lse -inf. Differentiable in q, k, v and sinks.
-    """
-    from attn_lib.masks import causal_mask
-
-    q, k, v = q.double(), k.double(), v.double()
-    L, S = q.shape[-2], k.shape[-2]
-    if enable_gqa:
-        g = q.shape[-3] // k.shape[-3]
-        k, v = k.repeat_interleave(g, -3), v.repeat_interleave(g, -3)
-    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., H, L, S)
-    if softcap:
-        logits = softcap * torch.tanh(logits / softcap)
-    pos = torch.arange(L)[:, None] + S - L  # query r at position r + S - L (flash-attn's window, bottom-right)
-    col = torch.arange(S)[None, :]
-    allowed = torch.ones(L, S, dtype=torch.bool)
-    if window_size[0] >= 0:
-        allowed = allowed & (col >= pos - window_size[0])
-    if window_size[1] >= 0:
-        allowed = allowed & (col <= pos + window_size[1])
-    if is_causal:
-        allowed = allowed & causal_mask(L, S, align=causal_align)
-    if attn_mask is not None:
-        allowed = allowed & attn_mask
-    logits = logits.masked_fill(~allowed, -math.inf)
-    if sinks is not None:  # one more key: logit sinks[h], value 0
-        sink_col = sinks.double()[:, None, None].expand(*logits.shape[:-1], 1)
-        logits = torch.cat([logits, sink_col], dim=-1)
-        v = torch.cat([v, torch.zeros(*v.shape[:-2], 1, v.shape[-1], dtype=v.dtype)], dim=-2)
-    empty = (logits == -math.inf).all(-1, keepdim=True)
-    mask = logits.masked_fill(empty, 0.0)
-    zero_q = torch.zeros(*logits.shape[:-1], 1, dtype=torch.float64)  # scale * 0 . k = 0: the mask is the logit
-    key = torch.zeros(*logits.shape[:-2], logits.shape[-1], 1, dtype=torch.float64)
-    out = F.scaled_dot_product_attention(zero_q, key, v.expand(*logits.shape[:-2], *v.shape[-2:]), attn_mask=mask)
-    lse = torch.logsumexp(mask, -1).masked_fill(empty[..., 0], -math.inf)
-    return out.masked_fill(empty, 0.0), lse
-
 
 def _windowed_inputs(B, H, Hkv, L, S, E, seed, dtype=torch.float64, sinks=False):
     g = torch.Generator().manual_seed(seed)
@@ -820,42 +696,6 @@ def test_sinks_gradient_in_float32_and_gradcheck():
     for a, b in zip(g32, g64):
         torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-4)
 
-
-def _flex(q, k, v, *, window_size=(-1, -1), softcap=None, sinks=None, lengths=None, enable_gqa=False):
-    """FlexAttention (eager, CPU): the window as a mask_mod, soft-capping as a score_mod, the sink from its lse.
-
-    With a sink z: out_sink = sum e^s v / (sum e^s + e^z) = out / (1 + e^{z - lse}), lse_sink = logaddexp(lse, z).
-    """
-    import warnings
-
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    B, H, L, _ = q.shape
-    S = k.shape[-2]
-    left, right = window_size
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        pos = q_idx + (S - L)
-        keep = kv_idx < lengths[b] if lengths is not None else kv_idx >= 0
-        if left >= 0:
-            keep = keep & (kv_idx >= pos - left)
-        if right >= 0:
-            keep = keep & (kv_idx <= pos + right)
-        return keep
-
-    def score_mod(score, b, h, q_idx, kv_idx):
-        return softcap * torch.tanh(score / softcap)
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        block_mask = create_block_mask(mask_mod, B, H, L, S, device="cpu")
-        out, lse = flex_attention(q, k, v, score_mod=score_mod if softcap else None, block_mask=block_mask,
-                                  enable_gqa=enable_gqa, return_lse=True)
-    if sinks is not None:
-        z = sinks[:, None].to(lse.dtype)
-        out = out / (1 + torch.exp(z - lse))[..., None]
-        lse = torch.logaddexp(lse, z.expand_as(lse))
-    return out, lse
 
 
 @pytest.mark.parametrize("window,cap,sink", [((5, 0), 2.0, True), ((-1, 3), 4.0, False), ((2, 6), None, True)])
