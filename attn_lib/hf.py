@@ -21,7 +21,8 @@ import torch
 import torch.nn as nn
 
 from attn_lib._checks import check_callable, check_heads as _check_heads
-from attn_lib.gqa import mean_pool_kv_heads, repeat_kv
+from attn_lib.attention import _sdpa
+from attn_lib.gqa import mean_pool_kv_heads
 
 __all__ = ["GQABertSelfAttention", "bert_to_gqa", "bert_kv_transform", "bert_qkv", "mean_pooled_embeddings"]
 
@@ -55,7 +56,7 @@ class GQABertSelfAttention(nn.Module):
         for attr in ("query", "key", "value", "num_attention_heads", "attention_head_size"):
             if not hasattr(module, attr):
                 raise TypeError(f"module must be a HuggingFace BertSelfAttention (missing .{attr}), got {type(module).__name__}")
-        H, D = module.num_attention_heads, module.attention_head_size
+        H = module.num_attention_heads
         new = cls(module.query.in_features, H, num_kv_heads).to(module.query.weight.dtype)
         with torch.no_grad():
             new.query.load_state_dict(module.query.state_dict())
@@ -75,15 +76,9 @@ class GQABertSelfAttention(nn.Module):
         v = self.value(hidden_states).view(B, L, -1, D).transpose(1, 2)
         if self.kv_transform is not None:
             k, v = self.kv_transform(k), self.kv_transform(v)
-        k, v = repeat_kv(k, self.group), repeat_kv(v, self.group)  # (B, Hkv, L, D) -> (B, H, L, D)
-        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(D)  # (B, H, L, S)
-        if attention_mask is not None:
-            if attention_mask.dtype == torch.bool:
-                scores = scores.masked_fill(~attention_mask, float("-inf"))
-            else:
-                scores = scores + attention_mask
-        weights = scores.softmax(dim=-1)
-        out = torch.matmul(weights, v).transpose(1, 2).reshape(B, L, -1)  # (B, L, H·D)
+        # softmax(q kᵀ / sqrt(D) + mask) v with the Hkv key/value heads shared by groups: the course's one SDPA core
+        heads, weights = _sdpa(q, k, v, attention_mask, scale=1.0 / math.sqrt(D), enable_gqa=self.group > 1)
+        out = heads.transpose(1, 2).reshape(B, L, -1)  # (B, H, L, D) -> (B, L, H·D)
         return out, weights
 
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import torch
 
 from attn_lib._checks import check_bool, check_choice, check_qkv, check_scale, check_tensor, shape_of
+from attn_lib.masks import causal_mask
 from attn_lib._tiling import (  # noqa: F401  (BLOCK_Q/BLOCK_K/CAUSAL_ALIGNS are public here)
     BLOCK_K,
     BLOCK_Q,
@@ -528,10 +529,9 @@ def naive_attention(query, key, value, *, is_causal: bool = False, scale: float 
     check_bool("is_causal", is_causal)
     scale = check_scale(scale, query.shape[-1])
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S): the matrix tiling avoids
-    if is_causal:
-        L, S = scores.shape[-2:]
-        keep = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
-        scores = scores.masked_fill(~keep, -math.inf)
+    if is_causal:  # the course's one causal mask, top-left like torch's
+        scores = scores.masked_fill(~causal_mask(*scores.shape[-2:], device=query.device), -math.inf)
+    # the textbook softmax(scores) @ V on purpose: the leanest full-matrix baseline for notebook 09's memory figures
     return torch.softmax(scores, dim=-1) @ value
 
 
