@@ -95,7 +95,7 @@ def course(tmp_path_factory):
     shm = Path("/dev/shm")
     tmp = Path(tempfile.mkdtemp(prefix="class-test-", dir=shm)) if shm.is_dir() else tmp_path_factory.mktemp("course")
     started = time.monotonic()
-    assignments = release(ROOT / "notebooks", tmp / "course", tmp / "release")
+    assignments = release(ROOT / "notebooks", tmp / "course", tmp / "release", edition=tmp / "edition")
     print(f"release: {time.monotonic() - started:.0f} s")
     yield tmp, assignments
     if tmp.parent == shm:
@@ -153,6 +153,79 @@ def test_teaching_guide_lists_the_points(course):
     _, assignments = course
     guide = (ROOT / "docs" / "teaching.md").read_text()
     assert points_table(assignments) in guide, "regenerate with: python -m classroom.release --points-table"
+
+
+def _edition_texts(edition: Path):
+    for p in sorted(edition.rglob("*")):
+        if p.is_file() and ".git" not in p.relative_to(edition).parts:
+            yield p, p.read_bytes().decode("utf-8", errors="replace")
+
+
+def test_student_edition_has_no_solution_and_no_prediction_answer(course):
+    """The folder a teacher pushes for the students: released notebooks, attn_lib, data, requirements, README,
+    a git repository; no solution's code, no hidden test, no prediction's answer, hint or explanation."""
+    import subprocess
+    import sys
+
+    from attn_lib.exercises.concepts import QUESTIONS, _load_all
+
+    tmp, assignments = course
+    edition = tmp / "edition"
+    for f in ("README.md", "Makefile", "requirements.txt", "pyproject.toml", "attn_lib/__init__.py", "data"):
+        assert (edition / f).exists(), f
+    assert subprocess.run(["git", "-C", str(edition), "log", "--oneline"], capture_output=True, text=True).stdout
+    assert not list(edition.rglob("*solutions*")) and not list(edition.rglob("__pycache__"))
+    names = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert sorted(p.name for p in (edition / "notebooks").iterdir()) == names
+    for a in assignments:  # the released notebook, byte for byte
+        assert (edition / "notebooks" / a.name / f"{a.name}.ipynb").read_bytes() == \
+            (tmp / "release" / a.name / f"{a.name}.ipynb").read_bytes()
+    probes = set()
+    for a in assignments:
+        sol = json.loads(a.solutions.read_text())
+        for cell in sol["cells"]:  # every line of every solution cell that is not in the course notebook's stub
+            if cell["cell_type"] == "code" and "check_" in _text(cell):
+                probes |= {ln.strip() for ln in _text(cell).splitlines() if len(ln.strip()) > 30}
+        course_text = a.notebook.read_text()
+        probes = {p for p in probes if p not in course_text}
+    # attn_lib is the course's library (every notebook imports it; its checks compare with its own reference
+    # functions): a solution line that is also a line of attn_lib is library code, not a leak of the solutions
+    library = "\n".join(p.read_text() for p in (ROOT / "attn_lib").rglob("*.py") if not p.name.startswith("predict_"))
+    probes = {p for p in probes if p not in library}
+    _load_all()
+    secrets = {q.explanation for q in QUESTIONS.values()} | {h for q in QUESTIONS.values() for h in q.hints.values()}
+    assert len(probes) > 20 and len(secrets) > 30
+    for path, text in _edition_texts(edition):
+        for bad in ("BEGIN SOLUTION", "HIDDEN TESTS", "notebooks/solutions"):
+            assert bad not in text, (path, bad)
+        leaked = [p for p in probes if p in text] + [s for s in secrets if s in text]
+        assert not leaked, (path, leaked[:3])
+    # the answers are not importable from the edition's attn_lib, and check_prediction records a valid answer
+    probe = ("from attn_lib.exercises.concepts import QUESTIONS, _load_all, check_prediction; _load_all(); "
+             "print(len(QUESTIONS), {q.answer for q in QUESTIONS.values()}, bool(check_prediction('03.scale_by_dk', 'b')), "
+             "bool(check_prediction('03.scale_by_dk', 'z')), bool(check_prediction('08.cache_length', 12)))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=edition, env=dict(os.environ, PYTHONPATH=str(edition)),
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == [str(len(QUESTIONS)), "{None}", "True", "False", "True"], out.stderr[-2000:]
+
+
+def test_links_inside_released_notebooks_resolve(course):
+    """Each notebook sits in a folder of its own (nbgrader's layout): links to other notebooks and to the glossary
+    must still open a file, in the release and in the student edition."""
+    tmp, _ = course
+    link = re.compile(r"\]\(([^)#\s]+\.(?:ipynb|md))(?:#[^)]*)?\)")
+    checked = 0
+    for top in (tmp / "release", tmp / "edition" / "notebooks"):
+        for nb_path in sorted(top.glob("*/*.ipynb")):
+            for cell in json.loads(nb_path.read_text())["cells"]:
+                if cell["cell_type"] != "markdown":
+                    continue
+                for target in link.findall(_text(cell)):
+                    if "://" in target:
+                        continue
+                    assert (nb_path.parent / target).resolve().is_file(), (nb_path.name, target)
+                    checked += 1
+    assert checked > 50
 
 
 def _submission(tmp: Path, student: str, answers: dict[str, str], edit=None) -> None:
