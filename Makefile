@@ -118,7 +118,7 @@ build/r2d-venv/bin/repo2docker:
 hub: install $(VENV)/.hub-installed $(CHP)
 	$(BIN)/python -m hub.launch $(HUB_ARGS)
 
-test-hub: install $(VENV)/.hub-installed $(VENV)/.browser-installed $(CHP) build/r2d-venv/bin/repo2docker
+test-hub: install $(VENV)/.hub-installed $(VENV)/.browser-installed $(CHP) build/r2d-venv/bin/repo2docker .venv-class/.installed
 	HUB_STUDENTS=$(HUB_STUDENTS) $(BIN)/python -m pytest tests_hub -v -s -W ignore::UserWarning \
 		--durations=0 --timeout=900
 

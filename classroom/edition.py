@@ -1,7 +1,8 @@
 """The student edition: what ``make release`` builds for students, a folder the teacher pushes as its own repository.
 
     build/student-edition/
-        README.md, Makefile (make lab, make test), requirements.txt, pyproject.toml, .gitignore
+        README.md, Makefile (make lab, make test), requirements.txt, pyproject.toml, .gitignore,
+        environment.yml, postBuild     (repo2docker: the Zero to JupyterHub user image is built from this folder)
         notebooks/<nb>/<nb>.ipynb     the released notebooks (nbgrader's release: stubs, locked cells, no output),
                                       and the notebooks without exercises; each folder has a copy of glossary.md
         attn_lib/                     the course's package, with the prediction answers withheld
@@ -168,7 +169,8 @@ def build_edition(release_dir: Path, out: Path, notebooks_dir: Path = ROOT / "no
     for fname, text in withheld_predictions().items():
         (out / "attn_lib" / "exercises" / fname).write_text(text)
     shutil.copytree(ROOT / "data", out / "data", ignore=shutil.ignore_patterns("__pycache__"))
-    for f in ("requirements.txt", "pyproject.toml"):
+    # environment.yml + postBuild: repo2docker builds the Zero to JupyterHub user image from this folder
+    for f in ("requirements.txt", "pyproject.toml", "environment.yml", "postBuild"):
         shutil.copy2(ROOT / f, out / f)
     (out / "README.md").write_text(README)
     (out / "Makefile").write_text(MAKEFILE)
@@ -176,7 +178,7 @@ def build_edition(release_dir: Path, out: Path, notebooks_dir: Path = ROOT / "no
     for d, _, files in os.walk(out):
         os.chmod(d, 0o755)
         for f in files:
-            os.chmod(os.path.join(d, f), 0o644)
+            os.chmod(os.path.join(d, f), 0o755 if f == "postBuild" else 0o644)
     if git:
         env = dict(os.environ, GIT_AUTHOR_NAME="attention course", GIT_AUTHOR_EMAIL="course@localhost",
                    GIT_COMMITTER_NAME="attention course", GIT_COMMITTER_EMAIL="course@localhost")

@@ -468,6 +468,51 @@ def test_gradebook_cell_by_cell(graded, student, points, flags):
         assert f"locked cell {deleted} deleted" in row["flags"]
 
 
+def test_per_student_summary_and_canvas_export(graded):
+    """grades/students.csv: one row per student (totals, per notebook, flags); grades/canvas.csv: Canvas's import
+    columns, a Points Possible row, the same points."""
+    tmp, _, table, _, _, _ = graded
+    with (tmp / "grades" / "students.csv").open() as f:
+        students = {r["student"]: r for r in csv.DictReader(f)}
+    assert set(students) == set(table)
+    for name, row in table.items():
+        s = students[name]
+        assert (s["total"], s["max_total"], s[NB]) == (row["total"], "4", row["total"])
+        assert s["percent"] == f"{100 * int(row['total']) / 4:.1f}" and s["missing"] == ""
+        assert all(f"{NB}: {flag}" in s["flags"] for flag in row["flags"].split(";") if flag)
+    lines = (tmp / "grades" / "canvas.csv").read_text().splitlines()
+    canvas = list(csv.reader(lines))
+    assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", f"{NB} (attention course)"]
+    assert canvas[1] == ["Points Possible", "", "", "", "", "4"]
+    assert {r[3]: r[5] for r in canvas[2:]} == {name: row["total"] for name, row in table.items()}
+
+
+def test_canvas_export_matches_a_canvas_roster(tmp_path):
+    from classroom.gradebook import write_reports
+
+    (tmp_path / "gradebook.csv").write_text(
+        "student,notebook,check_a,total,max_total,failed,flags\n"
+        f"ann,{NB},1,1,2,check_b,\nann,00_welcome,2,2,2,,\nbob,{NB},2,2,2,,locked cell x edited\nzed,{NB},0,0,2,,\n")
+    roster = tmp_path / "export.csv"
+    roster.write_text("Student,ID,SIS User ID,SIS Login ID,Section,Quiz 1 (12)\n"
+                      "    Points Possible,,,,,10\n"
+                      "\"Lee, Ann\",101,S1,ann,Lab A,7\n\"Berg, Bob\",102,S2,bob,Lab B,9\n")
+    problems = write_reports(tmp_path, roster)
+    assert problems == [f"zed: not in the Canvas roster {roster}; left out of canvas.csv"]
+    rows = list(csv.reader((tmp_path / "canvas.csv").read_text().splitlines()))
+    assert rows[0][5:] == [f"00_welcome (attention course)", f"{NB} (attention course)"]
+    assert rows[1][5:] == ["2", "2"]
+    assert rows[2:] == [["Lee, Ann", "101", "S1", "ann", "Lab A", "2", "1"], ["Berg, Bob", "102", "S2", "bob", "Lab B", "", "2"]]
+    with (tmp_path / "students.csv").open() as f:
+        students = {r["student"]: r for r in csv.DictReader(f)}
+    assert students["bob"]["missing"] == "00_welcome" and students["bob"]["total"] == "2"
+    assert students["bob"]["flags"] == f"{NB}: locked cell x edited" and students["ann"]["total"] == "3"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,score\n")
+    with pytest.raises(ValueError, match="missing"):
+        write_reports(tmp_path, bad)
+
+
 def test_gradebook_db_has_the_grader_scores(graded):
     tmp, rows, _, _, _, _ = graded
     from nbgrader.api import Gradebook
@@ -533,6 +578,58 @@ def test_regrade_resumes_and_never_keeps_stale_points(graded):
     assert row.total == 0 and any(f.startswith("could not grade") for f in row.flags)
     assert "could not grade -z_correct_last é" in (tmp / "grades" / "summary.txt").read_text()
     assert next(r for r in rows2 if r.student == "a_correct_first").total == 4
+
+
+def test_sandbox_holds_when_the_teacher_is_not_root(course):
+    """The grader run by an unprivileged account (as a teacher without root runs it; setpriv to uid 65534): each
+    sandbox is then a user namespace. A correct student keeps full marks; the escaping attacker (x1) finds no
+    gradebook, no submission and no course folder, and nothing of it outlives the run."""
+    import subprocess
+    import sys
+
+    from hub.course_hub import blocked_dirs
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to an unprivileged uid (CI runs as root)")
+    tmp, assignments = course
+    a = next(a for a in assignments if a.name == NB)
+    solutions = {f"answer_{e.key}": e.solution for e in a.exercises}
+    work = Path(tempfile.mkdtemp(prefix="attn-unpriv-"))
+    opened = []
+    try:
+        os.chmod(work, 0o755)
+        shutil.copytree(tmp / "course", work / "course")
+        shutil.copytree(tmp / "release", work / "release")
+        _submission(work, "u_correct", solutions)
+        _submission(work, "u_x1_escape", {"answer_check_attention": "def attention(q, k, v):\n    return v\n"},
+                    edit=_edits(_add_cell_after("check_attention_weights", ATTACK_GRADEBOOK),
+                                _add_cell_after("check_attention", ATTACK_DAEMON)))
+        subprocess.run(["chown", "-R", "65534:65534", str(work)], check=True)
+        for d in blocked_dirs([os.path.realpath(sys.executable), sys.prefix, ROOT]):  # a Python under /root
+            opened.append((d, d.stat().st_mode))
+            os.chmod(d, d.stat().st_mode | 0o001)
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+               "LANG": "C.UTF-8", "ATTN_CELL_TIMEOUT": os.environ.get("ATTN_CELL_TIMEOUT", "30")}
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+                            "classroom.autograde", str(work / "submissions"), "--course-dir", str(work / "course"),
+                            "--out", str(work / "grades"), "--jobs", "2"], env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        with (work / "grades" / "gradebook.csv").open() as f:
+            table = {row["student"]: row for row in csv.DictReader(f)}
+        assert (table["u_correct"]["total"], table["u_correct"]["flags"]) == ("4", "")
+        assert table["u_x1_escape"]["total"] == "0"
+        page = html_unescape((work / "grades" / "feedback" / "u_x1_escape" / "index.html").read_text())
+        found = re.search(r"FOUND (\d+) \[(.*?)\]", page)
+        assert found and found.group(2) == "", found and found.group(2)
+        time.sleep(9)  # the daemon's first write would come 8 s after it started
+        assert not Path("/dev/shm/attn-issue24-marker").exists() and not Path("/tmp/attn-issue24-marker").exists()
+        left = [p.pid for p in __import__("psutil").process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == 65534]
+        assert left == [], left
+    finally:
+        for d, mode in reversed(opened):
+            os.chmod(d, mode)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_student_ids_are_distinct_and_errors_are_listed(tmp_path):
