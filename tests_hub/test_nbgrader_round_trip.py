@@ -108,7 +108,7 @@ def round_trip(class_hub):
     # the teacher: collect, autograde in the sandbox (as the teacher: unprivileged), return the feedback
     collect = as_user(TEACHER, [str(NBGRADER), "collect", NB], cwd=course, config=config)
     grade = as_user(TEACHER, [str(PYTHON), "-m", "classroom.autograde", f"{course}/submitted", "--course-dir", course,
-                              "--out", f"/home/{TEACHER}/grades", "--jobs", "2"], config=config, timeout=600, check=False)
+                              "--out", f"/home/{TEACHER}/grades", "--jobs", "3"], config=config, timeout=600, check=False)
     ret = as_user(TEACHER, [str(PYTHON), "-m", "classroom.return_feedback", NB, "--course-dir", course,
                             "--grades", f"/home/{TEACHER}/grades"], config=config)
     as_user(TEACHER, [str(NBGRADER), "release_feedback", NB], cwd=course, config=config)
