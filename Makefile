@@ -155,7 +155,7 @@ build/r2d-venv/bin/repo2docker:
 hub: install $(VENV)/.hub-installed $(CHP)
 	$(BIN)/python -m hub.launch $(HUB_ARGS)
 
-test-hub: install $(VENV)/.hub-installed $(VENV)/.browser-installed $(CHP) build/r2d-venv/bin/repo2docker
+test-hub: install $(VENV)/.hub-installed $(VENV)/.browser-installed $(CHP) build/r2d-venv/bin/repo2docker .venv-class/.installed
 	HUB_STUDENTS=$(HUB_STUDENTS) $(BIN)/python -m pytest tests_hub -v -s -W ignore::UserWarning \
 		--durations=0 --timeout=900
 
@@ -163,8 +163,10 @@ test-hub: install $(VENV)/.hub-installed $(VENV)/.browser-installed $(CHP) build
 # nbgrader lives in .venv-class, a venv layered over .venv (a .pth file puts .venv's packages on its path),
 # so nbgrader's JupyterLab/server extensions never reach the learner's `make lab`. The course directory
 # (nbgrader's source/, gradebook.db, submitted/, autograded/) is build/class; the student notebooks go to release/.
-#   make release                        student notebooks into release/<notebook>/<notebook>.ipynb
-#   make autograde SUBMISSIONS=dir [JOBS=n]  dir/<student>/...ipynb -> grades/gradebook.csv, feedback/, summary.txt
+#   make release                        student notebooks into release/<notebook>/<notebook>.ipynb, and the student
+#                                       edition (a git repo to push for students, no solutions) into build/student-edition/
+#   make autograde SUBMISSIONS=dir [JOBS=n]  dir/<student>/...ipynb -> grades/gradebook.csv, students.csv, canvas.csv,
+#                                       feedback/, summary.txt
 CLASS_VENV   := .venv-class
 CLASS_BIN    := $(CLASS_VENV)/bin
 CLASS_STAMP  := $(CLASS_VENV)/.installed

@@ -21,6 +21,8 @@ Outputs in ``--out``:
   grading machinery, a grading failure);
 - ``feedback/<student>/index.html``: per notebook, each check's points and the grader's message (with its hint),
   then the student's own cells and what they printed, escaped and capped;
+- ``students.csv``: one row per student: totals, points per notebook, missing and ungradable notebooks, flags;
+  ``canvas.csv``: the same points in Canvas's gradebook import format (:mod:`classroom.gradebook`);
 - ``summary.txt``: what was graded, and every error of the run;
 - the scores in ``<course-dir>/gradebook.db`` (nbgrader's formgrader and ``nbgrader export`` read them).
 """
@@ -298,8 +300,12 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
     timeout = cell_timeout()
 
     def publish() -> None:  # after every submission: what is graded is written, a killed run loses nothing
+        from classroom.gradebook import write_reports
+
         write_csv(rows, out / "gradebook.csv")
         write_summary(rows, errors, warnings, out / "summary.txt")
+        if rows:
+            write_reports(out)  # students.csv (one row per student) and canvas.csv (Canvas's import format)
 
     def grade(item):
         student, notebook, path = item

@@ -26,7 +26,23 @@ ROLES = ("teacher", "student")
 USERNAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 # The folder each student's copy of the course is cloned into, inside their home.
 TARGET_DIR = "attention-course"
-WELCOME = "notebooks/00_welcome.ipynb"
+# The first notebook: in the student edition (make release: one folder per notebook, as nbgrader hands them out)
+# and in the course repository itself.
+WELCOME = "notebooks/00_welcome/00_welcome.ipynb"
+COURSE_WELCOME = "notebooks/00_welcome.ipynb"
+# What `make hub` hands out by default: the student edition `make release` builds (no solutions in it).
+STUDENT_EDITION = REPO_ROOT / "build" / "student-edition"
+
+
+def welcome_path(repo: str | os.PathLike | None = None) -> str:
+    """The first notebook's path inside ``repo``: ATTN_HUB_WELCOME if set; for a local repository the layout it
+    has (student edition or course); for a URL the student edition's (what a teacher publishes)."""
+    if os.environ.get("ATTN_HUB_WELCOME"):
+        return os.environ["ATTN_HUB_WELCOME"]
+    if repo is not None and Path(repo).is_dir() and not (Path(repo) / WELCOME).exists() \
+            and (Path(repo) / COURSE_WELCOME).exists():
+        return COURSE_WELCOME
+    return WELCOME
 
 
 @dataclass(frozen=True)
@@ -71,9 +87,9 @@ def read_roster(path: str | os.PathLike) -> list[Member]:
     return members
 
 
-def course_urlpath(target: str = TARGET_DIR) -> str:
+def course_urlpath(target: str = TARGET_DIR, welcome: str = WELCOME) -> str:
     """Where a student lands after the pull: JupyterLab on the welcome notebook of their copy."""
-    return f"lab/tree/{target}/{WELCOME}"
+    return f"lab/tree/{target}/{welcome}"
 
 
 def nbgitpuller_link(hub_url: str, repo: str, branch: str | None = None, target: str = TARGET_DIR) -> str:
@@ -86,7 +102,7 @@ def nbgitpuller_link(hub_url: str, repo: str, branch: str | None = None, target:
     if branch:
         query["branch"] = branch
     query["targetpath"] = target
-    query["urlpath"] = course_urlpath(target)
+    query["urlpath"] = course_urlpath(target, welcome_path(repo))
     return f"{hub_url.rstrip('/')}/hub/user-redirect/git-pull?{urllib.parse.urlencode(query)}"
 
 
@@ -120,8 +136,9 @@ def blocked_dirs(paths) -> list[Path]:
 
     A student's server runs as the student: it must be able to reach the course's Python, its
     venv and the repository. On a machine where Python was installed under /root (pyenv), /root
-    is one of them. Fix by installing the course under /opt or /srv, or ``chmod o+x`` each folder
-    listed (traversal only: it does not let anyone list the folder).
+    is one of them; moving the repository does not help then (.venv keeps its interpreter): rebuild
+    .venv from a system Python (``make clean && make hub PYTHON=/usr/bin/python3``). Otherwise keep the
+    course in a folder students can enter, or ``chmod o+x`` each folder listed (traversal only).
     """
     blocked: list[Path] = []
     for p in paths:
@@ -172,3 +189,40 @@ def seed_matplotlib_cache(entry, built: Path) -> None:
         shutil.copy2(src, target / src.name)
         os.chown(target / src.name, entry.pw_uid, entry.pw_gid)
 
+
+
+NBGRADER_CONFIG = """\
+import os
+import sys
+
+c = get_config()  # noqa: F821
+c.CourseDirectory.course_id = {course_id!r}
+c.Exchange.root = {exchange!r}
+# The teacher's course folder (source/, release/, submitted/, autograded/, feedback/): in their home.
+c.CourseDirectory.root = os.path.expanduser("~/nbgrader-course")
+# Collect only submissions whose folder belongs to the student they name (nbgrader's check_owner only warns).
+sys.path.insert(0, {repo!r})
+c.ExchangeFactory.collect = "classroom.exchange.OwnerCheckedCollect"
+# inbound/ sticky (1733): no student can rename or remove another's submission (nbgrader makes it 0733).
+c.ExchangeFactory.release_assignment = "classroom.exchange.StickyReleaseAssignment"
+# A submission's folder stays its owner's (nbgrader makes it 0777, hidden only by its random name).
+c.ExchangeFactory.submit = "classroom.exchange.PrivateSubmit"
+"""
+
+
+def write_nbgrader_config(shared: Path, course_id: str = "attn-course") -> Path:
+    """nbgrader's exchange for the hub: ``shared/nbgrader/exchange`` (mode 1777, like /tmp: every account creates
+    its own files; the sticky bit keeps them its own), and ``shared/nbgrader/jupyter-config/nbgrader_config.py``,
+    which every server and every nbgrader command reads (JUPYTER_CONFIG_PATH). Returns the config folder."""
+    nbgrader_dir = Path(shared) / "nbgrader"
+    exchange = nbgrader_dir / "exchange"
+    exchange.mkdir(parents=True, exist_ok=True)
+    os.chmod(nbgrader_dir, 0o755)
+    os.chmod(exchange, 0o1777)
+    config_dir = nbgrader_dir / "jupyter-config"
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "nbgrader_config.py").write_text(
+        NBGRADER_CONFIG.format(course_id=course_id, exchange=str(exchange), repo=str(REPO_ROOT)))
+    os.chmod(config_dir, 0o755)
+    os.chmod(config_dir / "nbgrader_config.py", 0o644)
+    return config_dir

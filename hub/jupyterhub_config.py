@@ -16,8 +16,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))  # the hub package next to this file (roster, Unix accounts, links)
 
-from hub.course_hub import (TARGET_DIR, course_urlpath, current_branch, ensure_unix_user, git_dirs,  # noqa: E402
-                            read_roster, seed_matplotlib_cache)  # noqa: E402
+from hub.course_hub import (STUDENT_EDITION, TARGET_DIR, course_urlpath, current_branch,  # noqa: E402
+                            ensure_unix_user, git_dirs, read_roster, seed_matplotlib_cache, welcome_path,  # noqa: E402
+                            write_nbgrader_config)  # noqa: E402
 
 c = get_config()  # noqa: F821 (defined by JupyterHub when it loads this file)
 env = os.environ.get
@@ -71,8 +72,9 @@ else:
     c.Spawner.cmd = [str(SERVER_VENV / "bin" / "python"), "-m", "jupyterhub.singleuser"]
 c.Spawner.notebook_dir = "~"  # a student sees their home folder; the course is in ~/attention-course
 
-# The course handed out by nbgitpuller: any git URL or local path (default: this repository).
-COURSE_REPO = env("ATTN_HUB_REPO", str(REPO))
+# The course handed out by nbgitpuller: any git URL or local path; default: the student edition that
+# `make release` builds (build/student-edition: no solutions in it). Publish it and give its URL (docs/hub.md).
+COURSE_REPO = env("ATTN_HUB_REPO", str(STUDENT_EDITION))
 COURSE_BRANCH = env("ATTN_HUB_BRANCH", "") or current_branch(COURSE_REPO)
 PULL_ON_START = env("ATTN_HUB_PULL_ON_START", "1") == "1"  # 0: open JupyterLab without pulling
 if PULL_ON_START:
@@ -80,12 +82,12 @@ if PULL_ON_START:
     # merges the teacher's new commits into their copy, keeping their edits, then opens 00_welcome.
     from urllib.parse import urlencode
 
-    _query = {"repo": COURSE_REPO, "targetpath": TARGET_DIR, "urlpath": course_urlpath()}
+    _query = {"repo": COURSE_REPO, "targetpath": TARGET_DIR, "urlpath": course_urlpath(welcome=welcome_path(COURSE_REPO))}
     if COURSE_BRANCH:
         _query["branch"] = COURSE_BRANCH
     c.Spawner.default_url = "/git-pull?" + urlencode(_query)
 else:
-    c.Spawner.default_url = "/" + course_urlpath()
+    c.Spawner.default_url = "/" + course_urlpath(welcome=welcome_path(COURSE_REPO))
 
 # Files every student server reads (the git settings below, nbgrader's config and exchange):
 # a folder students can enter but not write, except the exchange.
@@ -167,24 +169,10 @@ HAS_NBGRADER = subprocess.run([str(SERVER_VENV / "bin" / "python"), "-c", "impor
                               capture_output=True).returncode == 0
 if HAS_NBGRADER:
     COURSE_ID = env("ATTN_HUB_COURSE_ID", "attn-course")  # the course's name in nbgrader
-    # Outside the hub's state folder (which holds the password hashes and stays root-only).
-    NBGRADER_DIR = SHARED / "nbgrader"
-    EXCHANGE = NBGRADER_DIR / "exchange"
-    EXCHANGE.mkdir(parents=True, exist_ok=True)
-    os.chmod(NBGRADER_DIR, 0o755)
-    os.chmod(EXCHANGE, 0o1777)
-    jupyter_config = NBGRADER_DIR / "jupyter-config"
-    jupyter_config.mkdir(exist_ok=True)
-    (jupyter_config / "nbgrader_config.py").write_text(
-        "import os\n"
-        "c = get_config()\n"
-        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
-        f"c.Exchange.root = {str(EXCHANGE)!r}\n"
-        "# The teacher's course folder (source/, release/, submitted/, autograded/): in their home.\n"
-        "c.CourseDirectory.root = os.path.expanduser('~/nbgrader-course')\n"
-    )
-    os.chmod(jupyter_config, 0o755)
-    os.chmod(jupyter_config / "nbgrader_config.py", 0o644)
+    # Outside the hub's state folder (which holds the password hashes and stays root-only). The teacher's course
+    # folder is ~/nbgrader-course; collecting refuses a submission whose folder another account made
+    # (classroom.exchange.OwnerCheckedCollect; nbgrader itself only warns).
+    jupyter_config = write_nbgrader_config(SHARED, COURSE_ID)
     c.Spawner.environment["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
         [str(jupyter_config), c.Spawner.environment["JUPYTER_CONFIG_PATH"]])
 

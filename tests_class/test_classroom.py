@@ -95,7 +95,7 @@ def course(tmp_path_factory):
     shm = Path("/dev/shm")
     tmp = Path(tempfile.mkdtemp(prefix="class-test-", dir=shm)) if shm.is_dir() else tmp_path_factory.mktemp("course")
     started = time.monotonic()
-    assignments = release(ROOT / "notebooks", tmp / "course", tmp / "release")
+    assignments = release(ROOT / "notebooks", tmp / "course", tmp / "release", edition=tmp / "edition")
     print(f"release: {time.monotonic() - started:.0f} s")
     yield tmp, assignments
     if tmp.parent == shm:
@@ -153,6 +153,79 @@ def test_teaching_guide_lists_the_points(course):
     _, assignments = course
     guide = (ROOT / "docs" / "teaching.md").read_text()
     assert points_table(assignments) in guide, "regenerate with: python -m classroom.release --points-table"
+
+
+def _edition_texts(edition: Path):
+    for p in sorted(edition.rglob("*")):
+        if p.is_file() and ".git" not in p.relative_to(edition).parts:
+            yield p, p.read_bytes().decode("utf-8", errors="replace")
+
+
+def test_student_edition_has_no_solution_and_no_prediction_answer(course):
+    """The folder a teacher pushes for the students: released notebooks, attn_lib, data, requirements, README,
+    a git repository; no solution's code, no hidden test, no prediction's answer, hint or explanation."""
+    import subprocess
+    import sys
+
+    from attn_lib.exercises.concepts import QUESTIONS, _load_all
+
+    tmp, assignments = course
+    edition = tmp / "edition"
+    for f in ("README.md", "Makefile", "requirements.txt", "pyproject.toml", "attn_lib/__init__.py", "data"):
+        assert (edition / f).exists(), f
+    assert subprocess.run(["git", "-C", str(edition), "log", "--oneline"], capture_output=True, text=True).stdout
+    assert not list(edition.rglob("*solutions*")) and not list(edition.rglob("__pycache__"))
+    names = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert sorted(p.name for p in (edition / "notebooks").iterdir()) == names
+    for a in assignments:  # the released notebook, byte for byte
+        assert (edition / "notebooks" / a.name / f"{a.name}.ipynb").read_bytes() == \
+            (tmp / "release" / a.name / f"{a.name}.ipynb").read_bytes()
+    probes = set()
+    for a in assignments:
+        sol = json.loads(a.solutions.read_text())
+        for cell in sol["cells"]:  # every line of every solution cell that is not in the course notebook's stub
+            if cell["cell_type"] == "code" and "check_" in _text(cell):
+                probes |= {ln.strip() for ln in _text(cell).splitlines() if len(ln.strip()) > 30}
+        course_text = a.notebook.read_text()
+        probes = {p for p in probes if p not in course_text}
+    # attn_lib is the course's library (every notebook imports it; its checks compare with its own reference
+    # functions): a solution line that is also a line of attn_lib is library code, not a leak of the solutions
+    library = "\n".join(p.read_text() for p in (ROOT / "attn_lib").rglob("*.py") if not p.name.startswith("predict_"))
+    probes = {p for p in probes if p not in library}
+    _load_all()
+    secrets = {q.explanation for q in QUESTIONS.values()} | {h for q in QUESTIONS.values() for h in q.hints.values()}
+    assert len(probes) > 20 and len(secrets) > 30
+    for path, text in _edition_texts(edition):
+        for bad in ("BEGIN SOLUTION", "HIDDEN TESTS", "notebooks/solutions"):
+            assert bad not in text, (path, bad)
+        leaked = [p for p in probes if p in text] + [s for s in secrets if s in text]
+        assert not leaked, (path, leaked[:3])
+    # the answers are not importable from the edition's attn_lib, and check_prediction records a valid answer
+    probe = ("from attn_lib.exercises.concepts import QUESTIONS, _load_all, check_prediction; _load_all(); "
+             "print(len(QUESTIONS), {q.answer for q in QUESTIONS.values()}, bool(check_prediction('03.scale_by_dk', 'b')), "
+             "bool(check_prediction('03.scale_by_dk', 'z')), bool(check_prediction('08.cache_length', 12)))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=edition, env=dict(os.environ, PYTHONPATH=str(edition)),
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == [str(len(QUESTIONS)), "{None}", "True", "False", "True"], out.stderr[-2000:]
+
+
+def test_links_inside_released_notebooks_resolve(course):
+    """Each notebook sits in a folder of its own (nbgrader's layout): links to other notebooks and to the glossary
+    must still open a file, in the release and in the student edition."""
+    tmp, _ = course
+    link = re.compile(r"\]\(([^)#\s]+\.(?:ipynb|md))(?:#[^)]*)?\)")
+    checked = 0
+    for top in (tmp / "release", tmp / "edition" / "notebooks"):
+        for nb_path in sorted(top.glob("*/*.ipynb")):
+            for cell in json.loads(nb_path.read_text())["cells"]:
+                if cell["cell_type"] != "markdown":
+                    continue
+                for target in link.findall(_text(cell)):
+                    if "://" in target:
+                        continue
+                    assert (nb_path.parent / target).resolve().is_file(), (nb_path.name, target)
+                    checked += 1
+    assert checked > 50
 
 
 def _submission(tmp: Path, student: str, answers: dict[str, str], edit=None) -> None:
@@ -395,6 +468,51 @@ def test_gradebook_cell_by_cell(graded, student, points, flags):
         assert f"locked cell {deleted} deleted" in row["flags"]
 
 
+def test_per_student_summary_and_canvas_export(graded):
+    """grades/students.csv: one row per student (totals, per notebook, flags); grades/canvas.csv: Canvas's import
+    columns, a Points Possible row, the same points."""
+    tmp, _, table, _, _, _ = graded
+    with (tmp / "grades" / "students.csv").open() as f:
+        students = {r["student"]: r for r in csv.DictReader(f)}
+    assert set(students) == set(table)
+    for name, row in table.items():
+        s = students[name]
+        assert (s["total"], s["max_total"], s[NB]) == (row["total"], "4", row["total"])
+        assert s["percent"] == f"{100 * int(row['total']) / 4:.1f}" and s["missing"] == ""
+        assert all(f"{NB}: {flag}" in s["flags"] for flag in row["flags"].split(";") if flag)
+    lines = (tmp / "grades" / "canvas.csv").read_text().splitlines()
+    canvas = list(csv.reader(lines))
+    assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", f"{NB} (attention course)"]
+    assert canvas[1] == ["Points Possible", "", "", "", "", "4"]
+    assert {r[3]: r[5] for r in canvas[2:]} == {name: row["total"] for name, row in table.items()}
+
+
+def test_canvas_export_matches_a_canvas_roster(tmp_path):
+    from classroom.gradebook import write_reports
+
+    (tmp_path / "gradebook.csv").write_text(
+        "student,notebook,check_a,total,max_total,failed,flags\n"
+        f"ann,{NB},1,1,2,check_b,\nann,00_welcome,2,2,2,,\nbob,{NB},2,2,2,,locked cell x edited\nzed,{NB},0,0,2,,\n")
+    roster = tmp_path / "export.csv"
+    roster.write_text("Student,ID,SIS User ID,SIS Login ID,Section,Quiz 1 (12)\n"
+                      "    Points Possible,,,,,10\n"
+                      "\"Lee, Ann\",101,S1,ann,Lab A,7\n\"Berg, Bob\",102,S2,bob,Lab B,9\n")
+    problems = write_reports(tmp_path, roster)
+    assert problems == [f"zed: not in the Canvas roster {roster}; left out of canvas.csv"]
+    rows = list(csv.reader((tmp_path / "canvas.csv").read_text().splitlines()))
+    assert rows[0][5:] == [f"00_welcome (attention course)", f"{NB} (attention course)"]
+    assert rows[1][5:] == ["2", "2"]
+    assert rows[2:] == [["Lee, Ann", "101", "S1", "ann", "Lab A", "2", "1"], ["Berg, Bob", "102", "S2", "bob", "Lab B", "", "2"]]
+    with (tmp_path / "students.csv").open() as f:
+        students = {r["student"]: r for r in csv.DictReader(f)}
+    assert students["bob"]["missing"] == "00_welcome" and students["bob"]["total"] == "2"
+    assert students["bob"]["flags"] == f"{NB}: locked cell x edited" and students["ann"]["total"] == "3"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,score\n")
+    with pytest.raises(ValueError, match="missing"):
+        write_reports(tmp_path, bad)
+
+
 def test_gradebook_db_has_the_grader_scores(graded):
     tmp, rows, _, _, _, _ = graded
     from nbgrader.api import Gradebook
@@ -460,6 +578,58 @@ def test_regrade_resumes_and_never_keeps_stale_points(graded):
     assert row.total == 0 and any(f.startswith("could not grade") for f in row.flags)
     assert "could not grade -z_correct_last é" in (tmp / "grades" / "summary.txt").read_text()
     assert next(r for r in rows2 if r.student == "a_correct_first").total == 4
+
+
+def test_sandbox_holds_when_the_teacher_is_not_root(course):
+    """The grader run by an unprivileged account (as a teacher without root runs it; setpriv to uid 65534): each
+    sandbox is then a user namespace. A correct student keeps full marks; the escaping attacker (x1) finds no
+    gradebook, no submission and no course folder, and nothing of it outlives the run."""
+    import subprocess
+    import sys
+
+    from hub.course_hub import blocked_dirs
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to an unprivileged uid (CI runs as root)")
+    tmp, assignments = course
+    a = next(a for a in assignments if a.name == NB)
+    solutions = {f"answer_{e.key}": e.solution for e in a.exercises}
+    work = Path(tempfile.mkdtemp(prefix="attn-unpriv-"))
+    opened = []
+    try:
+        os.chmod(work, 0o755)
+        shutil.copytree(tmp / "course", work / "course")
+        shutil.copytree(tmp / "release", work / "release")
+        _submission(work, "u_correct", solutions)
+        _submission(work, "u_x1_escape", {"answer_check_attention": "def attention(q, k, v):\n    return v\n"},
+                    edit=_edits(_add_cell_after("check_attention_weights", ATTACK_GRADEBOOK),
+                                _add_cell_after("check_attention", ATTACK_DAEMON)))
+        subprocess.run(["chown", "-R", "65534:65534", str(work)], check=True)
+        for d in blocked_dirs([os.path.realpath(sys.executable), sys.prefix, ROOT]):  # a Python under /root
+            opened.append((d, d.stat().st_mode))
+            os.chmod(d, d.stat().st_mode | 0o001)
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+               "LANG": "C.UTF-8", "ATTN_CELL_TIMEOUT": os.environ.get("ATTN_CELL_TIMEOUT", "30")}
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+                            "classroom.autograde", str(work / "submissions"), "--course-dir", str(work / "course"),
+                            "--out", str(work / "grades"), "--jobs", "2"], env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        with (work / "grades" / "gradebook.csv").open() as f:
+            table = {row["student"]: row for row in csv.DictReader(f)}
+        assert (table["u_correct"]["total"], table["u_correct"]["flags"]) == ("4", "")
+        assert table["u_x1_escape"]["total"] == "0"
+        page = html_unescape((work / "grades" / "feedback" / "u_x1_escape" / "index.html").read_text())
+        found = re.search(r"FOUND (\d+) \[(.*?)\]", page)
+        assert found and found.group(2) == "", found and found.group(2)
+        time.sleep(3)  # the daemon started in cell 5, its first write is 8 s later: the cells after it take longer
+        assert not Path("/dev/shm/attn-issue24-marker").exists() and not Path("/tmp/attn-issue24-marker").exists()
+        left = [p.pid for p in __import__("psutil").process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == 65534]
+        assert left == [], left
+    finally:
+        for d, mode in reversed(opened):
+            os.chmod(d, mode)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_student_ids_are_distinct_and_errors_are_listed(tmp_path):

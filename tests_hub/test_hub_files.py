@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hub.course_hub import REPO_ROOT, TARGET_DIR, git_dirs, nbgitpuller_link, read_roster
+from hub.course_hub import (COURSE_WELCOME, REPO_ROOT, STUDENT_EDITION, TARGET_DIR, WELCOME, git_dirs,
+                            nbgitpuller_link, read_roster)
 
 HUB = REPO_ROOT / "hub"
 
@@ -59,8 +60,11 @@ def test_nbgitpuller_link_uses_nbgitpullers_own_parameters():
     query = dict(urllib.parse.parse_qsl(url.query))
     assert set(query) <= _handler_arguments(), set(query) - _handler_arguments()
     assert query == {"repo": "https://github.com/o/attention-course", "branch": "main", "targetpath": TARGET_DIR,
-                     "urlpath": f"lab/tree/{TARGET_DIR}/notebooks/00_welcome.ipynb"}
-    assert (REPO_ROOT / "notebooks" / "00_welcome.ipynb").exists()
+                     "urlpath": f"lab/tree/{TARGET_DIR}/{WELCOME}"}  # a published student edition
+    # a local repository: the layout it has (the course's own, or the student edition's)
+    local = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(nbgitpuller_link("http://h", str(REPO_ROOT))).query))
+    assert local["urlpath"] == f"lab/tree/{TARGET_DIR}/{COURSE_WELCOME}"
+    assert (REPO_ROOT / COURSE_WELCOME).exists()
 
 
 def test_git_dirs_name_the_work_tree_and_its_git_dir():
@@ -114,10 +118,11 @@ def test_jupyterhub_config_as_jupyterhub_loads_it(tmp_path):
     url = urllib.parse.urlsplit(c.Spawner.default_url)
     assert url.path == "/git-pull"
     query = dict(urllib.parse.parse_qsl(url.query))
-    assert query["repo"] == str(REPO_ROOT) and query["urlpath"].endswith("notebooks/00_welcome.ipynb")
+    # By default the hub hands out the student edition (make release), never the course with its solutions.
+    assert query["repo"] == str(STUDENT_EDITION) and query["urlpath"].endswith(WELCOME)
     # git is told that the teacher's repository is safe to clone from, and nothing else.
     gitconfig = Path(c.Spawner.environment["GIT_CONFIG_SYSTEM"]).read_text()
-    assert re.findall(r"directory = (.*)", gitconfig) == git_dirs(REPO_ROOT)
+    assert re.findall(r"directory = (.*)", gitconfig) == git_dirs(STUDENT_EDITION)
     assert c.Spawner.environment["OMP_NUM_THREADS"] == "1"
     assert "services" not in c.JupyterHub  # no admin token unless one is asked for
     assert "--MappingKernelManager.cull_idle_timeout=3600" in c.Spawner.args
@@ -188,7 +193,8 @@ def test_z2jh_config_is_valid_yaml_with_the_course_settings():
     import importlib.metadata
 
     assert any(e.name == "gitpuller" for e in importlib.metadata.entry_points(group="console_scripts"))
-    assert su["defaultUrl"] == f"/lab/tree/{TARGET_DIR}/notebooks/00_welcome.ipynb"
+    assert su["defaultUrl"] == f"/lab/tree/{TARGET_DIR}/{WELCOME}"  # the student edition's layout
+    assert cmd[1].endswith("-student"), "the servers pull the student edition, not the course with its solutions"
     mem, cpu = su["memory"], su["cpu"]
     assert 0 < _parse_quantity(mem["guarantee"]) <= _parse_quantity(mem["limit"])
     assert 0 < cpu["guarantee"] <= cpu["limit"]
@@ -196,6 +202,54 @@ def test_z2jh_config_is_valid_yaml_with_the_course_settings():
     assert gpu and gpu[0]["kubespawner_override"]["extra_resource_limits"]["nvidia.com/gpu"] == "1"
     assert sum(bool(p.get("default")) for p in su["profileList"]) == 1
     assert cfg["cull"]["enabled"] is True and cfg["cull"]["timeout"] > 0
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+CHART = HUB / "z2jh-chart"
+
+
+def test_z2jh_config_validates_against_the_charts_values_schema():
+    """As `helm install` does: the values, merged over the chart's defaults, against the chart's values.schema.json
+    (chart 4.4.0, vendored in hub/z2jh-chart/, the version docs/hub.md and the config name); a misspelt key and a
+    wrong type are rejected, so the check can fail."""
+    import jsonschema
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    values = yaml.safe_load((HUB / "z2jh-config.yaml").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(_deep_merge(defaults, values))]
+    assert errors == []
+    bad = _deep_merge(values, {"singleuser": {"memory": {"limitt": "2G"}}})
+    assert any("limitt" in e.message for e in validator.iter_errors(_deep_merge(defaults, bad)))
+    bad = _deep_merge(values, {"cull": {"timeout": "an hour"}})
+    assert not validator.is_valid(_deep_merge(defaults, bad))
+    version = "4.4.0"
+    assert f"--version {version}" in (HUB / "z2jh-config.yaml").read_text()
+    assert f"chart version {version}" in (REPO_ROOT / "docs" / "hub.md").read_text()
+
+
+def test_z2jh_memory_is_in_step_with_the_measurement():
+    """The guarantee and limit follow from the per-student peak that z2jh-config.yaml records (its `measured:` line),
+    which must be the figures docs/hub.md reports: guarantee >= PSS peak + 10 %, limit >= 1.5 x the RSS peak."""
+    text = (HUB / "z2jh-config.yaml").read_text()
+    m = re.search(r"measured: pss_max_mib=(\d+) rss_max_mib=(\d+)", text)
+    assert m, "z2jh-config.yaml must record the measurement its memory comes from"
+    pss, rss = int(m.group(1)), int(m.group(2))
+    doc = (REPO_ROOT / "docs" / "hub.md").read_text()
+    assert f"{pss} MiB PSS" in doc and f"{rss} MiB" in doc
+    mem = yaml.safe_load(text)["singleuser"]["memory"]
+    guarantee, limit = _parse_quantity(mem["guarantee"]) / 2**20, _parse_quantity(mem["limit"]) / 2**20
+    assert guarantee >= 1.1 * pss, f"guarantee {guarantee:.0f} MiB under the measured PSS peak {pss} MiB + 10 %"
+    assert limit >= 1.5 * rss, f"limit {limit:.0f} MiB leaves too little room over the RSS peak {rss} MiB"
+    assert guarantee <= 1.5 * pss, "the guarantee reserves far more than a student uses: nodes sized for nothing"
+    assert f"guarantee {mem['guarantee']}" in doc and f"limit {mem['limit']}" in doc
 
 
 def test_z2jh_memory_guarantee_covers_the_measured_peak():
@@ -211,6 +265,11 @@ def test_z2jh_memory_guarantee_covers_the_measured_peak():
     peak = rep["student_peak_mib_max"] * 2**20
     assert peak <= limit, f"a student server peaked at {rep['student_peak_mib_max']:.0f} MiB, over the limit"
     assert rep["student_peak_mib_p50"] * 2**20 <= guarantee * 1.25, "the guarantee is far below the typical peak"
+    if rep.get("student_peak_pss_mib_max", float("nan")) == rep.get("student_peak_pss_mib_max"):  # not NaN
+        recorded = int(re.search(r"pss_max_mib=(\d+)", (HUB / "z2jh-config.yaml").read_text()).group(1))
+        assert rep["student_peak_pss_mib_max"] <= 1.1 * recorded, (
+            f"this run's PSS peak {rep['student_peak_pss_mib_max']:.0f} MiB is >10 % above the {recorded} MiB "
+            "that z2jh-config.yaml sizes for: update its measured: line, the memory and docs/hub.md")
 
 
 # -- repo2docker -------------------------------------------------------------------------------------
@@ -260,3 +319,86 @@ def test_postbuild_installs_attn_lib_and_the_kernel_in_a_clean_venv(tmp_path):
     assert origin.stdout.strip() == str(src / "attn_lib" / "__init__.py"), origin.stderr
     overrides = json.loads((venv / "share" / "jupyter" / "lab" / "settings" / "overrides.json").read_text())
     assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"  # no news popup
+
+
+# -- make hub on a teacher's machine -------------------------------------------------------------------
+def _launch(monkeypatch, tmp_path, blocked, *args):
+    """hub.launch.main as root, with `blocked` as the folders students cannot enter; chmod and exec recorded."""
+    import hub.launch as launch
+
+    calls = {"chmod": [], "exec": []}
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(launch, "blocked_dirs", lambda paths: [Path(b) for b in blocked])
+    monkeypatch.setattr(launch.os, "chmod", lambda d, mode: calls["chmod"].append(str(d)))
+    monkeypatch.setattr(launch.os, "execve", lambda *a: calls["exec"].append(a))
+    roster = tmp_path / "roster.csv"
+    roster.write_text("username,role\nprof,teacher\n")
+    rc = launch.main(["--roster", str(roster), "--repo", str(REPO_ROOT), *args])
+    return rc, calls
+
+
+def test_make_hub_names_the_fix_for_a_python_under_root(monkeypatch, tmp_path, capsys):
+    """A .venv built from a pyenv Python under /root: moving the course does not help; rebuild .venv from a system
+    Python. The message names the command that works."""
+    monkeypatch.setattr(sys, "executable", "/root/.pyenv/versions/3.11.9/bin/python3.11")
+    rc, calls = _launch(monkeypatch, tmp_path, ["/root"])
+    err = capsys.readouterr().err
+    assert rc == 2 and not calls["exec"] and not calls["chmod"]
+    assert "make clean && make hub PYTHON=/usr/bin/python3" in err and "/root" in err
+
+
+@pytest.mark.parametrize("blocked", [["/root"], ["/root/.pyenv/versions"], ["/home/prof"], ["/srv/x", "/root"]])
+def test_fix_permissions_refuses_to_open_root_or_a_home(monkeypatch, tmp_path, capsys, blocked):
+    rc, calls = _launch(monkeypatch, tmp_path, blocked, "--fix-permissions")
+    err = capsys.readouterr().err
+    assert rc == 2 and calls["chmod"] == [] and not calls["exec"], calls
+    assert "refuses" in err and "make clean && make hub PYTHON=/usr/bin/python3" in err
+
+
+def test_fix_permissions_opens_other_folders_enter_only(monkeypatch, tmp_path, capsys):
+    folder = tmp_path / "srv-course"
+    folder.mkdir()
+    rc, calls = _launch(monkeypatch, tmp_path, [folder], "--fix-permissions")
+    assert calls["chmod"] == [str(folder)] and len(calls["exec"]) == 1
+    assert "warning: handing out the course repository itself" in capsys.readouterr().err
+
+
+SUPPORTED_NODE = (20, 22, 24)  # the majors docs/hub.md names
+
+
+def test_node_is_a_supported_version_and_runs_the_proxy():
+    """docs/hub.md states the Node versions the hub supports; the node here is one of them, and
+    configurable-http-proxy 5.3.0 runs on it (its --version, and it starts and answers on loopback)."""
+    import socket
+    import time
+    import urllib.request
+
+    doc = (REPO_ROOT / "docs" / "hub.md").read_text()
+    assert "Supported Node.js: 20 (Debian 12 and 13's `nodejs`; what CI tests), 22.12 or newer" in doc
+    node = shutil.which("node")
+    chp = REPO_ROOT / "build" / "hub-node" / "node_modules" / ".bin" / "configurable-http-proxy"
+    if node is None or not chp.exists():
+        pytest.skip("node or configurable-http-proxy not installed (make test-hub installs them)")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    major, minor = (int(x) for x in version.lstrip("v").split(".")[:2])
+    assert major in SUPPORTED_NODE and (major, minor) >= (20, 0) and (major != 22 or minor >= 12), version
+    assert subprocess.run([str(chp), "--version"], capture_output=True, text=True, timeout=60).stdout.strip() == "5.3.0"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(chp), "--ip", "127.0.0.1", "--port", str(port), "--api-port", str(port + 1),
+                             "--default-target", "http://127.0.0.1:9"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, CONFIGPROXY_AUTH_TOKEN="t"))
+    try:
+        answer = None
+        for _ in range(60):  # bounded: 30 s
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port + 1}/api/routes", headers={"Authorization": "token t"})
+                answer = json.loads(urllib.request.urlopen(req, timeout=2).read())
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert answer is not None and "/" in answer, "configurable-http-proxy did not answer on its API"
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -53,13 +53,15 @@ class Question:
 
     id: str
     prompt: str
-    answer: str | float
+    answer: str | float | None  # None: withheld (the student edition; classroom/edition.py)
     explanation: str
     choices: dict[str, str] = field(default_factory=dict)
     hints: dict[str, str] = field(default_factory=dict)
     tolerance: float = 0.0
 
     def __post_init__(self):
+        if self.answer is None:
+            return
         if self.choices and self.answer not in self.choices:
             raise ValueError(f"question {self.id}: answer {self.answer!r} is not one of its choices {list(self.choices)}")
         if not self.choices and isinstance(self.answer, str):
@@ -108,17 +110,23 @@ def check_prediction(question_id: str, answer) -> CheckResult:
     q = QUESTIONS[question_id]
     if answer is None or answer is Ellipsis:
         return CheckResult(name, False, f"❌ {name}: not answered yet: replace ... with your prediction.")
+    withheld = (f"✅ {name}: your prediction {answer!r} is recorded. This edition of the course does not include "
+                "the answers: your teacher discusses them in class.")
     if q.choices:
         key = answer.strip().lower() if isinstance(answer, str) else answer
         if key not in q.choices:
             options = ", ".join(repr(k) for k in q.choices)
             return CheckResult(name, False, f"❌ {name}: answer with one of {options}, got {answer!r}.")
+        if q.answer is None:
+            return CheckResult(name, True, withheld)
         if key == q.answer:
             return CheckResult(name, True, f"✅ {name}: right. {q.explanation}")
         hint = q.hints.get(key, "not this one; run the cell below and look again.")
         return CheckResult(name, False, f"❌ {name}: not yet. {hint}")
     if isinstance(answer, bool) or not isinstance(answer, (int, float)):
         return CheckResult(name, False, f"❌ {name}: answer with a number, got {type(answer).__name__} {answer!r}.")
+    if q.answer is None:
+        return CheckResult(name, True, withheld)
     if abs(float(answer) - float(q.answer)) <= q.tolerance:
         return CheckResult(name, True, f"✅ {name}: right. {q.explanation}")
     side = "low" if answer < q.answer else "high"
