@@ -9,7 +9,8 @@ Writes the Sphinx sources to build/book-src/ and the site to build/book/ (both i
 - widget views (they need a kernel) replaced by what their ``Output`` widgets showed when the notebook
   was executed (from the saved widget state), under a short note; solutions notebooks are left out.
 
-After the build, every page is checked for ``<script src>``/``<link href>``/``<img src>`` that points
+After the build, the search page gets every page's content as a script (``offline_search``), so that
+search shows its summaries when the site is opened from disk, and every page is checked for ``<script src>``/``<link href>``/``<img src>`` that points
 to another host: the site must work with no network (tests_browser/test_site.py checks it in a browser).
 
 Usage: python scripts/build_book.py [--out build/book] [--jobs 2]
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import re
 import shutil
@@ -139,6 +141,55 @@ def prepare_sources(src: Path, notebooks: Path = NOTEBOOKS) -> dict:
     return {"notebooks": [p.name for p in numbered], "reference": [p.name for p in reference], "widgets": widgets}
 
 
+#: The search page's scripts: the pages' contents, then the fetch() shim that answers from them (book/_static).
+SEARCH_SCRIPTS = '<script src="_static/search_pages.js"></script><script src="_static/offline_search.js"></script>'
+
+
+def _search_text(html: str) -> str | None:
+    """The ``role="main"`` element of a built page, light: no scripts, images or markup beyond the ids that
+    search summaries use to find a section (pygments' spans and every other attribute are dropped)."""
+    from bs4 import BeautifulSoup  # a dependency of nbconvert, so always installed with the course
+
+    main = BeautifulSoup(html, "html.parser").find(attrs={"role": "main"})
+    if main is None:
+        return None
+    for tag in main.find_all(["script", "style", "img", "svg", "iframe", "nav", "button", "form"]):
+        tag.decompose()
+    for tag in main.find_all(True):
+        tag.attrs = {k: v for k, v in tag.attrs.items()
+                     if k in ("id", "role") or (k == "class" and "headerlink" in v)}
+        if tag.name == "span" and not tag.attrs:
+            tag.unwrap()
+    return str(main)
+
+
+def offline_search(site: Path) -> int:
+    """Make the search page work from disk (``file://``), where a browser refuses its fetch() of each result page.
+
+    Writes ``_static/search_pages.js`` (every page's main content, see :func:`_search_text`) and loads it, with
+    ``_static/offline_search.js``, on ``search.html`` just before Sphinx's ``searchtools.js``. Returns the number
+    of pages written."""
+    pages = {}
+    for page in sorted(site.rglob("*.html")):
+        rel = page.relative_to(site).as_posix()
+        if rel.startswith("_static/") or rel in ("search.html", "genindex.html"):
+            continue
+        text = _search_text(page.read_text(encoding="utf-8"))
+        if text is not None:
+            pages[rel] = text
+    (site / "_static" / "search_pages.js").write_text(
+        "// Written by scripts/build_book.py: the pages' contents for search summaries (offline_search.js).\n"
+        "window.ATTN_SEARCH_PAGES = " + json.dumps(pages, ensure_ascii=False, sort_keys=True) + ";\n",
+        encoding="utf-8")
+    search = site / "search.html"
+    html = search.read_text(encoding="utf-8")
+    anchor = '<script src="_static/searchtools.js'
+    if anchor not in html:
+        raise RuntimeError(f"{search}: no {anchor!r} to put the offline search scripts before")
+    search.write_text(html.replace(anchor, SEARCH_SCRIPTS + anchor, 1), encoding="utf-8")
+    return len(pages)
+
+
 def outside_references(site: Path) -> list[str]:
     """``file: url`` for every fetching attribute in the built HTML that points to another host."""
     found = []
@@ -169,11 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     if r.returncode != 0:
         print(f"book: sphinx-build failed ({r.returncode})", file=sys.stderr)
         return r.returncode
+    searchable = offline_search(args.out)
     outside = outside_references(args.out)
     if outside:
         print("book: pages that would fetch from another host:\n  " + "\n  ".join(outside[:20]), file=sys.stderr)
         return 1
-    print(f"book: built {args.out} in {time.monotonic() - t0:.0f} s", flush=True)
+    print(f"book: built {args.out} in {time.monotonic() - t0:.0f} s ({searchable} pages searchable from disk)", flush=True)
     return 0
 
 

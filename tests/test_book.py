@@ -4,6 +4,7 @@ course order, widget views made static, the check for pages that would fetch fro
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import nbformat
 import pytest
@@ -88,3 +89,53 @@ def test_outside_references_are_found(tmp_path):
 def test_run_note_links_the_original_notebook(name):
     note = build_book.run_note(name, "../../../notebooks/" + name)
     assert "make lab" in note and f"{{download}}`Download {name} <../../../notebooks/{name}>`" in note
+
+
+def _mini_site(tmp_path):
+    """A built site in miniature: a page with a section, the search page as Sphinx 9 writes it, the static folder."""
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "04_masking.html").write_text(
+        '<html><head><script src="x.js"></script></head><body><nav>menu</nav>'
+        '<main id="main-content" role="main"><section id="padding"><h2>Padding'
+        '<a class="headerlink" href="#padding">#</a></h2><div class="highlight"><pre><span class="n">mask</span>'
+        '</pre></div><img src="data:image/png;base64,AAAA"><script>var big = 1;</script></section></main></body></html>')
+    (tmp_path / "search.html").write_text('<html><head><script src="_static/searchtools.js"></script>'
+                                          '<script src="searchindex.js"></script></head><body></body></html>')
+    return tmp_path
+
+
+def test_search_works_from_disk_with_the_pages_inline(tmp_path):
+    """Sphinx's search page fetch()es each result for its summary, which file:// refuses (CORS): the build writes the
+    pages' contents into _static/search_pages.js and loads it, with the fetch shim, before searchtools.js."""
+    import json
+
+    site = _mini_site(tmp_path)
+    assert build_book.offline_search(site) == 1
+    js = (site / "_static" / "search_pages.js").read_text()
+    pages = json.loads(js[js.index("=") + 1:].strip().rstrip(";"))
+    page = pages["notebooks/04_masking.html"]
+    assert 'role="main"' in page and 'id="padding"' in page and "mask" in page  # what summaries look up
+    assert "headerlink" in page  # Sphinx's htmlToText removes these itself
+    assert "<script" not in page and "<img" not in page and "<span" not in page and "menu" not in page
+    search = (site / "search.html").read_text()
+    assert search.index("_static/search_pages.js") < search.index("_static/offline_search.js") \
+        < search.index("_static/searchtools.js")
+    shim = (REPO_ROOT / "book" / "_static" / "offline_search.js").read_text()
+    assert "ATTN_SEARCH_PAGES" in shim and "window.fetch" in shim
+
+
+def test_offline_search_fails_loudly_if_sphinx_changes_its_search_page(tmp_path):
+    site = _mini_site(tmp_path)
+    (site / "search.html").write_text("<html><head></head><body></body></html>")
+    with pytest.raises(RuntimeError, match="searchtools"):
+        build_book.offline_search(site)
+
+
+def test_code_lines_of_120_characters_are_not_cut():
+    """course.css lets the page use the window and wraps what still does not fit; conf.py loads it."""
+    css = (REPO_ROOT / "book" / "_static" / "course.css").read_text()
+    assert re.search(r"\.bd-page-width\s*\{\s*max-width:\s*100%", css)
+    assert re.search(r"div\.highlight pre[^{]*\{[^}]*white-space:\s*pre-wrap", css)
+    conf = (REPO_ROOT / "book" / "conf.py").read_text()
+    assert 'html_css_files = ["course.css"]' in conf
