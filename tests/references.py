@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 F = torch.nn.functional
@@ -140,3 +141,20 @@ def _flex(q, k, v, *, window_size=(-1, -1), softcap=None, sinks=None, lengths=No
         out = out / (1 + torch.exp(z - lse))[..., None]
         lse = torch.logaddexp(lse, z.expand_as(lse))
     return out, lse
+
+
+# the date task's small encoder-decoder and one validation batch (tests/test_seq2seq.py, tests/test_train.py)
+@pytest.fixture(scope="module")
+def model():
+    from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB
+    from attn_lib.models import Seq2SeqTransformer
+
+    torch.manual_seed(0)
+    return Seq2SeqTransformer(len(SOURCE_VOCAB), len(TARGET_VOCAB), d_model=32, num_heads=4, d_ff=64).eval()
+
+
+@pytest.fixture(scope="module")
+def batch():
+    from attn_lib.data import collate, load_splits
+
+    return collate(load_splits()["val"][:8])

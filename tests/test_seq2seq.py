@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB, collate, load_splits
+from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB
 from attn_lib.masks import causal_mask, padding_mask, to_torch_key_padding_mask
 from attn_lib.mha import MultiHeadAttention
 from attn_lib.models import DecoderBlock, DecoderOnly, EncoderBlock, EncoderOnly, FeedForward, Seq2SeqTransformer
+from references import batch, model  # noqa: F401  (the date model and batch fixtures both files use)
 
 D, H, FF = 16, 4, 32
 
@@ -106,17 +107,6 @@ def test_block_errors():
 
 
 # --------------------------------------------------------------------------- the encoder-decoder
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    return Seq2SeqTransformer(len(SOURCE_VOCAB), len(TARGET_VOCAB), d_model=32, num_heads=4, d_ff=64).eval()
-
-
-@pytest.fixture(scope="module")
-def batch():
-    return collate(load_splits()["val"][:8])
-
-
 def test_decoder_is_causal(model, batch):
     """Changing the target tokens after position t leaves the teacher-forced output at 0..t unchanged,
     for every t (all variants in one batch), and does change some later position."""

@@ -6,23 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB, collate, load_splits
+from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB, load_splits
 from attn_lib.models import DecoderOnly, EncoderOnly, Seq2SeqTransformer
 from attn_lib.train import (MASK_ID, NUM_SLOTS, decoder_only_inputs, decoder_only_loss, encoder_only_inputs,
                             encoder_only_loss, endless_batches, exact_match, load_model, predict_decoder_only,
                             predict_encoder_only, predict_seq2seq, save_model, seq2seq_loss, span_hit_rate,
                             train_loop, translate)
-
-
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    return Seq2SeqTransformer(len(SOURCE_VOCAB), len(TARGET_VOCAB), d_model=32, num_heads=4, d_ff=64).eval()
-
-
-@pytest.fixture(scope="module")
-def batch():
-    return collate(load_splits()["val"][:8])
+from references import batch, model  # noqa: F401  (the date model and batch fixtures both files use)
 
 
 def test_translate_rejects_characters_outside_the_vocabulary(model):
