@@ -72,7 +72,7 @@ _LAZY = {
 # No submodule shares a name with an entry of _LAZY (a submodule import would overwrite the attribute:
 # the old tiled_attention/flash_attention clash); tests/test_layout.py checks this.
 _SUBMODULES = {
-    "attention", "bench", "data", "deltanet", "env", "capstone", "exercises", "flash", "flash_kernels", "gqa", "heads",
+    "attention", "bench", "data", "deltanet", "diagrams", "env", "capstone", "exercises", "flash", "flash_kernels", "gqa", "heads",
     "hf", "hf_equal",
     "kv_cache", "kv_table", "lab", "linear", "masks", "mha", "mla", "models", "positional", "pretrained", "quantization",
     "recall", "sparse", "streaming", "style", "tiled", "tokenization", "train", "variants", "viz", "windows",
