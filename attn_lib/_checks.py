@@ -379,6 +379,26 @@ def check_heads(num_heads, num_kv_heads) -> int:
     return num_heads // num_kv_heads
 
 
+def check_head_dim(d_model, num_heads, *, name: str = "d_model", hint: str = "") -> int:
+    """Validate ``d_model`` features split into ``num_heads`` heads; return head_dim E = d_model // num_heads.
+
+    The one head-divisibility rule (mha, hf, the model blocks). ``name`` is what the message calls d_model
+    (``"the last dim of x"`` for :func:`attn_lib.mha.split_heads`); ``hint`` is appended to the ValueError.
+
+    Raises:
+        TypeError: a count is not an int.
+        ValueError: a count < 1, or num_heads does not divide d_model (the message gives the quotient).
+    """
+    check_int(name, d_model, minimum=1)
+    check_int("num_heads", num_heads, minimum=1)
+    if d_model % num_heads:
+        raise ValueError(
+            f"{name} ({d_model}) must be divisible by num_heads ({num_heads}): each head gets "
+            f"{name} / num_heads features, and {d_model} / {num_heads} = {d_model / num_heads:.4g}{hint}"
+        )
+    return d_model // num_heads
+
+
 def check_token_ids(name: str, ids, *, vocab_size: int, max_len: int | None = None) -> torch.Tensor:
     """Token ids (B, L): an integer tensor with 1 <= L (<= max_len) and every id in [0, vocab_size); returns int64.
 

@@ -26,12 +26,12 @@ from attn_lib._checks import check_bool, check_choice, check_device, check_int
 from attn_lib._tiling import _new_output, _prepare
 from attn_lib.tiled import tiled_attention
 
-from attn_lib.flash_kernels import (  # noqa: F401  (LOG2E, LN2 and MASK_* are public here too)
-    LN2, LOG2E, MASK_BOOL, MASK_FLOAT, MASK_NONE, _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel, _attn_bwd_preprocess,
-    _attn_fwd_kernel, triton,
+from attn_lib.flash_kernels import (  # noqa: F401  (LOG2E, LN2, MASK_*, KERNELS and the two helpers are public here)
+    KERNELS, LN2, LOG2E, MASK_BOOL, MASK_FLOAT, MASK_NONE, _attn_fwd_kernel, _kernel, kernel_source, triton,
+    triton_available,
 )
 
-__all__ = ["flash_attention", "triton_available", "kernel_source", "compile_kernel", "BACKENDS", "KERNELS", "ARCHS"]
+__all__ = ["flash_attention", "compile_kernel", "BACKENDS", "ARCHS"]  # kernel_source, triton_available: flash_kernels
 
 BACKENDS = ("auto", "triton", "tiled", "cuda")
 # The compute capabilities compile_kernel accepts: what Triton 3.9's NVIDIA backend supports (8.0 and newer).
@@ -39,22 +39,6 @@ ARCHS = (80, 86, 87, 89, 90, 100, 103, 110, 120, 121)
 
 # Interpreter tile sizes: big tiles mean fewer Python-level steps, which is what costs time there.
 _INTERPRETER_BLOCK = 32
-
-
-def triton_available() -> bool:
-    """True when Triton imported (Linux); the kernels can then run compiled (CUDA) or interpreted (CPU)."""
-    return triton is not None
-
-
-def kernel_source(kernel: str = "forward") -> str:
-    """A kernel's Python source (what notebook 09 reads part by part); ``kernel`` one of :data:`KERNELS`."""
-    import inspect
-    import textwrap
-
-    if triton is None:
-        raise RuntimeError("Triton is not installed (it has Linux wheels only), so there is no kernel to show")
-    check_choice("kernel", kernel, KERNELS)
-    return textwrap.dedent(inspect.getsource(_kernel(kernel).fn))
 
 
 def _kernel_is_interpreted() -> bool:
@@ -65,9 +49,6 @@ def _kernel_is_interpreted() -> bool:
 # ----------------------------------------------------------------------------------------------
 # launching the kernels
 # ----------------------------------------------------------------------------------------------
-KERNELS = ("forward", "preprocess", "dkdv", "dq")
-
-
 def _block_d(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
@@ -79,11 +60,6 @@ _TUNE_CONFIGS = {  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
     "dq": [(128, 32, 4, 3), (64, 64, 4, 3), (128, 64, 8, 2)],
 }
 _TUNE_KEY = ["L", "S", "HEAD_DIM", "HEAD_DIM_V", "IS_CAUSAL", "MASK_KIND", "HAS_ALIBI", "HAS_WINDOW", "SOFTCAP"]
-
-
-def _kernel(name: str):
-    return {"forward": _attn_fwd_kernel, "preprocess": _attn_bwd_preprocess, "dkdv": _attn_bwd_dkdv_kernel,
-            "dq": _attn_bwd_dq_kernel}[name]
 
 
 def _autotuned(name: str):
@@ -249,7 +225,7 @@ def compile_kernel(
     num_warps: int = 4,
     num_stages: int = 3,
 ):
-    """Compile one of the kernels ahead of time for an NVIDIA GPU architecture; no GPU needed.
+    """Compile one of the kernels ahead of time for an NVIDIA GPU architecture; no GPU needed (Triton's ``compile``).
 
     Uses the same specialisation a launch would (pointers and row strides divisible by 16, head_dim
     contiguous). Useful to check on a CPU-only machine that the kernels compile for the GPU and to read
@@ -276,6 +252,8 @@ def compile_kernel(
         arch, a block size or num_warps that is not an int. ValueError: head_dim < 1, an unknown kernel or
         mask_kind, an arch not in :data:`ARCHS`, block sizes that are not powers of two >= 16, num_warps not a
         power of two in 1..32, num_stages < 1.
+
+    Source: ``triton.compile`` with a ``GPUTarget`` (Triton's ahead-of-time API), for the kernels of Dao (2023).
     """
     import inspect
 

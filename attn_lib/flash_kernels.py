@@ -34,6 +34,8 @@ developers' guide lets the Triton kernels stay whole.
 
 from __future__ import annotations
 
+from attn_lib._checks import check_choice
+
 try:  # Triton has no macOS/Windows wheels: the module still imports there (attn_lib.flash falls back)
     import triton
     import triton.language as tl
@@ -41,7 +43,7 @@ except ImportError:  # pragma: no cover - triton is in the course's Linux requir
     triton = None
     tl = None
 
-__all__ = ["LOG2E", "LN2", "MASK_NONE", "MASK_BOOL", "MASK_FLOAT"]
+__all__ = ["LOG2E", "LN2", "MASK_NONE", "MASK_BOOL", "MASK_FLOAT", "KERNELS", "triton_available", "kernel_source"]
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * ln(2)
@@ -328,3 +330,47 @@ if triton is not None:
 
 else:  # pragma: no cover
     _tile_logits = _tanh = _attn_fwd_kernel = _attn_bwd_preprocess = _attn_bwd_dkdv_kernel = _attn_bwd_dq_kernel = None
+
+
+# ----------------------------------------------------------------------------------------------
+# the kernels by name (for the launcher in attn_lib.flash, compile_kernel and notebook 09)
+# ----------------------------------------------------------------------------------------------
+KERNELS = ("forward", "preprocess", "dkdv", "dq")
+
+
+def _kernel(name: str):
+    return {"forward": _attn_fwd_kernel, "preprocess": _attn_bwd_preprocess, "dkdv": _attn_bwd_dkdv_kernel,
+            "dq": _attn_bwd_dq_kernel}[name]
+
+
+def triton_available() -> bool:
+    """True when Triton imported (Linux); the kernels can then run compiled (CUDA) or interpreted (CPU).
+
+    Takes and returns no tensors: a bool.
+
+    Raises:
+        Nothing: a missing Triton is the ``False`` answer, not an error.
+
+    Source: the course's own (Triton ships Linux wheels only).
+    """
+    return triton is not None
+
+
+def kernel_source(kernel: str = "forward") -> str:
+    """A kernel's Python source (what notebook 09 reads part by part); ``kernel`` one of :data:`KERNELS`.
+
+    Takes and returns no tensors: ``kernel`` a str, the source a str (dedented, the ``@triton.jit`` line left out).
+
+    Raises:
+        RuntimeError: Triton is not installed, so there is no kernel to show.
+        TypeError / ValueError: ``kernel`` not one of :data:`KERNELS`.
+
+    Source: Dao (2023), "FlashAttention-2", Algorithms 1 and 2, as written in this module.
+    """
+    import inspect
+    import textwrap
+
+    if triton is None:
+        raise RuntimeError("Triton is not installed (it has Linux wheels only), so there is no kernel to show")
+    check_choice("kernel", kernel, KERNELS)
+    return textwrap.dedent(inspect.getsource(_kernel(kernel).fn))

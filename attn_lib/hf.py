@@ -20,7 +20,7 @@ from typing import Iterable
 import torch
 import torch.nn as nn
 
-from attn_lib._checks import check_callable, check_heads as _check_heads
+from attn_lib._checks import check_callable, check_head_dim, check_heads as _check_heads
 from attn_lib.attention import _sdpa
 from attn_lib.gqa import mean_pool_kv_heads
 
@@ -36,7 +36,14 @@ class GQABertSelfAttention(nn.Module):
     attention with each key/value head repeated for its group (:func:`repeat_kv`).
 
     forward(hidden_states (B, L, d_model), attention_mask=None (additive float (B, 1, L, S), or bool True = attend),
-    **kwargs) -> (attn_output (B, L, d_model), attn_weights (B, H, L, S)), like BertSelfAttention's.
+    **kwargs) -> (attn_output (B, L, d_model), attn_weights (B, H, L, S)), like BertSelfAttention's; float32 (or
+    the dtype of the converted module's weights).
+
+    Raises:
+        TypeError: :meth:`from_hf` given a module that is not a BertSelfAttention; a count not an int.
+        ValueError: num_kv_heads not dividing num_heads, or num_heads not dividing d_model.
+
+    Source: Ainslie et al. 2023 (GQA), §2.1 (mean-pooled key/value heads), inside transformers' BertSelfAttention.
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int):
@@ -44,7 +51,7 @@ class GQABertSelfAttention(nn.Module):
         self.group = _check_heads(num_heads, num_kv_heads)
         self.num_attention_heads = num_heads
         self.num_kv_heads = num_kv_heads
-        self.attention_head_size = d_model // num_heads
+        self.attention_head_size = check_head_dim(d_model, num_heads)
         self.query = nn.Linear(d_model, d_model)
         self.key = nn.Linear(d_model, num_kv_heads * self.attention_head_size)
         self.value = nn.Linear(d_model, num_kv_heads * self.attention_head_size)
@@ -87,10 +94,13 @@ def bert_to_gqa(model: nn.Module, num_kv_heads: int) -> nn.Module:
     self-attention layer is a :class:`GQABertSelfAttention` with ``num_kv_heads`` mean-pooled key/value heads.
 
     The original model is left unchanged. ``num_kv_heads`` must divide the model's num_attention_heads
-    (MiniLM: 12 -> 12, 6, 4, 3, 2, 1).
+    (MiniLM: 12 -> 12, 6, 4, 3, 2, 1). Each layer's keys and values become (B, Hkv, S, E) instead of (B, H, S, E),
+    in the model's dtype (float32 for MiniLM).
 
     Raises:
         TypeError: not a BERT-like model (no ``encoder.layer[i].attention.self``). ValueError: bad num_kv_heads.
+
+    Source: Ainslie et al. 2023 (GQA), §2.1: converting a multi-head checkpoint by mean-pooling its heads.
     """
     layers = getattr(getattr(model, "encoder", None), "layer", None)
     if layers is None:
@@ -115,6 +125,8 @@ def bert_kv_transform(model: nn.Module, transform):
 
     Raises:
         TypeError: transform not callable; model without ``.encoder.layer``.
+
+    Source: forward hooks (torch's ``nn.Module.register_forward_hook``) on transformers' BertSelfAttention.
     """
     check_callable("transform", transform)
     if getattr(getattr(model, "encoder", None), "layer", None) is None:
@@ -157,6 +169,8 @@ def bert_qkv(tokenizer, model: nn.Module, text: str) -> list[tuple[torch.Tensor,
 
     Raises:
         TypeError: text is not a str.
+
+    Source: transformers' BertSelfAttention (its ``query``/``key``/``value`` linears, read with torch's forward hooks).
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")

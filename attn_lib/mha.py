@@ -30,7 +30,8 @@ import torch
 from torch import nn
 
 from attn_lib._checks import (
-    check_bool, check_device, check_dtype, check_finite, check_heads, check_int, check_number, check_padding_mask,
+    check_bool, check_device, check_dtype, check_finite, check_head_dim, check_heads, check_int, check_number,
+    check_padding_mask,
     check_rope_base, check_tensor, shape_of,
 )
 from attn_lib.attention import _sdpa
@@ -52,17 +53,17 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
         num_heads: H, an int >= 1.
 
     Raises:
-        ValueError: x is not 3-D or its last dim is not a multiple of ``num_heads`` (also num_heads <= 0).
-        Nothing checks that x is a tensor or num_heads an int: other types fail inside torch.
+        TypeError: x is not a tensor, or num_heads not an int.
+        ValueError: x is not 3-D, num_heads < 1, or x's last dim is not a multiple of ``num_heads``.
 
     Source: HuggingFace's ``BertSelfAttention.transpose_for_scores`` (the same view and transpose).
     """
+    check_tensor("x", x)
     if x.dim() != 3:
         raise ValueError(f"x must be (B, L, num_heads * head_dim), got shape {shape_of(x)}")
     B, L, D = x.shape
-    if num_heads <= 0 or D % num_heads:
-        raise ValueError(f"the last dim of x ({D}) must be a multiple of num_heads ({num_heads}); x shape {shape_of(x)}")
-    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)  # (B, L, H, E) -> (B, H, L, E)
+    E = check_head_dim(D, num_heads, name="the last dim of x", hint=f"; x shape {shape_of(x)}")
+    return x.view(B, L, num_heads, E).transpose(1, 2)  # (B, L, H·E) -> (B, L, H, E) -> (B, H, L, E)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
@@ -148,13 +149,7 @@ class MultiHeadAttention(nn.Module):
         d_model = _check_positive_int("d_model", d_model)
         num_heads = _check_positive_int("num_heads", num_heads)
         if head_dim is None:
-            if d_model % num_heads:
-                raise ValueError(
-                    f"d_model ({d_model}) must be divisible by num_heads ({num_heads}): each head gets "
-                    f"d_model / num_heads features, and {d_model} / {num_heads} = {d_model / num_heads:.4g} "
-                    f"(or pass head_dim= explicitly)"
-                )
-            head_dim = d_model // num_heads
+            head_dim = check_head_dim(d_model, num_heads, hint=" (or pass head_dim= explicitly)")
         else:
             head_dim = _check_positive_int("head_dim", head_dim)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads

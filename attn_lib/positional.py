@@ -25,7 +25,7 @@ import math
 
 import torch
 from torch import nn
-from attn_lib._checks import check_bool, check_device, check_dtype, check_finite, check_int as _check_int, check_tensor
+from attn_lib._checks import check_bool, check_device, check_dtype, check_finite, check_int as _check_int, check_number, check_tensor
 
 __all__ = [
     "sinusoidal_positional_encoding",
@@ -127,11 +127,14 @@ def sinusoidal_components(position: int, pair: int, d_model: int, *, base: float
         d_model: even int >= 2.
 
     Returns:
-        dict with ``frequency`` ω_i = 1/base^(2i/d_model) (radians per position), ``wavelength``
-        2π/ω_i (positions per full turn), ``angle`` pos·ω_i, ``sin`` (column 2i) and ``cos`` (column 2i+1).
+        dict of Python floats (no tensors) with ``frequency`` ω_i = 1/base^(2i/d_model) (radians per position),
+        ``wavelength`` 2π/ω_i (positions per full turn), ``angle`` pos·ω_i, ``sin`` (column 2i) and ``cos``
+        (column 2i+1).
 
     Raises:
         TypeError / ValueError: arguments out of range (the message names them).
+
+    Source: Vaswani et al. 2017, §3.5 (PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...)).
     """
     _check_int("position", position, minimum=0)
     _check_int("d_model", d_model, minimum=2)
@@ -292,7 +295,9 @@ def rope_cos_sin(positions, head_dim: int, *, base: float = 10000.0, dtype: torc
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """[x1, x2] -> [-x2, x1] on the last dim: the 90° turn of the half-split RoPE convention.
 
-    Same as ``transformers.models.llama.modeling_llama.rotate_half``.
+    x: (..., E) with E even, any dtype (float32/float64 in the course); returns (..., E) in x's dtype.
+
+    Source: transformers' ``models.llama.modeling_llama.rotate_half`` (the same function; GPT-NeoX's half split).
 
     Raises:
         ValueError: the last dim of x is odd (it must split into two halves).
@@ -379,7 +384,18 @@ def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0, interl
 
 
 def rotate_2d(point, angle: float) -> torch.Tensor:
-    """Rotate 2-D point(s) (..., 2) counter-clockwise by ``angle`` radians (for RoPE pictures)."""
+    """Rotate 2-D point(s) (..., 2) counter-clockwise by ``angle`` radians (for RoPE pictures).
+
+    ``point``: a tensor or nested sequence of numbers of shape (..., 2); ``angle`` a real number (radians).
+    Returns a float64 tensor (..., 2): ``(x cos a - y sin a, x sin a + y cos a)``.
+
+    Raises:
+        TypeError: ``angle`` not a real number.
+        ValueError: ``angle`` not finite; ``point``'s last dim not 2.
+
+    Source: the 2-D rotation matrix R(a) that RoPE applies to each pair (Su et al. 2021, RoFormer, §3.2.1, Eq. 13).
+    """
+    check_number("angle", angle)
     p = torch.as_tensor(point, dtype=torch.float64)
     if p.shape[-1:] != (2,):
         raise ValueError(f"point must have shape (..., 2), got {tuple(p.shape)}")
@@ -411,7 +427,7 @@ def alibi_slopes(num_heads: int, *, dtype: torch.dtype = torch.float32, device=N
     (the same slopes as transformers' BLOOM ``_get_alibi_slopes``).
 
     Returns:
-        (num_heads,) tensor of slopes, largest first.
+        (H,) tensor of slopes, H = num_heads, largest first, in ``dtype``.
 
     Raises:
         TypeError / ValueError: ``num_heads`` not an int >= 1; ``dtype`` not a floating dtype or its name

@@ -55,6 +55,8 @@ def unpack_int4(packed: torch.Tensor, last_dim: int) -> torch.Tensor:
     Raises:
         TypeError: packed is not a uint8 tensor; last_dim not an int.
         ValueError: last_dim does not fit the packed size (ceil(last_dim / 2) must equal its last dim).
+
+    Source: the course's own nibble layout (low nibble first), the inverse of :func:`pack_int4`.
     """
     check_tensor("packed", packed, min_ndim=1)
     if packed.dtype != torch.uint8:
@@ -79,6 +81,14 @@ class QuantizedTensor:
         bits: 8 or 4.
         dim: the dim whose entries share a scale (the absmax is taken over it), negative index.
         shape: the original shape. dtype: the original dtype (what :meth:`dequantize` returns).
+
+    For keys (B, Hkv, S, E) quantized per token (``dim=-1``) the scales are (B, Hkv, S, 1); per channel
+    (``dim=-2``), (B, Hkv, 1, E).
+
+    Raises:
+        Nothing of its own: built by :func:`quantize_absmax` (which checks its inputs), not by hand.
+
+    Source: absmax quantization, Dettmers et al. 2022 ("LLM.int8()", §3.1).
     """
 
     data: torch.Tensor
@@ -122,7 +132,7 @@ def quantize_absmax(x: torch.Tensor, bits: int = 8, *, dim: int = -1, scale_dtyp
     zeros gets scale 1 and codes 0 (exact).
 
     Args:
-        x: floating tensor of any shape.
+        x: floating tensor of any shape, e.g. keys (B, Hkv, S, E).
         bits: 8 or 4. 4-bit codes are packed two per byte along the last dim.
         dim: the dim reduced for the absmax; entries along it share one scale.
         scale_dtype: floating dtype (or its name, "float16") of the stored scales (float16 by default,
@@ -136,6 +146,8 @@ def quantize_absmax(x: torch.Tensor, bits: int = 8, *, dim: int = -1, scale_dtyp
         ValueError: bits not 8 or 4; dim out of range; x empty along dim; x contains NaN or inf (they would
             poison the scale); scale_dtype an integer dtype; a scale overflows ``scale_dtype`` or is too
             small for it (values near 1e-10 in float16) -- the message says to pass float32.
+
+    Source: Dettmers et al. 2022 ("LLM.int8()", §3.1, absmax quantization).
     """
     check_tensor("x", x, floating=True, min_ndim=1)
     check_choice("bits", bits, (8, 4))
@@ -206,7 +218,13 @@ def quantize_kv(x: torch.Tensor, bits: int = 8, *, per: str = "token", scale_dty
 def fake_quantize_kv(x: torch.Tensor, bits: int = 8, *, per: str = "token") -> torch.Tensor:
     """``quantize_kv(x, bits, per=per).dequantize()``: what attention sees when reading a quantized cache.
 
-    x (..., S, E) floating -> same shape and dtype. Raises what :func:`quantize_kv` raises.
+    x (..., S, E) floating -> same shape and dtype. ``per="token"`` shares a scale along E, ``"channel"`` along S.
+
+    Raises:
+        TypeError / ValueError: what :func:`quantize_kv` raises (x not a finite floating tensor, bits not 8 or 4,
+        ``per`` not "token" or "channel").
+
+    Source: simulated ("fake") quantization; per-channel keys and per-token values as in Liu et al. 2024 (KIVI, §3).
     """
     return quantize_kv(x, bits, per=per).dequantize()
 
@@ -214,7 +232,8 @@ def fake_quantize_kv(x: torch.Tensor, bits: int = 8, *, per: str = "token") -> t
 def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
     """‖approx - exact‖ / ‖exact‖ (Frobenius norms, computed in float64), e.g. of an attention output.
 
-    Both tensors have the same shape (any), floating dtypes, finite values. Against an all-zero
+    Both tensors have the same shape (any, e.g. outputs (B, H, L, Ev)), floating dtypes, finite values; the result is
+    a Python float. Against an all-zero
     ``exact`` the ratio is undefined: 0.0 when ``approx`` is all zero too, else a ValueError (compare
     absolute errors instead). ``numpy.linalg.norm(a - b) / numpy.linalg.norm(b)`` on the same values.
 
@@ -222,6 +241,8 @@ def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
         TypeError: not tensors, or not floating.
         ValueError: the shapes differ (naming both); NaN or inf; an all-zero ``exact`` with a non-zero ``approx``;
             tensors on different devices.
+
+    Source: the relative Frobenius error, ``numpy.linalg.norm``'s default (Golub & Van Loan, Matrix Computations, §2.3).
     """
     check_tensor("approx", approx, floating=True)
     check_tensor("exact", exact, floating=True)

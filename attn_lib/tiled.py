@@ -519,11 +519,14 @@ def tiled_attention(
 def naive_attention(query, key, value, *, is_causal: bool = False, scale: float | None = None) -> torch.Tensor:
     """The textbook version: materialise the full (..., L, S) score matrix, softmax, multiply by V.
 
-    query (..., L, E), key (..., S, E), value (..., S, Ev) -> output (..., L, Ev). Causal is
+    query (..., L, E), key (..., S, E), value (..., S, Ev) -> output (..., L, Ev), in the inputs' floating dtype
+    (float16/bfloat16/float32/float64; the softmax is computed in that dtype, as the textbook writes it). Causal is
     top-left aligned (like torch). Used as the memory/time baseline in notebook 09 and the benchmark.
 
     Raises:
         TypeError / ValueError: as :func:`tiled_attention`.
+
+    Source: Vaswani et al. 2017, §3.2.1, Eq. 1 (torch's ``scaled_dot_product_attention`` with the math backend).
     """
     check_qkv(query, key, value)
     check_bool("is_causal", is_causal)
@@ -547,6 +550,8 @@ def online_softmax_update(m_old, l_old, acc_old, scores, values):
         acc_old: (R, Ev) running sum of exp(score - m_old) * value.
         scores: (R, Bk) the scores of the new block of keys (already scaled).
         values: (Bk, Ev) the values of those keys.
+
+        All five are floating tensors (float32 or float64 in the notebooks); the update runs in their dtype.
 
     Returns:
         (m_new, l_new, acc_new) with m_new = max(m_old, rowmax(scores)),
@@ -590,6 +595,14 @@ class OnlineSoftmaxStep:
         acc: (Ev,) running accumulator after the block, relative to ``m``.
         output: (Ev,) ``acc / l``: the attention output over the keys seen so far.
         rescale: ``exp(m_before - m)``, the factor this block applied to the old l and acc.
+
+    ``m``, ``l`` and ``rescale`` are Python floats; ``acc`` and ``output`` are float32 or float64 tensors (float64
+    when the scores were float64).
+
+    Raises:
+        Nothing of its own: a plain record, built by :func:`online_softmax_trace`, which checks its inputs.
+
+    Source: the state (m, l, O) of Milakov & Gimelshein (2018), Algorithm 3, and FlashAttention-2, Algorithm 1.
     """
 
     tile: int
@@ -618,6 +631,8 @@ def online_softmax_trace(scores: torch.Tensor, values: torch.Tensor, block_k: in
     Raises:
         ValueError: scores not 1-D, values not (S, Ev), or S = 0.
         TypeError: block_k not a positive int.
+
+    Source: Milakov & Gimelshein (2018), Algorithm 3 (the online normalizer), one row at a time.
     """
     _check_block("block_k", block_k)
     if not isinstance(scores, torch.Tensor) or scores.dim() != 1 or scores.numel() == 0:
@@ -651,10 +666,14 @@ def causal_tiles(q_len: int, kv_len: int, block_q: int, block_k: int) -> list[tu
     are computed with a mask; tiles fully above it are skipped.
 
     Returns:
-        Sorted list of (i, j) pairs.
+        Sorted list of (i, j) int pairs (no tensors): cells of the (Tq, Tk) grid of tiles, with
+        Tq = ceil(q_len / block_q) query blocks and Tk = ceil(kv_len / block_k) key blocks.
 
     Raises:
         TypeError / ValueError: an argument is not a positive int.
+
+    Source: FlashAttention-2 (Dao 2023), §3.1.1 "Causal masking": blocks with every column index above the row
+    indices are skipped.
     """
     for name, value in (("q_len", q_len), ("kv_len", kv_len), ("block_q", block_q), ("block_k", block_k)):
         _check_block(name, value)
@@ -679,10 +698,14 @@ def window_tiles(q_len: int, kv_len: int, block_q: int, block_k: int, *, window_
     outside that range are skipped. These are the bounds the loops use (forward and both backward passes).
 
     Returns:
-        Sorted list of (i, j) pairs.
+        Sorted list of (i, j) int pairs (no tensors): cells of the (Tq, Tk) grid of tiles, with
+        Tq = ceil(q_len / block_q) query blocks and Tk = ceil(kv_len / block_k) key blocks.
 
     Raises:
         TypeError / ValueError: a length or block not a positive int; window_size not (left, right) of ints >= -1.
+
+    Source: flash-attn's ``window_size`` semantics (Dao's flash_attn_func docs); the loop bounds of FlashAttention-2
+    (Dao 2023), §3.1.1.
     """
     for name, value in (("q_len", q_len), ("kv_len", kv_len), ("block_q", block_q), ("block_k", block_k)):
         _check_block(name, value)
@@ -702,7 +725,14 @@ def window_tiles(q_len: int, kv_len: int, block_q: int, block_k: int, *, window_
 def skipped_tiles(q_len: int, kv_len: int, block_q: int, block_k: int, **kwargs) -> int:
     """How many of the ceil(q_len / block_q) x ceil(kv_len / block_k) tiles the loops skip: never computed.
 
-    ``kwargs``: ``window_size``, ``is_causal``, ``causal_align`` as :func:`window_tiles`, which it counts.
+    ``kwargs``: ``window_size``, ``is_causal``, ``causal_align`` as :func:`window_tiles`, which it counts. Takes and
+    returns no tensors: ints in, an int out (0 when no mask is given).
+
+    Raises:
+        TypeError / ValueError: as :func:`window_tiles` (a length or block size not a positive int, a bad
+        ``window_size`` or ``causal_align``).
+
+    Source: FlashAttention-2 (Dao 2023), §3.1.1; the count notebook 09 prints next to the tile grid.
     """
     done = window_tiles(q_len, kv_len, block_q, block_k, **kwargs)
     return math.ceil(q_len / block_q) * math.ceil(kv_len / block_k) - len(done)

@@ -952,23 +952,25 @@ def plot_online_softmax_step(scores: torch.Tensor, values: torch.Tensor, block_k
     running output ``acc / l`` after this step next to the exact softmax output over all keys.
 
     Args:
-        scores: (S,), values: (S, Ev) as in :func:`online_softmax_trace`.
-        block_k: keys per block; step: 0-based index of the block just processed.
+        scores: (S,), values: (S, Ev) as in :func:`online_softmax_trace` (float32 or float64).
+        block_k: keys per block; step: 0-based index of the block just processed (ints).
         ax: optional pair of matplotlib Axes; created when None.
 
     Returns:
         The pair of Axes.
 
     Raises:
+        TypeError: ``step`` not an int; what :func:`online_softmax_trace` raises for the other arguments.
         ValueError: ``step`` outside 0..number of blocks - 1.
+
+    Source: the online softmax of Milakov & Gimelshein (2018), Algorithm 3, as FlashAttention-2 runs it per tile.
     """
     import matplotlib.pyplot as plt
 
     from attn_lib.tiled import online_softmax_trace
 
     trace = online_softmax_trace(scores, values, block_k)
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(trace):
-        raise ValueError(f"step must be an int in 0..{len(trace) - 1}, got {step!r}")
+    check_int("step", step, minimum=0, maximum=len(trace) - 1)
     st = trace[step]
     if ax is None:
         _, ax = plt.subplots(1, 2, figsize=(9, 3.2), gridspec_kw={"width_ratios": [3, 2]})

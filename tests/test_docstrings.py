@@ -25,9 +25,6 @@ import re
 
 import attn_lib
 
-# Not counted yet (their docstrings are revised with the kernels' new arguments): another branch is
-# changing these three modules; the lead adds them back after merging it.
-EXCLUDED = {"attn_lib.tiled", "attn_lib.flash", "attn_lib.bench"}
 # The goal of #23 is 0.90. A ratchet until then: the share reached so far (107 of 184 on 2026-12, after
 # masks, mha, windows, gqa, train, viz, data, tokenization, kv_cache); raise it with each module completed.
 GOAL = 0.90
@@ -115,8 +112,7 @@ def test_the_regexes_recognise_the_usual_spellings():
 
 
 def test_public_docstrings_give_shapes_dtypes_errors_and_a_source():
-    modules = [m for m in public_modules() if m not in EXCLUDED]
-    rows = audit(modules)
+    rows = audit()
     missing = [f"{name}: no {', '.join(f for f in FEATURES if not s[f])}" for name, s in rows if not all(s.values())]
     full = len(rows) - len(missing)
     assert full >= THRESHOLD * len(rows), (
@@ -127,9 +123,7 @@ def test_public_docstrings_give_shapes_dtypes_errors_and_a_source():
 
 if __name__ == "__main__":
     rows = audit()
-    for label, mods in (("all modules", None), ("without tiled/flash/bench", EXCLUDED)):
-        kept = [(n, s) for n, s in rows if mods is None or n.rsplit(".", 1)[0] not in mods]
-        print(f"{label}: {sum(all(s.values()) for _, s in kept)}/{len(kept)} have all four")
+    print(f"{sum(all(s.values()) for _, s in rows)}/{len(rows)} have all four")
     for name, s in rows:
         if not all(s.values()):
             print(f"{name}: no {', '.join(f for f in FEATURES if not s[f])}")
