@@ -28,7 +28,22 @@ __all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltane
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """x / sqrt(Σx² + eps) over the last dim, as ``transformers``' and flash-linear-attention's ``l2norm``."""
+    """x / sqrt(Σx² + eps) over the last dim, as ``transformers``' and flash-linear-attention's ``l2norm``.
+
+    Args:
+        x: (..., E) floating tensor (float16, bfloat16, float32 or float64), e.g. the queries or keys (B, H, L, E).
+        eps: float added under the square root (1e-6 as transformers').
+
+    Returns:
+        (..., E), the shape and dtype of x (an integer x comes back as float32, by torch's promotion).
+
+    Raises:
+        nothing of its own (no checks: an inner helper of :func:`gated_deltanet_forward` and the recall models,
+        whose inputs are checked there); a non-tensor raises Python's TypeError.
+
+    Source: transformers' ``l2norm`` (models/qwen3_next/modeling_qwen3_next.py), flash-linear-attention's
+    ``l2norm``.
+    """
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
@@ -38,9 +53,20 @@ def delta_rule_step(state, query, key, value, log_decay, beta):
     Args:
         state: (..., E, Ev); query, key: (..., E) (query already scaled); value: (..., Ev);
         log_decay: (...) <= 0; beta: (...) in [0, 1], the step's learning rate.
+        Floating tensors (float16, bfloat16, float32 or float64), normally of one dtype.
 
     Returns:
-        ``(out, new_state)``: out (..., Ev) = new_stateᵀ query, new_state (..., E, Ev).
+        ``(out, new_state)``: out (..., Ev) = new_stateᵀ query, new_state (..., E, Ev); computed in the inputs'
+        dtype (torch's type promotion where they differ).
+
+    Raises:
+        nothing of its own: the inner step of :func:`gated_delta_rule`, which checks the whole sequence once;
+        here nothing is checked (a positive log_decay or a beta outside [0, 1] is not refused), shapes that do
+        not broadcast raise torch's RuntimeError and non-tensors torch's TypeError.
+
+    Source: Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks", §3 (the gated delta rule
+    S_t = α_t S_{t-1} (I - β_t k_t k_tᵀ) + β_t v_t k_tᵀ, in attn_lib's (E, Ev) layout); one iteration of
+    transformers' ``torch_recurrent_gated_delta_rule`` (models/qwen3_next).
     """
     state = torch.exp(log_decay)[..., None, None] * state
     predicted = (state * key[..., :, None]).sum(-2)  # Sᵀ k: what the memory says k maps to
@@ -56,17 +82,31 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 
     Args:
         query, key: (B, H, L, E); value: (B, H, L, Ev); log_decay (the gate g), beta: (B, H, L).
+            Floating tensors of one dtype: float32 or float64 (float16 / bfloat16 work in the recurrent form;
+            the chunked form's triangular solve has no CPU kernel for them). query, key, value finite.
         form: ``"recurrent"`` (:func:`delta_rule_step` L times) or ``"chunked"`` (WY/UT form: inside a chunk, the
             C sequential corrections become one triangular solve; across chunks, the state is carried).
-        chunk_size: positions per chunk.
-        scale: multiplies the queries; default E ** -0.5, as ``transformers`` does.
-        initial_state: (B, H, E, Ev) or None (zeros).
+        chunk_size: C, positions per chunk (int >= 1).
+        scale: float multiplying the queries; default E ** -0.5, as ``transformers`` does.
+        initial_state: (B, H, E, Ev) tensor or None (zeros); cast to value's dtype.
 
     Returns:
         ``(out, final_state)``: (B, H, L, Ev) and (B, H, E, Ev), in the inputs' dtype.
 
     Raises:
-        TypeError / ValueError: naming the argument (dims, shapes, a positive log_decay, an unknown form).
+        TypeError: query, key, value, log_decay or beta not floating tensors; form not a str; chunk_size not an
+            int.
+        ValueError: query, key or value not 4-D; log_decay or beta not 3-D or not (B, H, L); query and key of
+            different shapes or value not (B, H, L, Ev); NaN or infinity in query, key or value; log_decay > 0
+            somewhere; an unknown form; chunk_size < 1.
+        Not checked (torch raises, or the result is silently wrong): tensors of different dtypes (RuntimeError in
+        the chunked form), NaN in log_decay or beta, an initial_state of the wrong shape (RuntimeError) or not a
+        tensor (AttributeError), a scale that is not a number.
+
+    Source: Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks", §3; the chunked form is their chunkwise
+    algorithm, the WY representation of Yang et al. 2024, "Parallelizing Linear Transformers with the Delta
+    Rule". Equal to transformers' ``torch_recurrent_gated_delta_rule`` / ``torch_chunk_gated_delta_rule``
+    (models/qwen3_next) and computes what flash-linear-attention's ``chunk_gated_delta_rule`` computes.
     """
     for n, t in (("query", query), ("key", key), ("value", value)):
         check_tensor(n, t, floating=True, ndim=4)
@@ -121,10 +161,20 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
     head's output times silu(z); out_proj. Mirrors transformers 5.24, models/qwen3_next/modeling_qwen3_next.py.
 
     Args:
-        layer: a ``Qwen3NextGatedDeltaNet``; hidden_states: (B, L, hidden_size).
+        layer: a ``Qwen3NextGatedDeltaNet``; hidden_states: (B, L, hidden_size) floating, of the layer's weights'
+            dtype (float32 or float64; the default chunked form needs one of them on the CPU).
+        form: ``"chunked"`` (default) or ``"recurrent"``, as :func:`gated_delta_rule`.
 
     Returns:
-        (B, L, hidden_size).
+        (B, L, hidden_size), in the weights' dtype.
+
+    Raises:
+        TypeError: hidden_states not a floating tensor. ValueError: hidden_states not 3-D; and what
+            :func:`gated_delta_rule` raises (e.g. an unknown form). ``layer`` is not checked: another object
+            raises AttributeError, a dtype other than the weights' raises torch's RuntimeError.
+
+    Source: transformers' ``Qwen3NextGatedDeltaNet`` (no-cache torch path); the layer of Yang, Kautz &
+    Hatamizadeh 2024, "Gated Delta Networks", §3.
     """
     check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
     Bt, L, _ = hidden_states.shape
@@ -158,6 +208,19 @@ def in_float64(fn):
     their source (``x.to(torch.float32)``), so they agree with any float64 code only to about 1e-6. The copy runs
     the same code object, line for line, with a ``torch`` whose ``float32`` is float64: a 1e-10 comparison becomes
     possible, and nothing of the algorithm is changed. ``fn``'s decorator wrapper, if any, is skipped.
+
+    Args:
+        fn: a Python function (or a decorator wrapper with ``__wrapped__``); no tensors.
+
+    Returns:
+        a new function with fn's code, defaults and closure, whose global ``torch`` is a namespace copy of torch
+        with ``float32`` = ``torch.float64`` (the real torch module is not modified). Its tensors then come out in
+        float64 where fn's would be float32.
+
+    Raises:
+        TypeError: fn (after ``__wrapped__``) is not a Python function, e.g. a builtin or a C function.
+
+    Source: the course's own test helper (tests/test_linear.py), for transformers' qwen3_next functions.
     """
     inner = getattr(fn, "__wrapped__", fn)
     if not isinstance(inner, types.FunctionType):

@@ -48,6 +48,16 @@ def float64_reference():
     ``forward`` of every ``*RMSNorm`` class of the loaded ``transformers.models.*`` modules (the same formula, in the
     input dtype) and ``torch.Tensor.float`` (a float64 tensor is returned as it is; every other dtype is converted as
     usual). Everything is restored on exit, also after an error. Not thread-safe; for tests and notebooks.
+
+    Takes and returns no tensors (``with float64_reference(): ...``); inside it, float64 tensors stay float64
+    where transformers asks for float32, and float16 / bfloat16 / float32 ones are converted as usual.
+
+    Raises:
+        nothing of its own: it patches and restores; an error raised inside the ``with`` block propagates
+        after everything is restored.
+
+    Source: the course's own; it lifts the float32 casts of transformers' eager attention (``softmax(...,
+    dtype=torch.float32)``), its ``*RMSNorm`` forwards and DeepSeek-V3.2's indexer (``.float()``).
     """
     softmax = F.softmax
     to_float = torch.Tensor.float
@@ -98,8 +108,12 @@ def captured_attention_masks(model: torch.nn.Module, input_ids: torch.Tensor) ->
         negative = blocked; or None)}.
 
     Raises:
-        TypeError: input_ids is not a 2-D integer tensor. ValueError: the model has no attention module with
-            a ``layer_idx``.
+        TypeError: input_ids is not a tensor, or holds floating values. ValueError: input_ids is not 2-D; the
+            model has no attention module with a ``layer_idx``. What ``model(input_ids)`` raises propagates (ids
+            outside the vocabulary: IndexError), after the hooks are removed.
+
+    Source: the course's own (forward pre-hooks, torch's ``register_forward_pre_hook``); the masks are the ones
+    transformers' mask functions build for each layer (causal, sliding-window).
     """
     check_tensor("input_ids", input_ids, ndim=2)
     if input_ids.is_floating_point():
@@ -131,11 +145,19 @@ def hf_cos_sin(positions: torch.Tensor, dim: int, *, base: float, batch: int = 1
         dim: the rotated dimension (head_dim; DeepSeek's qk_rope_head_dim), even.
         base: rope_theta. batch: B. half: gpt-oss's layout, (B, L, dim/2); else (B, L, dim) = cat(angles, angles).
 
+        dtype: the floating dtype of the result (default float64), or its name.
+
     Returns:
-        (cos, sin), each (B, L, dim) or (B, L, dim/2) in ``dtype``.
+        (cos, sin), each (B, L, dim) or (B, L, dim/2) in ``dtype``: expanded views over B, not copies.
 
     Raises:
-        TypeError / ValueError: as :func:`attn_lib.positional.rope_cos_sin`; batch < 1.
+        TypeError: batch not an int, half not a bool, base not a number; and as
+            :func:`attn_lib.positional.rope_cos_sin` (positions not integers, dtype not a dtype).
+        ValueError: batch < 1; base NaN, infinite or <= 1; and as rope_cos_sin (dim not a positive even int,
+            an integer dtype).
+
+    Source: transformers' default RoPE (``LlamaRotaryEmbedding``: ``emb = cat(freqs, freqs)``; gpt-oss keeps the
+    half), Su et al. 2021 (RoFormer).
     """
     check_int("batch", batch, minimum=1)
     check_bool("half", half)
@@ -149,8 +171,19 @@ def hf_cos_sin(positions: torch.Tensor, dim: int, *, base: float, batch: int = 1
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     """``float((a - b).abs().max())``, refusing shapes that differ (a broadcast would hide a bug).
 
+    Args:
+        a, b: tensors of one shape, any (e.g. the outputs (B, L, d_model) of two implementations), at least one
+            element. Floating or integer dtypes; different dtypes are promoted by torch (float32 vs float64
+            is compared in float64).
+
+    Returns:
+        a Python float, the largest absolute difference.
+
     Raises:
         TypeError: not tensors. ValueError: the shapes differ.
+        Not checked: empty tensors and bool tensors (torch's RuntimeError).
+
+    Source: the course's own (the comparison of every test against transformers).
     """
     check_tensor("a", a)
     check_tensor("b", b)

@@ -32,6 +32,19 @@ class ModelKV:
         num_kv_heads [num_key_value_heads], head_dim [head_dim] of the (G)QA layers.
         kv_lora_rank, qk_rope_head_dim: MLA's cached sizes (then num_kv_heads/head_dim are unused).
         note: what is approximated or not re-checked.
+        Every size is an int (0 = absent), name, source and note are str; no tensors.
+
+    The cache of a (G)QA layer holds keys and values (B, Hkv, S, head_dim) each, an MLA layer c_KV (B, S, r)
+    and k_R (B, S, dr): :meth:`per_token_layer_bytes` is their size for one token (B = 1, S = 1).
+
+    Raises:
+        nothing of its own: a frozen dataclass without validation (a negative or float size is stored as given
+        and :func:`cache_bytes` computes with it); assigning a field raises dataclasses.FrozenInstanceError, a
+        missing name/source/global_layers TypeError.
+
+    Source: the models' Hugging Face config.json (the ``source`` field of each entry of :data:`PUBLISHED`); the
+    per-token formulas as DeepSeek-V2 (DeepSeek-AI 2024), §2.1.4, Table 1: 2·Hkv·head_dim per (G)QA layer,
+    kv_lora_rank + qk_rope_head_dim per MLA layer.
     """
 
     name: str
@@ -87,8 +100,19 @@ PUBLISHED: list[ModelKV] = [
 def cache_bytes(model: ModelKV, seq_len: int, *, bytes_per_element: float = 2) -> float:
     """KV-cache bytes of one sequence of ``seq_len`` tokens: global layers keep all, local ones min(seq_len, window).
 
+    Args:
+        model: a :class:`ModelKV` (not checked: another object raises AttributeError).
+        seq_len: int >= 0, the cached tokens S. bytes_per_element: float > 0, 2 for bf16 (default).
+
+    Returns:
+        float, the bytes of batch 1: no tensors are made (the caches it counts are (1, Hkv, S, head_dim) keys and
+        values per (G)QA layer, (1, S, r + dr) latents per MLA layer).
+
     Raises:
-        TypeError / ValueError: seq_len not an int >= 0; bytes_per_element not a number > 0.
+        TypeError: seq_len not an int (a float or a bool refused); bytes_per_element not a number.
+        ValueError: seq_len < 0; bytes_per_element NaN, infinite or <= 0.
+
+    Source: the course's own formula (notebook 11), as in the module's docstring.
     """
     S = check_int("seq_len", seq_len, minimum=0)
     e = check_number("bytes_per_element", bytes_per_element, minimum=0.0)
@@ -101,8 +125,19 @@ def cache_bytes(model: ModelKV, seq_len: int, *, bytes_per_element: float = 2) -
 def kv_table(seq_len: int = 131072, models: list[ModelKV] | None = None) -> list[dict]:
     """One row per model: name, kind, bytes per token (every layer keeping the token), bytes at ``seq_len``, source.
 
+    Args:
+        seq_len: int >= 0, the context of the ``bytes_at`` column (default 131072 = 128k). models: a list of
+            :class:`ModelKV`, default :data:`PUBLISHED`.
+
     Returns:
-        list of {"model", "kind", "bytes_per_token", "bytes_at", "seq_len", "source", "note"}.
+        list of {"model", "kind", "bytes_per_token", "bytes_at", "seq_len", "source", "note"}: str, str, float,
+        float, int, str, str; no tensors. bytes_per_token counts every layer (local ones too), bf16.
+
+    Raises:
+        TypeError / ValueError: as :func:`cache_bytes` (seq_len not an int >= 0), for the first model; with an
+            empty ``models`` nothing is checked and ``[]`` is returned.
+
+    Source: the course's own (notebook 11's table), from the config.json of each model (the ``source`` column).
     """
     rows = []
     for m in PUBLISHED if models is None else models:
@@ -113,7 +148,21 @@ def kv_table(seq_len: int = 131072, models: list[ModelKV] | None = None) -> list
 
 
 def format_kv_table(rows: list[dict]) -> str:
-    """The rows as a fixed-width text table (KiB per token, GiB at seq_len)."""
+    """The rows as a fixed-width text table (KiB per token, GiB at seq_len).
+
+    Args:
+        rows: :func:`kv_table`'s list of dicts (no tensors); every row must have "model" (str), "kind" (str),
+            "bytes_per_token" and "bytes_at" (numbers); the first one's "seq_len" (int) names the column, in units
+            of 1024 tokens (rounded down: below 1024 it reads "0k").
+
+    Returns:
+        str, a header, a rule and one line per row, joined by newlines.
+
+    Raises:
+        nothing of its own: an empty list raises IndexError, a row without one of the keys KeyError.
+
+    Source: the course's own (notebook 11).
+    """
     head = f"{'model':<20} {'KiB/token':>10} {'GiB @ ' + str(rows[0]['seq_len'] // 1024) + 'k':>11}  kind"
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -122,7 +171,23 @@ def format_kv_table(rows: list[dict]) -> str:
 
 
 def plot_kv_table(rows: list[dict], *, ax=None):
-    """Horizontal bars of GiB at seq_len per model, colour-blind-safe (attn_lib.viz.PALETTE). Returns the axes."""
+    """Horizontal bars of GiB at seq_len per model, colour-blind-safe (attn_lib.viz.PALETTE). Returns the axes.
+
+    Args:
+        rows: :func:`kv_table`'s list of dicts (no tensors): "model" (str), "kind" (str), "bytes_at" (number),
+            and the first row's "seq_len" (int) for the axis label. The first row is drawn at the top.
+        ax: a matplotlib Axes to draw into, or None for a new 7 x 3.2 inch figure.
+
+    Returns:
+        the matplotlib Axes. Bars: blue for MLA, green for a kind with a window, orange for the rest (GQA,
+        GQA + linear attention).
+
+    Raises:
+        nothing of its own: an empty list raises IndexError, a row without one of the keys KeyError; matplotlib
+        missing raises ModuleNotFoundError.
+
+    Source: the course's own (notebook 11's plot); colours of Okabe & Ito 2008 (attn_lib.style.PALETTE).
+    """
     import matplotlib.pyplot as plt
 
     from attn_lib.viz import PALETTE

@@ -34,7 +34,21 @@ FORMS = ("parallel", "recurrent", "chunked")
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
-    """φ(x) = elu(x) + 1 > 0, the feature map of Katharopoulos et al. 2020 (§3.2): φ(q)·φ(k) replaces exp(q·k)."""
+    """φ(x) = elu(x) + 1 > 0, the feature map of Katharopoulos et al. 2020 (§3.2): φ(q)·φ(k) replaces exp(q·k).
+
+    Args:
+        x: a floating tensor of any shape, e.g. a query or key (..., L, E); float16, bfloat16, float32 or float64.
+
+    Returns:
+        φ(x), the shape and dtype of x, every entry > 0 (elu(x) > -1).
+
+    Raises:
+        nothing of its own (no checks: it is the default ``feature_map`` of :func:`linear_attention`, whose
+        arguments are checked there); torch's ``F.elu`` raises TypeError for a non-tensor and
+        NotImplementedError for an integer tensor.
+
+    Source: Katharopoulos et al. 2020, "Transformers are RNNs", §3.2.
+    """
     return F.elu(x) + 1
 
 
@@ -63,12 +77,20 @@ def decayed_step(state: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
     """One recurrent step: ``state = exp(log_decay) * state + key ⊗ value``, then ``out = stateᵀ query``.
 
     Args:
-        state: (..., E, Ev), the memory before this token.
+        state: (..., E, Ev) floating, the memory before this token.
         query, key: (..., E); value: (..., Ev); log_decay: (...) <= 0 (0: no decay, plain linear attention).
+            Floating tensors (float16, bfloat16, float32 or float64), normally all of the state's dtype.
 
     Returns:
         ``(out, new_state)``: out (..., Ev) read from the **updated** state (the token sees itself, as the causal
-        mask's diagonal lets it), new_state (..., E, Ev). Same dtype as the inputs.
+        mask's diagonal lets it), new_state (..., E, Ev). Computed in the inputs' dtype (torch's type promotion if
+        they differ: a float64 state with float32 inputs gives float64).
+
+    Raises:
+        TypeError: state is not a floating tensor. ValueError: state has fewer than 2 dims.
+        Nothing else of its own: it is the inner step of :func:`decayed_attention`, which checks the other
+        arguments once for the whole sequence; here shapes that do not broadcast raise torch's RuntimeError and
+        a positive log_decay is not refused.
 
     Source: Katharopoulos et al. 2020 eq. (18)-(20) with g = 0; Mamba-2's SSM recurrence (Dao & Gu 2024 eq. (1),
     with key = B_t, query = C_t, value = dt_t x_t, log_decay = dt_t A).
@@ -85,18 +107,27 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     """Causal attention without softmax, with an optional scalar decay: out_i = Σ_{j<=i} exp(g_{j+1}+...+g_i) (q_i·k_j) v_j.
 
     Args:
-        query, key: (..., L, E); value: (..., L, Ev); log_decay: (..., L) <= 0, or None (no decay).
+        query, key: (..., L, E); value: (..., L, Ev): floating tensors of one dtype (float16, bfloat16, float32
+            or float64), finite. log_decay: (..., L) <= 0, floating and finite, or None (no decay).
         form: ``"parallel"`` ((L, L) masked matrix), ``"recurrent"`` (:func:`decayed_step` L times) or ``"chunked"``.
-        chunk_size: positions per chunk of the chunked form (the last chunk may be shorter).
-        initial_state: (..., E, Ev) state before position 0 (zeros if None); ``"parallel"`` allows none.
+        chunk_size: int >= 1, positions per chunk of the chunked form (the last chunk may be shorter).
+        initial_state: (..., E, Ev) floating state before position 0 (zeros if None); ``"parallel"`` allows none.
         return_state: also return the state after the last position (not for ``"parallel"``).
 
     Returns:
-        out (..., L, Ev), or ``(out, state)`` with ``return_state``.
+        out (..., L, Ev), or ``(out, state)`` with ``return_state``, state (..., E, Ev). Computed in the inputs'
+        dtype (log_decay and initial_state are not cast: one of another dtype is promoted or refused by torch).
 
     Raises:
-        TypeError / ValueError: shapes, dtypes or non-finite values (the message names the argument); a positive
-            log_decay; an unknown form; a state with the parallel form.
+        TypeError: query, key, value or log_decay not floating tensors; query, key and value of different dtypes;
+            form not a str; chunk_size not an int; initial_state not a floating tensor.
+        ValueError: fewer than 2 dims; query and key of different shapes; value not (..., L, Ev) with the key's
+            (..., L); NaN or infinity in query, key, value or log_decay; log_decay not (..., L) or > 0 somewhere;
+            an unknown form; chunk_size < 1; initial_state not (..., E, Ev) in its last two dims; initial_state or
+            return_state with the parallel form.
+
+    Source: Katharopoulos et al. 2020 §3.3-3.4 (g = 0: causal linear attention without normaliser); Dao & Gu 2024
+    (Mamba-2) §3-5 (the scalar-decay SSM as attention under the 1-semiseparable mask, and its chunked form).
     """
     _check_qkv_seq(query, key, value, log_decay)
     check_choice("form", form, FORMS)
@@ -148,19 +179,25 @@ def linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     The recurrent form keeps S = Σ φ(k_j) v_jᵀ (E × Ev) and z = Σ φ(k_j) (E) per head: a fixed-size state.
 
     Args:
-        query, key: (..., L, E); value: (..., L, Ev); float dtypes.
+        query, key: (..., L, E); value: (..., L, Ev); floating tensors of one dtype (float16, bfloat16, float32 or
+            float64), finite.
         form: ``"parallel"``, ``"recurrent"`` or ``"chunked"`` (all three equal, to round-off).
-        chunk_size: chunk length of the chunked form.
+        chunk_size: int >= 1, chunk length of the chunked form.
         feature_map: φ, applied to query and key (default elu + 1); ``None`` for φ(x) = x.
         normalize: divide by the sum of the weights (the paper's form); False for the unnormalised form of
             modern layers (RetNet, GLA, DeltaNet), which normalise the output instead.
-        eps: added to the denominator.
+        eps: float >= 0, added to the denominator.
 
     Returns:
         (..., L, Ev), the dtype of the inputs.
 
     Raises:
-        TypeError / ValueError: as :func:`decayed_attention`.
+        TypeError / ValueError: as :func:`decayed_attention` (types, dtypes, shapes, non-finite values, form,
+            chunk_size); eps not a finite number >= 0. ``feature_map`` is not checked: a non-callable raises
+            Python's own TypeError when it is called.
+
+    Source: Katharopoulos et al. 2020, "Transformers are RNNs", §3.2 (the kernelised attention) and §3.3-3.4
+    (the causal and recurrent forms).
     """
     _check_qkv_seq(query, key, value)
     check_number("eps", eps, minimum=0)
@@ -179,19 +216,29 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
     h_t = exp(dt_t A) h_{t-1} + B_t (dt_t x_t)ᵀ,  y_t = h_tᵀ C_t + D x_t — that is :func:`decayed_attention` with
     query = C, key = B, value = dt·x and log_decay = dt·A (Dao & Gu 2024, §3.1 and eq. (16)).
 
+    Bt is the batch size (B names the SSM's input matrix here), P the head dim, N the state size.
+
     Args:
         x: (Bt, H, L, P) inputs per head (P = head_dim, the "value" dim).
         dt: (Bt, H, L) step sizes > 0 (already through softplus and the bias, as Mamba-2 computes them).
         A: (H,) negative decay rates (``-exp(A_log)``).
         B, C: (Bt, H, L, N) input and output matrices (N = state size), already repeated per head.
         D: (H,) skip connection, or None.
-        form: ``"parallel"``, ``"recurrent"`` or ``"chunked"``.
+        form: ``"parallel"``, ``"recurrent"`` or ``"chunked"``. chunk_size: positions per chunk (int >= 1).
+        All tensors floating (float16, bfloat16, float32 or float64) and of one dtype.
 
     Returns:
-        y (Bt, H, L, P).
+        y (Bt, H, L, P), in the inputs' dtype.
 
     Raises:
-        TypeError / ValueError: naming the argument (dt <= 0, A >= 0, mismatched shapes).
+        TypeError: x, dt or A not floating tensors; B or C not floating tensors, or dtypes that differ (from
+            :func:`decayed_attention`).
+        ValueError: dt not (Bt, H, L); A not (H,); dt <= 0 or A >= 0 somewhere; B and C of different shapes or
+            not (Bt, H, L, N); NaN or infinity in x·dt, dt·A, B or C; an unknown form; chunk_size < 1.
+        D is not checked: a D that does not broadcast as (H, 1, 1) raises torch's RuntimeError.
+
+    Source: Dao & Gu 2024, "Transformers are SSMs" (Mamba-2), §3.1 and eq. (16); equal to the torch path of
+    transformers' ``Mamba2Mixer`` (tests/test_linear.py).
     """
     for n, t in (("x", x), ("dt", dt), ("A", A)):
         check_tensor(n, t, floating=True)
@@ -215,10 +262,19 @@ def mamba2_mixer_forward(mixer, hidden_states: torch.Tensor, *, form: str = "par
 
     Args:
         mixer: a ``transformers.models.mamba2.modeling_mamba2.Mamba2Mixer``.
-        hidden_states: (Bt, L, hidden_size).
+        hidden_states: (Bt, L, hidden_size) floating (Bt the batch size), of the mixer's weights' dtype
+            (float32 or float64 in the tests).
 
     Returns:
-        (Bt, L, hidden_size).
+        (Bt, L, hidden_size), in the weights' dtype.
+
+    Raises:
+        TypeError: hidden_states not a floating tensor. ValueError: hidden_states not 3-D; and what :func:`ssd`
+            raises (e.g. a dt that softplus rounds to 0). ``mixer`` is not checked: another object raises
+            AttributeError, a dtype other than the weights' raises torch's RuntimeError.
+
+    Source: transformers' ``Mamba2Mixer.forward`` torch path (``torch_forward``), the block of Dao & Gu 2024
+    (Mamba-2).
     """
     check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
     Bt, L, _ = hidden_states.shape
@@ -246,7 +302,20 @@ def mamba2_mixer_forward(mixer, hidden_states: torch.Tensor, *, form: str = "par
 def direct_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Causal convolution y_t = Σ_{s=0..t} k_s u_{t-s}, summed directly: O(L²) per channel.
 
-    u (..., L) signals, k (..., L) filters as long as the signal (broadcast over leading dims). Returns (..., L).
+    Args:
+        u: (..., L) signals; k: (..., L) filters as long as the signal (the leading dims broadcast). Floating
+            tensors (float16, bfloat16, float32 or float64) of one dtype.
+
+    Returns:
+        (..., L), in the inputs' dtype.
+
+    Raises:
+        TypeError: u or k not a floating tensor. ValueError: u or k with 0 dims.
+        Nothing else of its own: a k shorter than u raises torch's IndexError; a longer k is cut to its first L
+        values (unlike :func:`fft_long_conv`, which refuses it); u and k of different dtypes raise RuntimeError.
+
+    Source: the course's own reference for :func:`fft_long_conv`: the convolutional representation of an SSM
+    (Gu et al. 2022, S4), summed directly.
     """
     check_tensor("u", u, floating=True, min_ndim=1)
     check_tensor("k", k, floating=True, min_ndim=1)
@@ -262,10 +331,16 @@ def fft_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     around), multiply the spectra, transform back, keep the first L values. S4's convolution mode (Gu et al. 2022,
     §3.3) and Hyena (Poli et al. 2023, §3.3) compute their long filters this way.
 
-    u (..., L), k (..., L) real floating. Returns (..., L), the dtype of u.
+    Args:
+        u: (..., L) signals; k: (..., K) filters with K <= L (a shorter one is zero-padded), leading dims broadcast.
+            Real floating tensors: float32 or float64 (torch's CPU FFT refuses float16 and bfloat16 with a
+            RuntimeError).
+
+    Returns:
+        (..., L), the dtype of u.
 
     Raises:
-        TypeError: not floating tensors. ValueError: the filter is longer than the signal.
+        TypeError: not floating tensors. ValueError: u or k with 0 dims; the filter is longer than the signal.
     """
     check_tensor("u", u, floating=True, min_ndim=1)
     check_tensor("k", k, floating=True, min_ndim=1)
@@ -283,8 +358,18 @@ def recurrent_state_bytes(num_heads: int, head_k_dim: int, head_v_dim: int, batc
     Unlike a KV cache it has no sequence length: the same at 1 token and at 1 million. (Layers with a short
     convolution, like Mamba-2 and Gated DeltaNet, also keep its last kernel-1 inputs: a few rows, not counted.)
 
+    Args:
+        num_heads, head_k_dim, head_v_dim, batch_size: ints >= 1 (H, E, Ev and B of the state (B, H, E, Ev)).
+        bytes_per_element: float, 2 for bf16 / float16 (default), 4 for float32.
+
+    Returns:
+        float, the bytes of the (B, H, E, Ev) state; no tensors are made.
+
     Raises:
-        TypeError / ValueError: a count that is not an int >= 1, bytes_per_element not > 0.
+        TypeError: a count not an int (a bool refused), bytes_per_element not a number.
+        ValueError: a count < 1; bytes_per_element NaN, infinite or < 0.125 (one bit).
+
+    Source: the course's own (notebook 12), the state of :func:`decayed_attention` / Gated DeltaNet.
     """
     for n, v in (("num_heads", num_heads), ("head_k_dim", head_k_dim), ("head_v_dim", head_v_dim),
                  ("batch_size", batch_size)):

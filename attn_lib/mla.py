@@ -72,13 +72,21 @@ class MultiHeadLatentAttention(nn.Module):
         scale: multiplier of the scores (default (dn + dr)^-0.5; ``from_hf`` copies the module's ``scaling``,
             which includes YaRN's mscale when the config scales RoPE).
         eps: the RMSNorms' epsilon. bias: whether q_a_proj, kv_a_proj and o_proj have biases (``attention_bias``).
+        dtype: the weights' floating torch.dtype (None: torch's default, float32); ``forward``'s x must have it.
 
     Submodules (transformers' names): ``q_proj`` or ``q_a_proj`` -> ``q_a_norm`` -> ``q_b_proj``; ``kv_a_proj``
     (d_model -> r + dr, transformers' ``kv_a_proj_with_mqa``), ``kv_a_norm``, ``kv_b_proj`` (r -> H(dn + dv):
     W_UK and W_UV side by side per head), ``o_proj`` (H·dv -> d_model).
 
     Raises:
-        TypeError: a size is not an int, rope_interleave/bias not bools. ValueError: a size < 1, an odd dr.
+        TypeError: a size is not an int, rope_interleave/bias not bools, rope_base or scale not a number.
+        ValueError: a size < 1, an odd dr; rope_base NaN, infinite or < 1; scale NaN, infinite or < 0.
+        Not checked here: a rope_base of exactly 1 and a scale of 0 pass and are refused (ValueError) at the first
+        ``forward`` by RoPE and by scaled_dot_product_attention; eps is not checked; a non-floating dtype raises
+        torch's error (RuntimeError for an integer dtype, TypeError for a str).
+
+    Source: DeepSeek-AI 2024, DeepSeek-V2 (arXiv:2405.04434) §2.1.2 (low-rank key-value joint compression and
+    the absorption of W_UK / W_UV) and §2.1.3 (decoupled RoPE); transformers' ``DeepseekV3Attention``.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, kv_lora_rank: int, qk_nope_head_dim: int,
@@ -228,8 +236,15 @@ def mla_cache_bytes_per_token(num_layers: int, kv_lora_rank: int, qk_rope_head_d
 
     DeepSeek-V3 (61 layers, r 512, dr 64, bf16): 61 x 576 x 2 = 70,272 bytes, about 68.6 KiB per token.
 
+    Takes no tensors: ints num_layers, kv_lora_rank (r), qk_rope_head_dim (dr), a float bytes_per_element (2 for
+    bf16); returns a float. The cache it counts holds c_KV (B, 1, S, r) and k_R (B, 1, S, dr) per layer.
+
     Raises:
-        TypeError / ValueError: a size not an int >= 1; bytes_per_element not a number > 0.
+        TypeError: a size not an int (a bool refused); bytes_per_element not a number.
+        ValueError: a size < 1; bytes_per_element NaN, infinite or <= 0.
+
+    Source: DeepSeek-AI 2024, DeepSeek-V2 (arXiv:2405.04434) §2.1.4, Table 1: (d_c + d_h^R)·l elements per
+    token for MLA.
     """
     L, r, dr = (_pos(n, v) for n, v in (("num_layers", num_layers), ("kv_lora_rank", kv_lora_rank),
                                          ("qk_rope_head_dim", qk_rope_head_dim)))
@@ -252,11 +267,18 @@ def mla_decode_cost(seq_len: int, *, num_heads: int, kv_lora_rank: int, qk_nope_
     Both read the same cache, S(r + dr) elements; ``"expand"`` also writes and reads its expanded K and V,
     S·H(dn + dr + dv) elements each way.
 
+    Takes no tensors: the sizes are ints (S = seq_len, H, r, dn, dr, dv), bytes_per_element a float (2 for bf16).
+
     Returns:
-        {"expand": {"flops", "bytes"}, "absorbed": {"flops", "bytes"}}.
+        {"expand": {"flops", "bytes"}, "absorbed": {"flops", "bytes"}}, floats.
 
     Raises:
-        TypeError / ValueError: a size not an int >= 1.
+        TypeError: a size not an int (a bool refused); bytes_per_element not a number.
+        ValueError: a size < 1; bytes_per_element NaN, infinite or < 0 (0 is accepted and gives 0 bytes, unlike
+            :func:`mla_cache_bytes_per_token`).
+
+    Source: the course's own count (notebook 11) of the two decode forms of DeepSeek-AI 2024, DeepSeek-V2
+    §2.1.2 (the absorption of W_UK into the query and of W_UV into the output).
     """
     S, H, r, dn, dr, dv = (_pos(n, v) for n, v in (("seq_len", seq_len), ("num_heads", num_heads),
                                                    ("kv_lora_rank", kv_lora_rank), ("qk_nope_head_dim", qk_nope_head_dim),

@@ -39,10 +39,18 @@ def make_recall_batch(batch_size: int, num_pairs: int, *, generator: torch.Gener
 
     keys (B, num_pairs + 1) long: distinct keys, then the queried key at the last position; values (B, num_pairs
     + 1) long: each pair's value, and ``num_values`` (the "no value" id) at the query; target (B,): the value
-    stored with the queried key.
+    stored with the queried key. All three int64, on the CPU; keys in [0, num_keys), values in [0, num_values].
+
+    Args:
+        batch_size: B. num_pairs: the pairs per sequence. num_keys, num_values: the vocabularies (ints >= 1).
+        generator: the torch.Generator all draws come from (not checked: None draws from torch's global RNG, so
+            the batch is then not reproducible).
 
     Raises:
-        TypeError / ValueError: counts that are not ints >= 1, or more pairs than keys.
+        TypeError: a count not an int (a bool refused). ValueError: a count < 1, or more pairs than keys.
+
+    Source: Arora et al. 2023 (Zoology), multi-query associative recall, reduced to one query with one token
+    per pair: the course's own variant.
     """
     for n, v in (("batch_size", batch_size), ("num_pairs", num_pairs), ("num_keys", num_keys),
                  ("num_values", num_values)):
@@ -89,6 +97,23 @@ class RecallModel(nn.Module):
     Args:
         kind: ``"softmax"``, ``"linear"``, ``"deltanet"`` or ``"hybrid"`` (deltanet layers, every fourth softmax).
         d_model, num_heads, num_layers: width (head_dim = d_model / num_heads), heads, depth.
+        num_keys, num_values: the vocabularies of :func:`make_recall_batch` (the values get one more id, the
+            "no value" one at the query).
+
+    The parameters are float32 (torch's default dtype). The mixers: ``"softmax"`` torch's
+    ``scaled_dot_product_attention`` (causal), ``"linear"`` :func:`attn_lib.linear.linear_attention` (elu + 1,
+    normalised), ``"deltanet"`` :func:`attn_lib.deltanet.gated_delta_rule` (chunked, q and k L2-normalised,
+    β = sigmoid, g = logsigmoid(a + 4)).
+
+    Raises:
+        TypeError: kind not a str, num_layers not an int. ValueError: an unknown kind, num_layers < 1.
+        d_model, num_heads, num_keys and num_values are not checked: torch's nn.Embedding / nn.Linear raise
+        RuntimeError for a negative size, and a d_model that num_heads does not divide fails in ``forward``
+        (RuntimeError from the head reshape).
+
+    Source: the course's own (notebook 12): Zoology's setting (Arora et al. 2023) with the token mixers of
+    Katharopoulos et al. 2020 (linear) and Yang, Kautz & Hatamizadeh 2024 (Gated DeltaNet); the 3 : 1 hybrid as
+    Qwen3-Next.
     """
 
     def __init__(self, kind: str, *, d_model: int = 64, num_heads: int = 4, num_layers: int = 4,
@@ -108,6 +133,18 @@ class RecallModel(nn.Module):
         self.layer_kinds = kinds
 
     def forward(self, keys, values):
+        """Logits of the queried value.
+
+        Args:
+            keys, values: (B, T) int64 (or int32) ids, T = num_pairs + 1, as :func:`make_recall_batch` returns them.
+
+        Returns:
+            (B, num_values) float32 logits, read at the last position (the query).
+
+        Raises:
+            nothing of its own (not checked): ids outside the vocabularies raise IndexError from nn.Embedding,
+            floating ids RuntimeError; a d_model that num_heads does not divide RuntimeError.
+        """
         x = self.key_emb(keys) + self.value_emb(values)
         for norm, mixer in zip(self.norms, self.mixers):
             x = x + mixer(norm(x))
@@ -115,7 +152,22 @@ class RecallModel(nn.Module):
 
 
 def recall_accuracy(model: RecallModel, num_pairs: int, *, num_examples: int = 512, seed: int = 1) -> float:
-    """Share of fresh sequences (seeded apart from training) whose value the model recalls exactly."""
+    """Share of fresh sequences (seeded apart from training) whose value the model recalls exactly.
+
+    Args:
+        model: a :class:`RecallModel` built with the default num_keys / num_values (the batches use them).
+        num_pairs, num_examples: ints >= 1 (the pairs per sequence and the number of sequences).
+        seed: int; the batch is drawn from a generator seeded 10_000 + 101·seed + num_pairs.
+
+    Takes no tensors: it draws keys/values (num_examples, num_pairs + 1) int64 and compares the argmax of the
+    (num_examples, num_values) logits with the target. Returns a float in [0, 1]. Leaves the model in eval mode.
+
+    Raises:
+        TypeError / ValueError: as :func:`make_recall_batch` (num_pairs or num_examples not an int >= 1, more
+            than 128 pairs).
+
+    Source: the course's own (notebook 12), the accuracy of Zoology's recall task (Arora et al. 2023).
+    """
     g = torch.Generator().manual_seed(10_000 + seed * 101 + num_pairs)
     keys, values, target = make_recall_batch(num_examples, num_pairs, generator=g)
     with torch.no_grad():
@@ -126,7 +178,23 @@ def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAI
                  seed: int = 0, progress: bool = False) -> tuple[RecallModel, list[float]]:
     """Train a :class:`RecallModel` with AdamW; each step's batch draws its pair count from ``pair_counts``.
 
-    Returns ``(model, losses)``. Deterministic for a seed on one CPU thread.
+    Returns ``(model, losses)``: the :class:`RecallModel` (default sizes, float32, in eval mode) and one float
+    loss per step. Deterministic for a seed on one CPU thread; it calls ``torch.manual_seed(seed)``, which
+    reseeds torch's global RNG.
+
+    Args:
+        kind: as :class:`RecallModel`. steps: int >= 1. batch_size: int >= 1, sequences per step.
+        pair_counts: a non-empty sequence of ints in [1, 128]. lr: AdamW's peak learning rate (float >= 0),
+            warmed up over 50 steps, then cosine-decayed. seed: int. progress: show a tqdm bar.
+
+    Takes no tensors: its batches are :func:`make_recall_batch`'s (batch_size, n + 1) int64 ids.
+
+    Raises:
+        TypeError / ValueError: steps not an int >= 1; kind as :class:`RecallModel`; batch_size or a pair count
+            as :func:`make_recall_batch`; a negative lr (ValueError from torch's AdamW). An empty pair_counts
+            raises torch's RuntimeError.
+
+    Source: the course's own (notebook 12); AdamW (Loshchilov & Hutter 2019) as ``torch.optim.AdamW``.
     """
     check_int("steps", steps, minimum=1)
     torch.manual_seed(seed)
@@ -154,7 +222,23 @@ def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAI
 
 
 def run_recall_curve(steps: int = 600, out=None) -> dict:
-    """Train the four kinds and measure accuracy at every pair count; write the JSON to ``out`` if given."""
+    """Train the four kinds and measure accuracy at every pair count; write the JSON to ``out`` if given.
+
+    Args:
+        steps: int >= 1, training steps per kind (600 for ``data/recall_curve.json``).
+        out: a path (str or os.PathLike) for the JSON, or None.
+
+    Takes no tensors. Returns a dict: "steps", "batch_size", "pair_counts", "num_keys", "num_values", "torch"
+    (the version str), and "models": per kind {"parameters" (int), "layer_kinds" (list of str), "accuracy"
+    ({str(pair count): float}), "final_loss" (float, mean of the last 100 steps), "cpu_seconds" (float)}.
+    Sets ``torch.set_num_threads(1)`` for the rest of the process (it is not restored) and prints one line per kind.
+
+    Raises:
+        TypeError / ValueError: steps not an int >= 1 (from :func:`train_recall`); OSError: ``out`` cannot be
+            written.
+
+    Source: the course's own (``make train-recall``), after Zoology's recall curves (Arora et al. 2023).
+    """
     torch.set_num_threads(1)
     result = {"steps": steps, "batch_size": 64, "pair_counts": list(PAIR_COUNTS), "num_keys": NUM_KEYS,
               "num_values": NUM_VALUES, "torch": torch.__version__, "models": {}}

@@ -56,12 +56,22 @@ class LightningIndexer(nn.Module):
         d_model: model width. q_lora_rank: the width of the compressed query c_Q it reads.
         num_heads: H_I. head_dim: d_I. rope_dim: dr, the first features of q_I and k_I rotated (half-split RoPE).
         topk: k, the keys each query keeps. rope_base: RoPE's theta.
+        dtype: the weights' torch.dtype (None: torch's default, float32); the inputs must have it.
 
     Submodules (transformers' names): ``wq_b`` (q_lora_rank -> H_I·d_I), ``wk`` (d_model -> d_I), ``k_norm``
     (LayerNorm of d_I, eps 1e-6), ``weights_proj`` (d_model -> H_I).
 
+    No ``forward``: :meth:`scores` maps x (B, L, d_model) and q_resid (B, L, q_lora_rank) to I (B, L, L), in the
+    weights' dtype, -inf above the diagonal; :meth:`select` gives the top-k (B, L, min(k, L)) int64 indices and
+    their bool validity; :meth:`selected_mask` the (B, L, S) bool mask of the chosen keys.
+
     Raises:
-        TypeError: a size is not an int. ValueError: a size < 1; rope_dim odd or > head_dim.
+        TypeError: a size is not an int; rope_base not a number. ValueError: a size < 1; rope_dim odd or
+            > head_dim; rope_base NaN, infinite or < 1 (a base of exactly 1 passes here and is refused by RoPE
+            at the first :meth:`scores`).
+
+    Source: DeepSeek-AI 2025, DeepSeek-V3.2-Exp report, eq. 1 (the lightning indexer); transformers'
+    ``DeepseekV32Indexer``, which tests/test_sparse.py matches in float64.
     """
 
     def __init__(self, d_model: int, q_lora_rank: int, *, num_heads: int, head_dim: int, rope_dim: int, topk: int,
@@ -164,8 +174,16 @@ class SparseLatentAttention(MultiHeadLatentAttention):
         as :class:`~attn_lib.mla.MultiHeadLatentAttention` (``q_lora_rank`` required: the indexer reads c_Q), plus
         index_heads (H_I), index_head_dim (d_I) and topk (k) for the ``indexer`` submodule.
 
+    The weights are of ``dtype`` (a keyword of :class:`~attn_lib.mla.MultiHeadLatentAttention`, default float32);
+    ``forward`` maps (B, L, d_model) to (B, L, d_model) in that dtype.
+
     Raises:
-        TypeError / ValueError: as the two parents; q_lora_rank None.
+        TypeError / ValueError: as the two parents (sizes, flags, rope_base, scale; index_heads, index_head_dim
+            and topk as LightningIndexer's num_heads, head_dim and topk; qk_rope_head_dim > index_head_dim is
+            refused as the indexer's rope_dim); ValueError: q_lora_rank None.
+
+    Source: DeepSeek-AI 2025, DeepSeek-V3.2-Exp report (DeepSeek sparse attention in MLA's MQA mode);
+    transformers' ``DeepseekV32Attention``, which tests/test_sparse.py matches in float64.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, index_heads: int, index_head_dim: int, topk: int,
@@ -191,6 +209,7 @@ class SparseLatentAttention(MultiHeadLatentAttention):
 
         Raises:
             TypeError: x not floating, gather not a bool. ValueError: x not (B, L, d_model).
+            An x of another dtype than the weights raises torch's RuntimeError (not checked).
         """
         check_tensor("x", x, floating=True, ndim=3)
         check_bool("gather", gather)
@@ -254,11 +273,18 @@ def dsa_decode_cost(seq_len: int, *, num_heads: int = 128, kv_lora_rank: int = 5
       S·d_I·e_I bytes. The top-k choice is comparisons, O(S), not counted.
     - DSA attention: as dense over k' keys, 2·k'·H·(r + dr) + 2·k'·H·r FLOPs, k'·(r + dr)·e bytes.
 
+    Takes no tensors: the sizes are ints (S = seq_len, H, r, dr, d, r_q, H_I, d_I, k), the bytes per element
+    floats (e = bytes_per_element of the latent cache, e_I = index_bytes_per_element of the indexer's keys).
+
     Returns:
-        {"dense": {"flops", "bytes"}, "sparse": {"flops", "bytes", "indexer_flops", "attention_flops"}}.
+        {"dense": {"flops", "bytes"}, "sparse": {"flops", "bytes", "indexer_flops", "attention_flops"}}, floats.
 
     Raises:
-        TypeError / ValueError: a size not an int >= 1; a bytes_per_element not a number > 0.
+        TypeError: a size not an int (a bool refused); a bytes_per_element not a number.
+        ValueError: a size < 1; a bytes_per_element NaN, infinite or <= 0.
+
+    Source: the course's own count (notebook 11) of DSA as DeepSeek-AI 2025, DeepSeek-V3.2-Exp report, describes
+    it; the default sizes are DeepSeek-V3.2-Exp's config.json.
     """
     S, H, r, dr, d, rq, HI, dI, k = (_pos(n, v) for n, v in (
         ("seq_len", seq_len), ("num_heads", num_heads), ("kv_lora_rank", kv_lora_rank),

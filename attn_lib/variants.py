@@ -37,8 +37,19 @@ __all__ = ["VariantAttention", "softcap", "max_logit"]
 def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
     """Logit soft-capping: cap · tanh(scores / cap), smooth, odd, ~identity for |s| << cap, bounded by ±cap.
 
+    Args:
+        scores: floating tensor of any shape, usually the attention scores (B, H, L, S); float16, bfloat16,
+            float32 or float64. cap: finite number > 0 (Gemma 2: 50.0 on the attention scores, 30.0 on the
+            final logits).
+
+    Returns:
+        the capped scores, the shape and dtype of ``scores``.
+
     Raises:
-        TypeError: scores not a floating tensor. ValueError: cap not a finite number > 0.
+        TypeError: scores not a floating tensor; cap not a number. ValueError: cap not a finite number > 0.
+
+    Source: Gemma Team 2024, "Gemma 2: Improving Open Language Models at a Practical Size" (logit soft-capping,
+    after Bello et al. 2016); transformers' ``Gemma2Attention`` (``attn_logit_softcapping``).
     """
     check_tensor("scores", scores, floating=True)
     cap = check_number("cap", cap, minimum=0.0)
@@ -50,8 +61,20 @@ def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
 def max_logit(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> float:
     """The largest |q·k| · scale over all pairs: what QK-norm bounds. q (..., L, E), k (..., S, E), same heads.
 
+    Args:
+        q: (..., L, E), k: (..., S, E) floating tensors of one dtype (float16, bfloat16, float32 or float64); the
+            leading dims broadcast (e.g. (B, H) for both). scale: a float, default E^-0.5 (not checked).
+
+    Returns:
+        a Python float (detached: no gradient flows).
+
     Raises:
-        TypeError: not floating tensors. ValueError: E differs.
+        TypeError: not floating tensors. ValueError: fewer than 2 dims; E differs.
+        Not checked: q and k of different dtypes or leading dims that do not broadcast, and empty tensors
+        (torch's RuntimeError); a scale that is not a number (TypeError from torch).
+
+    Source: the course's own measure (notebook 11) of the logit growth that QK-norm prevents (Dehghani et al.
+    2023, ViT-22B).
     """
     check_tensor("q", q, floating=True, min_ndim=2)
     check_tensor("k", k, floating=True, min_ndim=2)
@@ -88,8 +111,24 @@ class VariantAttention(nn.Module):
             one sink logit per head (``self.sinks``, (H,)).
         kv_shared: this layer reuses another layer's K and V (no k/v projections; pass ``shared_kv``).
 
+        norm_eps: the RMSNorms' epsilon (not checked). dtype: the weights' floating torch.dtype (None: float32);
+            ``forward``'s x must have it.
+
+    Shapes: x (B, L, d_model) -> (B, L, d_model); queries (B, H, L, E), keys and values (B, Hkv, S, E) (here
+    Ev = E); :meth:`attend` takes a (L, S) bool mask.
+
     Raises:
-        TypeError / ValueError: sizes not ints >= 1, Hkv not dividing H, bad flags or numbers.
+        TypeError: a size (sliding_window included) not an int; bias, qk_norm, v_norm, sinks or kv_shared not a
+            bool; rope_base, scale or softcap not a number.
+        ValueError: a size < 1; Hkv not dividing H; an odd head_dim (RoPE); rope_base NaN, infinite or < 1;
+            scale or softcap NaN, infinite or < 0; softcap 0.
+        Not checked here: a rope_base of exactly 1 and a scale of 0 (without softcap) pass and are refused
+        (ValueError) at the first ``forward`` by RoPE and by scaled_dot_product_attention.
+
+    Source: grouped-query attention (Ainslie et al. 2023) with RoPE (Su et al. 2021) as transformers'
+    ``MistralAttention``; QK-norm (Dehghani et al. 2023) as ``Qwen3Attention``; soft-capping (Gemma 2, after
+    Bello et al. 2016) as ``Gemma2Attention``; sliding windows (Jiang et al. 2023, Mistral 7B); sinks as
+    ``GptOssAttention`` (OpenAI's gpt-oss model card, 2025); KV sharing as ``Gemma3nTextAttention``.
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int, *, rope_base: float = 10000.0,
@@ -171,9 +210,15 @@ class VariantAttention(nn.Module):
         Returns:
             (B, L, d_model), or (output, (keys, values)) with ``return_kv``.
 
+        x must have the weights' dtype (float32 by default; float64 in the tests); the output has it too.
+
         Raises:
             TypeError: x not floating; a flag not a bool. ValueError: x of the wrong width; shared_kv missing for a
-                kv_shared layer (or given to one that is not).
+                kv_shared layer (or given to one that is not); and what the cache's ``update`` and
+                scaled_dot_product_attention raise.
+            Not checked: ``cache`` and the tensors of ``shared_kv`` (another object raises AttributeError; a
+                shared S < L gives negative query positions without an error); an x of another dtype than the
+                weights (torch's RuntimeError).
         """
         check_tensor("x", x, floating=True, ndim=3)
         check_bool("return_kv", return_kv)
