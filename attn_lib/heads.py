@@ -56,6 +56,8 @@ def head_average(per_query: torch.Tensor, queries: torch.Tensor) -> torch.Tensor
 
     Raises:
         TypeError / ValueError: wrong types, dims or shapes (the message names the argument).
+
+    Source: the per-head averages of Clark et al. (2019), "What Does BERT Look At?", section 3.
     """
     check_tensor("per_query", per_query, floating=True, ndim=4)
     if queries.dtype != torch.bool:
@@ -84,6 +86,8 @@ def offset_weight(attentions: torch.Tensor, valid: torch.Tensor, offset: int) ->
 
     Raises:
         TypeError / ValueError: wrong types or shapes; |offset| >= L.
+
+    Source: the positional (previous/next-token) heads of Clark et al. (2019), "What Does BERT Look At?", section 3.1.
     """
     attentions = _check_weights(attentions)
     valid = _check_queries("valid", valid, attentions)
@@ -116,6 +120,8 @@ def shuffle_within_groups(groups: torch.Tensor, generator: torch.Generator | Non
 
     Raises:
         TypeError: ``groups`` is not an integer tensor. ValueError: not 1-D or not sorted.
+
+    Source: the course's own (a stratified permutation test: the null keeps each sentence's set of values).
     """
     check_tensor("groups", groups, ndim=1)
     if groups.dtype.is_floating_point or groups.dtype == torch.bool:
@@ -129,13 +135,26 @@ def shuffle_within_groups(groups: torch.Tensor, generator: torch.Generator | Non
 def pearson_rows(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """Pearson correlation of each row of ``x`` (M, K) with ``r`` (K,): a (M,) tensor in [-1, 1].
 
-    Same value as ``numpy.corrcoef(x[m], r)[0, 1]`` for every row m.
+    Both floating (float32 or float64); the result has their (promoted) dtype. Same value as
+    ``numpy.corrcoef(x[m], r)[0, 1]`` for every row m.
+
+    Raises:
+        TypeError: x or r is not a floating tensor.
+        ValueError: x not 2-D or r not 1-D; their K differ; r or a row of x is constant (the correlation is
+            0/0, undefined: numpy returns NaN with a warning, this raises instead).
+
+    Source: Pearson's r, as ``numpy.corrcoef`` computes it.
     """
     check_tensor("x", x, floating=True, ndim=2)
     check_tensor("r", r, floating=True, ndim=1)
     if x.shape[-1] != r.shape[0]:
         raise ValueError(f"x (M, K) and r (K,) must agree in K, got x {tuple(x.shape)} and r {tuple(r.shape)}")
     x, r = x - x.mean(-1, keepdim=True), r - r.mean()
+    if not bool(r.abs().amax() > 0):
+        raise ValueError("r is constant: its correlation with anything is 0/0 (undefined)")
+    flat = (x.abs().amax(-1) == 0).nonzero().flatten()
+    if flat.numel():
+        raise ValueError(f"rows {flat[:5].tolist()} of x are constant: their correlation with r is 0/0 (undefined)")
     return (x * r).sum(-1) / (x.norm(dim=-1) * r.norm())
 
 
@@ -162,9 +181,17 @@ class HeadGates:
 
     Attributes:
         gates: (V, NL, H) float tensor, default all ones (V = 1). Set it before each forward pass.
+
+    Raises:
+        TypeError: ``model`` has no ``encoder.layer`` (not BERT-style); ``batch_size`` or ``gates`` of the wrong
+            type.
+        ValueError: ``batch_size`` < 1; ``gates`` not (V, NL, H); in the forward pass, a batch that is not
+            V * batch_size rows.
     """
 
     def __init__(self, model: nn.Module, batch_size: int):
+        if not hasattr(getattr(model, "encoder", None), "layer"):
+            raise TypeError(f"model must be a BERT-style encoder with .encoder.layer, got {type(model).__name__}")
         self.layers = list(model.encoder.layer)
         self.num_heads = model.config.num_attention_heads
         self.head_dim = model.config.hidden_size // self.num_heads

@@ -101,6 +101,14 @@ def test_pearson_rows_equals_numpy():
     assert np.allclose(pearson_rows(x, r).numpy(), expected)
     with pytest.raises(ValueError, match="agree in K"):
         pearson_rows(x, r[:3])
+    # a constant vector has no correlation (0/0): numpy says NaN, attn_lib says so out loud
+    with pytest.raises(ValueError, match="r is constant"):
+        pearson_rows(x, torch.full((20,), 3.0, dtype=torch.float64))
+    x[3] = 0.5
+    with pytest.raises(ValueError, match=r"rows \[3\] of x are constant"):
+        pearson_rows(x, r)
+    with pytest.raises(TypeError, match="x must"):
+        pearson_rows(x.long(), r)
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +146,8 @@ def test_head_gates_equal_zeroed_value_weights(tiny_bert):
 
 
 def test_head_gates_errors(tiny_bert):
+    with pytest.raises(TypeError, match="BERT-style encoder"):
+        HeadGates(torch.nn.Linear(2, 2), batch_size=3)
     hg = HeadGates(tiny_bert, batch_size=3)
     with pytest.raises(ValueError, match="gates must have shape"):
         hg.gates = torch.ones(1, 6, 12)
