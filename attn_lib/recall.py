@@ -136,7 +136,7 @@ class RecallModel(nn.Module):
         """Logits of the queried value.
 
         Args:
-            keys, values: (B, T) int64 (or int32) ids, T = num_pairs + 1, as :func:`make_recall_batch` returns them.
+            keys, values: (B, L) int64 (or int32) ids, L = num_pairs + 1, as :func:`make_recall_batch` returns them.
 
         Returns:
             (B, num_values) float32 logits, read at the last position (the query).
