@@ -76,12 +76,14 @@ def check_bool(name: str, value) -> bool:
 
 
 def check_number(name: str, value, *, minimum: float | None = None, maximum: float | None = None,
-                 finite: bool = True, allow_none: bool = False) -> float | None:
+                 finite: bool = True, allow_none: bool = False, positive: bool = False) -> float | None:
     """Return ``float(value)`` for an int or float (not a bool) within the bounds; ``None`` if allowed.
+
+    ``positive=True`` also refuses 0 (a size in bytes, a cap, a scale: > 0, not >= 0).
 
     Raises:
         TypeError: not a real number (a bool, a string, a tensor).
-        ValueError: NaN, an infinity when ``finite``, or outside ``[minimum, maximum]``.
+        ValueError: NaN, an infinity when ``finite``, outside ``[minimum, maximum]``, or <= 0 when ``positive``.
     """
     if value is None and allow_none:
         return None
@@ -93,6 +95,8 @@ def check_number(name: str, value, *, minimum: float | None = None, maximum: flo
         raise ValueError(f"{name} must be a finite number{_bounds(minimum, maximum)}, got {value}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ValueError(f"{name} must be a number{_bounds(minimum, maximum)}, got {value}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be a number > 0, got {value}")
     return value
 
 

@@ -142,7 +142,7 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         decay = torch.where(lower, cum[..., :, None] - cum[..., None, :], -torch.inf).exp()  # exp(cum_i - cum_j), j<=i
         # Token i's correction uses the state after tokens < i: A = I + strictly-lower(β_i (k_i·k_j) decay_ij)
         # couples them; solving A u = β v (and A w = β Γ k) gives all the chunk's corrections at once.
-        system = ((bc * kc) @ kc.transpose(-1, -2) * decay).tril(-1) + torch.eye(n, dtype=key.dtype)
+        system = ((bc * kc) @ kc.transpose(-1, -2) * decay).tril(-1) + torch.eye(n, dtype=key.dtype, device=key.device)
         u = torch.linalg.solve_triangular(system, bc * vc, upper=False, unitriangular=True)
         w = torch.linalg.solve_triangular(system, bc * kc * cum.exp()[..., None], upper=False, unitriangular=True)
         v_new = u - w @ state  # the corrections, once the carried state is accounted for

@@ -115,9 +115,7 @@ def cache_bytes(model: ModelKV, seq_len: int, *, bytes_per_element: float = 2) -
     Source: the course's own formula (notebook 11), as in the module's docstring.
     """
     S = check_int("seq_len", seq_len, minimum=0)
-    e = check_number("bytes_per_element", bytes_per_element, minimum=0.0)
-    if e <= 0:
-        raise ValueError(f"bytes_per_element must be > 0, got {e}")
+    e = check_number("bytes_per_element", bytes_per_element, positive=True)
     per = model.per_token_layer_bytes(e)
     return per * (model.global_layers * S + model.local_layers * min(S, model.window))
 

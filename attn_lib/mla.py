@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attn_lib._checks import check_bool, check_int, check_number, check_tensor, shape_of
+from attn_lib._checks import check_bool, check_int, check_number, check_rope_base, check_scale, check_tensor, shape_of
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.kv_cache import KVCache
 from attn_lib.masks import causal_mask
@@ -80,10 +80,10 @@ class MultiHeadLatentAttention(nn.Module):
 
     Raises:
         TypeError: a size is not an int, rope_interleave/bias not bools, rope_base or scale not a number.
-        ValueError: a size < 1, an odd dr; rope_base NaN, infinite or < 1; scale NaN, infinite or < 0.
-        Not checked here: a rope_base of exactly 1 and a scale of 0 pass and are refused (ValueError) at the first
-        ``forward`` by RoPE and by scaled_dot_product_attention; eps is not checked; a non-floating dtype raises
-        torch's error (RuntimeError for an integer dtype, TypeError for a str).
+        ValueError: a size < 1, an odd dr; rope_base NaN, infinite or <= 1; scale NaN, infinite or <= 0 (the rules
+        of ``check_rope_base`` and ``check_scale``, as RoPE and scaled_dot_product_attention apply them).
+        Not checked here: eps; a non-floating dtype raises torch's error (RuntimeError for an integer dtype,
+        TypeError for a str).
 
     Source: DeepSeek-AI 2024, DeepSeek-V2 (arXiv:2405.04434) §2.1.2 (low-rank key-value joint compression and
     the absorption of W_UK / W_UV) and §2.1.3 (decoupled RoPE); transformers' ``DeepseekV3Attention``.
@@ -100,10 +100,10 @@ class MultiHeadLatentAttention(nn.Module):
         if dr % 2:
             raise ValueError(f"qk_rope_head_dim must be even (RoPE rotates pairs), got {dr}")
         self.q_lora_rank = None if q_lora_rank is None else _pos("q_lora_rank", q_lora_rank)
-        self.rope_base = check_number("rope_base", rope_base, minimum=1.0)
+        self.rope_base = check_rope_base(rope_base, allow_none=False)
         self.rope_interleave = check_bool("rope_interleave", rope_interleave)
         check_bool("bias", bias)
-        self.scale = (dn + dr) ** -0.5 if scale is None else check_number("scale", scale, minimum=0.0)
+        self.scale = check_scale(scale, dn + dr)
         self.d_model, self.num_heads, self.kv_lora_rank = d, H, r
         self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim = dn, dr, dv
         f = {"dtype": dtype}
@@ -248,9 +248,7 @@ def mla_cache_bytes_per_token(num_layers: int, kv_lora_rank: int, qk_rope_head_d
     """
     L, r, dr = (_pos(n, v) for n, v in (("num_layers", num_layers), ("kv_lora_rank", kv_lora_rank),
                                          ("qk_rope_head_dim", qk_rope_head_dim)))
-    e = check_number("bytes_per_element", bytes_per_element, minimum=0.0)
-    if e <= 0:
-        raise ValueError(f"bytes_per_element must be > 0, got {e}")
+    e = check_number("bytes_per_element", bytes_per_element, positive=True)
     return L * (r + dr) * e
 
 
@@ -283,7 +281,7 @@ def mla_decode_cost(seq_len: int, *, num_heads: int, kv_lora_rank: int, qk_nope_
     S, H, r, dn, dr, dv = (_pos(n, v) for n, v in (("seq_len", seq_len), ("num_heads", num_heads),
                                                    ("kv_lora_rank", kv_lora_rank), ("qk_nope_head_dim", qk_nope_head_dim),
                                                    ("qk_rope_head_dim", qk_rope_head_dim), ("v_head_dim", v_head_dim)))
-    e = check_number("bytes_per_element", bytes_per_element, minimum=0.0)
+    e = check_number("bytes_per_element", bytes_per_element, positive=True)
     cache = S * (r + dr) * e
     expand_flops = 2 * S * r * H * (dn + dv) + 2 * S * H * (dn + dr) + 2 * S * H * dv
     absorbed_flops = 2 * H * dn * r + 2 * S * H * (r + dr) + 2 * S * H * r + 2 * H * r * dv

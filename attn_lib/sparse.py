@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attn_lib._checks import check_bool, check_int, check_number, check_tensor, shape_of
+from attn_lib._checks import check_bool, check_int, check_number, check_rope_base, check_tensor, shape_of
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.masks import causal_mask
 from attn_lib.mla import MultiHeadLatentAttention
@@ -67,8 +67,7 @@ class LightningIndexer(nn.Module):
 
     Raises:
         TypeError: a size is not an int; rope_base not a number. ValueError: a size < 1; rope_dim odd or
-            > head_dim; rope_base NaN, infinite or < 1 (a base of exactly 1 passes here and is refused by RoPE
-            at the first :meth:`scores`).
+            > head_dim; rope_base NaN, infinite or <= 1 (RoPE's rule, ``check_rope_base``).
 
     Source: DeepSeek-AI 2025, DeepSeek-V3.2-Exp report, eq. 1 (the lightning indexer); transformers'
     ``DeepseekV32Indexer``, which tests/test_sparse.py matches in float64.
@@ -83,7 +82,7 @@ class LightningIndexer(nn.Module):
         if dr % 2 or dr > D:
             raise ValueError(f"rope_dim must be even and <= head_dim={D} (RoPE rotates pairs of q_I, k_I), got {dr}")
         self.topk = _pos("topk", topk)
-        self.rope_base = check_number("rope_base", rope_base, minimum=1.0)
+        self.rope_base = check_rope_base(rope_base, allow_none=False)
         self.d_model, self.num_heads, self.head_dim, self.rope_dim = d, H, D, dr
         f = {"dtype": dtype}
         self.wq_b = nn.Linear(r_q, H * D, bias=False, **f)
@@ -290,10 +289,8 @@ def dsa_decode_cost(seq_len: int, *, num_heads: int = 128, kv_lora_rank: int = 5
         ("seq_len", seq_len), ("num_heads", num_heads), ("kv_lora_rank", kv_lora_rank),
         ("qk_rope_head_dim", qk_rope_head_dim), ("d_model", d_model), ("q_lora_rank", q_lora_rank),
         ("index_heads", index_heads), ("index_head_dim", index_head_dim), ("topk", topk)))
-    e, eI = (check_number(n, v, minimum=0.0) for n, v in (("bytes_per_element", bytes_per_element),
-                                                         ("index_bytes_per_element", index_bytes_per_element)))
-    if e <= 0 or eI <= 0:
-        raise ValueError(f"bytes_per_element and index_bytes_per_element must be > 0, got {e} and {eI}")
+    e, eI = (check_number(n, v, positive=True) for n, v in (("bytes_per_element", bytes_per_element),
+                                                           ("index_bytes_per_element", index_bytes_per_element)))
     kk = min(k, S)
     dense = 2 * S * H * (r + dr) + 2 * S * H * r
     indexer = 2 * rq * HI * dI + 2 * d * dI + 2 * d * HI + 2 * S * HI * dI + 2 * S * HI

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attn_lib._checks import check_bool, check_int, check_number, check_tensor, shape_of
+from attn_lib._checks import check_bool, check_int, check_number, check_rope_base, check_scale, check_tensor, shape_of
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.gqa import repeat_kv
 from attn_lib.kv_cache import KVCache
@@ -52,9 +52,7 @@ def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
     after Bello et al. 2016); transformers' ``Gemma2Attention`` (``attn_logit_softcapping``).
     """
     check_tensor("scores", scores, floating=True)
-    cap = check_number("cap", cap, minimum=0.0)
-    if cap <= 0:
-        raise ValueError(f"cap must be > 0, got {cap}")
+    cap = check_number("cap", cap, positive=True)
     return cap * torch.tanh(scores / cap)
 
 
@@ -120,10 +118,8 @@ class VariantAttention(nn.Module):
     Raises:
         TypeError: a size (sliding_window included) not an int; bias, qk_norm, v_norm, sinks or kv_shared not a
             bool; rope_base, scale or softcap not a number.
-        ValueError: a size < 1; Hkv not dividing H; an odd head_dim (RoPE); rope_base NaN, infinite or < 1;
-            scale or softcap NaN, infinite or < 0; softcap 0.
-        Not checked here: a rope_base of exactly 1 and a scale of 0 (without softcap) pass and are refused
-        (ValueError) at the first ``forward`` by RoPE and by scaled_dot_product_attention.
+        ValueError: a size < 1; Hkv not dividing H; an odd head_dim (RoPE); rope_base NaN, infinite or <= 1;
+            scale or softcap NaN, infinite or <= 0.
 
     Source: grouped-query attention (Ainslie et al. 2023) with RoPE (Su et al. 2021) as transformers'
     ``MistralAttention``; QK-norm (Dehghani et al. 2023) as ``Qwen3Attention``; soft-capping (Gemma 2, after
@@ -144,8 +140,8 @@ class VariantAttention(nn.Module):
             raise ValueError(f"head_dim must be even for RoPE, got {E}")
         for n, v in (("bias", bias), ("qk_norm", qk_norm), ("v_norm", v_norm), ("sinks", sinks), ("kv_shared", kv_shared)):
             check_bool(n, v)
-        self.rope_base = check_number("rope_base", rope_base, minimum=1.0)
-        self.scale = E ** -0.5 if scale is None else check_number("scale", scale, minimum=0.0)
+        self.rope_base = check_rope_base(rope_base, allow_none=False)
+        self.scale = check_scale(scale, E)
         self.softcap = None if softcap is None else check_number("softcap", softcap, minimum=0.0)
         if self.softcap == 0:
             raise ValueError("softcap must be None or > 0, got 0")

@@ -217,7 +217,7 @@ def local_global_cache_bytes(seq_len: int, *, num_layers: int, num_kv_heads: int
                                                           ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
                                                           ("window", window)))
     k = check_int("local_per_global", local_per_global, minimum=0)
-    e = check_number("bytes_per_element", bytes_per_element, minimum=0.0)
+    e = check_number("bytes_per_element", bytes_per_element, positive=True)
     per_token = 2 * h * d * e
     n_global = sum(1 for i in range(L) if (i + 1) % (k + 1) == 0)
     full = L * S * per_token

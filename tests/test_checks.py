@@ -122,6 +122,48 @@ def test_every_attention_function_follows_the_one_scale_rule():
             fn(q, q, q, scale=-1.0)
 
 
+def test_the_modern_layers_refuse_at_construction_what_their_forward_would_refuse():
+    """rope_base = 1 and scale = 0 used to pass the constructors of MLA, VariantAttention and the lightning indexer,
+    and fail only at the first forward (RoPE, SDPA): one rule, applied when the argument is given."""
+    from attn_lib.mla import MultiHeadLatentAttention
+    from attn_lib.sparse import LightningIndexer
+    from attn_lib.variants import VariantAttention
+
+    mla = dict(d_model=16, num_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=2, v_head_dim=4)
+    indexer = dict(d_model=16, q_lora_rank=8, num_heads=2, head_dim=8, rope_dim=4, topk=2)
+    for build in (lambda **kw: MultiHeadLatentAttention(**mla, **kw), lambda **kw: VariantAttention(16, 2, 2, 8, **kw),
+                  lambda **kw: LightningIndexer(**indexer, **kw)):
+        with pytest.raises(ValueError, match="rope_base must be a finite number > 1"):
+            build(rope_base=1.0)
+        build(rope_base=500.0)  # a legal base still builds
+    for build in (lambda **kw: MultiHeadLatentAttention(**mla, **kw), lambda **kw: VariantAttention(16, 2, 2, 8, **kw)):
+        with pytest.raises(ValueError, match="scale must be None or a finite number > 0"):
+            build(scale=0.0)
+
+
+def test_every_byte_count_refuses_zero_bytes_per_element():
+    from attn_lib.kv_table import PUBLISHED, cache_bytes
+    from attn_lib.mla import mla_cache_bytes_per_token, mla_decode_cost
+    from attn_lib.sparse import dsa_decode_cost
+    from attn_lib.windows import local_global_cache_bytes
+
+    calls = {
+        "local_global_cache_bytes": lambda e: local_global_cache_bytes(
+            64, num_layers=2, num_kv_heads=2, head_dim=8, window=16, local_per_global=5, bytes_per_element=e),
+        "mla_cache_bytes_per_token": lambda e: mla_cache_bytes_per_token(2, 8, 4, bytes_per_element=e),
+        "mla_decode_cost": lambda e: mla_decode_cost(64, num_heads=2, kv_lora_rank=8, qk_nope_head_dim=4,
+                                                     qk_rope_head_dim=2, v_head_dim=4, bytes_per_element=e),
+        "dsa_decode_cost": lambda e: dsa_decode_cost(4096, bytes_per_element=e),
+        "cache_bytes": lambda e: cache_bytes(PUBLISHED[0], 1024, bytes_per_element=e),
+    }
+    for name, call in calls.items():
+        assert call(2) is not None, name
+        with pytest.raises(ValueError, match="bytes_per_element must be a number > 0, got 0.0"):
+            call(0)
+        with pytest.raises(TypeError, match="bytes_per_element must be a number"):
+            call("2")
+
+
 def test_check_heads_lists_the_divisors():
     assert C.check_heads(8, 2) == 4
     with pytest.raises(ValueError, match=r"possible values: \[1, 2, 3, 6\]"):
