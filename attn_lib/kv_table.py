@@ -145,23 +145,31 @@ def kv_table(seq_len: int = 131072, models: list[ModelKV] | None = None) -> list
     return rows
 
 
+def _tokens(rows: list[dict]) -> str:
+    """The first row's seq_len as a column label: "128k" for a multiple of 1024, else the number ("1000")."""
+    if not rows:
+        raise ValueError("rows must hold at least one row of kv_table(), got an empty list")
+    n = rows[0]["seq_len"]
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
 def format_kv_table(rows: list[dict]) -> str:
     """The rows as a fixed-width text table (KiB per token, GiB at seq_len).
 
     Args:
         rows: :func:`kv_table`'s list of dicts (no tensors); every row must have "model" (str), "kind" (str),
-            "bytes_per_token" and "bytes_at" (numbers); the first one's "seq_len" (int) names the column, in units
-            of 1024 tokens (rounded down: below 1024 it reads "0k").
+            "bytes_per_token" and "bytes_at" (numbers); the first one's "seq_len" (int) names the column ("128k"
+            for a multiple of 1024 tokens, else the count itself, "1000").
 
     Returns:
         str, a header, a rule and one line per row, joined by newlines.
 
     Raises:
-        nothing of its own: an empty list raises IndexError, a row without one of the keys KeyError.
+        ValueError: an empty list (no row to name the column). A row without one of the keys raises KeyError.
 
     Source: the course's own (notebook 11).
     """
-    head = f"{'model':<20} {'KiB/token':>10} {'GiB @ ' + str(rows[0]['seq_len'] // 1024) + 'k':>11}  kind"
+    head = f"{'model':<20} {'KiB/token':>10} {'GiB @ ' + _tokens(rows):>11}  kind"
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['model']:<20} {r['bytes_per_token'] / 1024:>10.1f} {r['bytes_at'] / 2**30:>11.2f}  {r['kind']}")
@@ -181,8 +189,8 @@ def plot_kv_table(rows: list[dict], *, ax=None):
         GQA + linear attention).
 
     Raises:
-        nothing of its own: an empty list raises IndexError, a row without one of the keys KeyError; matplotlib
-        missing raises ModuleNotFoundError.
+        ValueError: an empty list. A row without one of the keys raises KeyError; matplotlib missing raises
+        ModuleNotFoundError.
 
     Source: the course's own (notebook 11's plot); colours of Okabe & Ito 2008 (attn_lib.style.PALETTE).
     """
@@ -197,6 +205,6 @@ def plot_kv_table(rows: list[dict], *, ax=None):
     colours = [PALETTE[0] if "MLA" in r["kind"] else PALETTE[2] if "window" in r["kind"] else PALETTE[1]
                for r in rows][::-1]
     ax.barh(names, gib, color=colours)
-    ax.set_xlabel(f"KV cache of one {rows[0]['seq_len'] // 1024}k-token sequence, GiB (bf16)")
+    ax.set_xlabel(f"KV cache of one {_tokens(rows)}-token sequence, GiB (bf16)")
     ax.set_title("blue: MLA, orange: GQA, green: GQA + sliding windows")
     return ax

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import check_choice, check_finite, check_int, check_number, check_tensor, shape_of
+from attn_lib._checks import check_choice, check_finite, check_int, check_number, check_same_dtype, check_tensor, shape_of
 
 __all__ = [
     "elu_feature_map", "linear_attention", "decayed_step", "decayed_attention", "ssd", "mamba2_mixer_forward",
@@ -242,6 +242,8 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
     """
     for n, t in (("x", x), ("dt", dt), ("A", A)):
         check_tensor(n, t, floating=True)
+    if x.dim() != 4:
+        raise ValueError(f"x must have 4 dims (Bt, H, L, P), got shape {shape_of(x)}")
     if dt.shape != x.shape[:-1]:
         raise ValueError(f"dt must have shape (Bt, H, L) = {shape_of(x)[:-1]}, got {shape_of(dt)}")
     if A.shape != (x.shape[-3],):
@@ -299,26 +301,36 @@ def mamba2_mixer_forward(mixer, hidden_states: torch.Tensor, *, form: str = "par
     return mixer.out_proj(mixer.norm.weight * y)
 
 
+def _check_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The one rule of both long convolutions: floating u (..., L) and k (..., K <= L) of one dtype; k zero-padded."""
+    check_tensor("u", u, floating=True, min_ndim=1)
+    check_tensor("k", k, floating=True, min_ndim=1)
+    check_same_dtype(u=u, k=k)
+    L, K = u.shape[-1], k.shape[-1]
+    if K > L:
+        raise ValueError(f"k must be at most as long as u (L={L}), got length {K}")
+    return torch.nn.functional.pad(k, (0, L - K))
+
+
 def direct_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Causal convolution y_t = Σ_{s=0..t} k_s u_{t-s}, summed directly: O(L²) per channel.
 
     Args:
-        u: (..., L) signals; k: (..., L) filters as long as the signal (the leading dims broadcast). Floating
-            tensors (float16, bfloat16, float32 or float64) of one dtype.
+        u: (..., L) signals; k: (..., K) filters with K <= L (a shorter one is zero-padded, as in
+            :func:`fft_long_conv`), leading dims broadcast. Floating tensors (float16, bfloat16, float32 or
+            float64) of one dtype.
 
     Returns:
         (..., L), in the inputs' dtype.
 
     Raises:
-        TypeError: u or k not a floating tensor. ValueError: u or k with 0 dims.
-        Nothing else of its own: a k shorter than u raises torch's IndexError; a longer k is cut to its first L
-        values (unlike :func:`fft_long_conv`, which refuses it); u and k of different dtypes raise RuntimeError.
+        TypeError: u or k not a floating tensor, or of different dtypes. ValueError: u or k with 0 dims; the
+        filter is longer than the signal (the same rules as :func:`fft_long_conv`).
 
     Source: the course's own reference for :func:`fft_long_conv`: the convolutional representation of an SSM
     (Gu et al. 2022, S4), summed directly.
     """
-    check_tensor("u", u, floating=True, min_ndim=1)
-    check_tensor("k", k, floating=True, min_ndim=1)
+    k = _check_conv(u, k)
     L = u.shape[-1]
     idx = torch.arange(L, device=u.device)
     lag = idx[:, None] - idx[None, :]  # (t, s): lag t - s
@@ -340,13 +352,11 @@ def fft_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         (..., L), the dtype of u.
 
     Raises:
-        TypeError: not floating tensors. ValueError: u or k with 0 dims; the filter is longer than the signal.
+        TypeError: not floating tensors, or of different dtypes. ValueError: u or k with 0 dims; the filter is
+        longer than the signal.
     """
-    check_tensor("u", u, floating=True, min_ndim=1)
-    check_tensor("k", k, floating=True, min_ndim=1)
+    k = _check_conv(u, k)
     L = u.shape[-1]
-    if k.shape[-1] > L:
-        raise ValueError(f"k must be at most as long as u (L={L}), got length {k.shape[-1]}")
     n = 2 * L
     return torch.fft.irfft(torch.fft.rfft(u, n=n) * torch.fft.rfft(k, n=n), n=n)[..., :L].to(u.dtype)
 

@@ -29,6 +29,9 @@ def test_table_matches_the_numbers_worked_out_by_hand():
     assert gib["Llama 3.1 70B"] == 40.0  # the familiar 320 KiB per token
     assert sorted(gib, key=gib.get)[:2] == ["Qwen3-Next-80B-A3B", "gpt-oss-120b"] and gib["DeepSeek-V3"] < gib["Llama 3.1 70B"] / 4
     assert "DeepSeek-V3" in format_kv_table(rows)
+    assert "GiB @ 128k" in format_kv_table(kv_table(131072)) and "GiB @ 1000" in format_kv_table(kv_table(1000))
+    with pytest.raises(ValueError, match="empty list"):
+        format_kv_table([])
 
 
 def test_cache_bytes_below_the_window_counts_every_token():

@@ -127,6 +127,9 @@ def test_ssd_parallel_equals_its_recurrent_and_chunked_forms():
     args = _ssd_inputs(torch.Generator().manual_seed(0))
     ys = [ssd(*args, form=f, chunk_size=6) for f in FORMS]
     assert max(float((y - ys[0]).abs().max()) for y in ys) < 1e-10
+    x, *rest = args
+    with pytest.raises(ValueError, match=r"x must have 4 dims \(Bt, H, L, P\)"):
+        ssd(x[0], *rest)
 
 
 def test_ssd_equals_transformers_mamba2_chunk_scan():
@@ -238,6 +241,20 @@ def test_direct_convolution_is_the_textbook_sum_and_the_padding_matters():
     assert (direct_long_conv(u, k) - want).abs().max() < 1e-12
     circular = torch.fft.irfft(torch.fft.rfft(u) * torch.fft.rfft(k), n=12)  # without zero padding: wraps around
     assert (circular - want).abs().max() > 1e-3
+
+
+def test_both_convolutions_follow_one_rule_for_short_long_and_mixed_filters():
+    g = torch.Generator().manual_seed(1)
+    u, short = _rand(2, 10, g=g), _rand(2, 4, g=g)
+    padded = torch.cat([short, torch.zeros(2, 6, dtype=short.dtype)], dim=-1)
+    for conv in (direct_long_conv, fft_long_conv):
+        # a shorter filter is a longer one with zeros: y_t = sum_{s < 4} k_s u_{t-s}
+        want = torch.stack([sum(short[:, s] * u[:, t - s] for s in range(min(t + 1, 4))) for t in range(10)], -1)
+        assert (conv(u, short) - want).abs().max() < 1e-9 and (conv(u, short) - conv(u, padded)).abs().max() < 1e-9
+        with pytest.raises(ValueError, match="k must be at most as long as u"):
+            conv(u, _rand(2, 11, g=g))
+        with pytest.raises(TypeError, match="must share one dtype"):
+            conv(u, short.float())
 
 
 def test_fft_cost_grows_faster_than_linear():  # the answer of 12.fft_cost, derived from n log2 n
