@@ -56,6 +56,9 @@ def test_check_self_attention():
     _fails_with(check_self_attention(
         lambda x, wq, wk, wv: _weights(x @ wq, x @ wk, scale=x.shape[-1] ** -0.5) @ (x @ wv)), "d_model")
     _fails_with(check_self_attention(lambda x, wq, wk, wv: _weights(x @ wq, x @ wv) @ (x @ wk)), "swapped")
+    # the variation: values of another width d_v; the scale still uses d_k
+    _fails_with(check_self_attention(
+        lambda x, wq, wk, wv: _weights(x @ wq, x @ wk, scale=wv.shape[1] ** -0.5) @ (x @ wv)), "1/sqrt(d_v)")
     _fails_with(check_self_attention(lambda x, wq, wk, wv: _weights(x @ wq.T, x @ wk.T) @ (x @ wv.T)),
                 "raised")  # transposed (d_model, d_k) matrices do not even multiply when d_model != d_k
 

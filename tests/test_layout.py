@@ -135,7 +135,7 @@ def test_no_import_cycle_inside_attn_lib():
 
 
 def test_no_module_of_the_math_imports_plotting():
-    """The attention math imports neither matplotlib nor attn_lib.viz at import time (figures import on use)."""
+    """The attention math imports neither matplotlib nor attn_lib.viz nor attn_lib.diagrams at import time."""
     import ast
     from pathlib import Path
 
@@ -151,13 +151,14 @@ def test_no_module_of_the_math_imports_plotting():
             elif isinstance(node, ast.Import):
                 mods = [a.name for a in node.names]
             for m in mods:
-                assert not (m.startswith("matplotlib") or m == "attn_lib.viz"), f"attn_lib.{name} imports {m}"
+                assert not (m.startswith("matplotlib") or m in ("attn_lib.viz", "attn_lib.diagrams")), \
+                    f"attn_lib.{name} imports {m}"
     graph = _module_imports()
     for name in math_modules:  # nor through another attn_lib module
         seen, todo = set(), [f"attn_lib.{name}"]
         while todo:
             m = todo.pop()
-            assert m != "attn_lib.viz", f"attn_lib.{name} reaches attn_lib.viz at import time"
+            assert m not in ("attn_lib.viz", "attn_lib.diagrams"), f"attn_lib.{name} reaches {m} at import time"
             for dep in graph.get(m, ()):
                 if dep not in seen and dep != "attn_lib":
                     seen.add(dep)

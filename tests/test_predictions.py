@@ -194,3 +194,28 @@ def test_gqa_dk_answer_is_derived():
     k_rep = k.detach().repeat_interleave(4, 1).requires_grad_()
     (dk_rep,) = torch.autograd.grad(F.scaled_dot_product_attention(q, k_rep, v.repeat_interleave(4, 1)).sum(), k_rep)
     torch.testing.assert_close(dk, dk_rep.view(1, 2, 4, 6, 4).sum(2))
+
+
+# ---------------------------------------------------------------- notebooks 03-05: the choices are shown
+@pytest.mark.parametrize("notebook", ["03_scaled_dot_product_attention", "04_masking", "05_multi_head_attention"])
+def test_notebook_shows_every_choice_of_its_predictions_as_registered(notebook):
+    """A question that asks for a, b or c lists the registry's choices, word for word, in the markdown cell right
+    before its check_prediction cell (#27 §4: 04.left_padding_nan once asked for a letter without choices)."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / f"{notebook}.ipynb"
+    cells = nbformat.read(path, as_version=4).cells
+    asked = 0
+    for i, cell in enumerate(cells):
+        found = re.search(r'check_prediction\("([0-9]{2}\.\w+)"', cell.source) if cell.cell_type == "code" else None
+        if not found:
+            continue
+        question = QUESTIONS[found.group(1)]
+        shown = " ".join(next(c for c in reversed(cells[:i]) if c.cell_type == "markdown").source.split())
+        for key, text in question.choices.items():
+            assert f"**{key}**" in shown and " ".join(text.split()) in shown, (question.id, key, text)
+        asked += 1
+    assert asked >= 1

@@ -98,16 +98,18 @@ def check_attention(attention) -> CheckResult:
 def check_self_attention(self_attention) -> CheckResult:
     """Check ``self_attention(x, w_q, w_k, w_v)`` -> output of self-attention with learned projections.
 
-    x (T, d_model) are the input vectors; w_q, w_k, w_v (d_model, d_k) the projection matrices
-    (Q = x @ w_q, and so on). Returns (T, d_k) = softmax(Q·Kᵀ / sqrt(d_k))·V.
+    x (T, d_model) are the input vectors; w_q, w_k (d_model, d_k) and w_v (d_model, d_v) the projection
+    matrices (Q = x @ w_q, and so on), the value width d_v not always d_k. Returns (T, d_v) =
+    softmax(Q·Kᵀ / sqrt(d_k))·V: the scale uses d_k, neither d_model nor d_v.
     """
-    dims = [(5, 16, 4), (6, 8, 8), (4, 32, 8)]  # (T, d_model, d_k); the middle one is square
+    dims = [(5, 16, 4, 4), (6, 8, 8, 8), (4, 32, 8, 3), (5, 12, 3, 6)]  # (T, d_model, d_k, d_v); the 2nd is square
 
     def trials():
-        for trial, (T, d_model, d_k) in enumerate(dims):
+        for trial, (T, d_model, d_k, d_v) in enumerate(dims):
             g = fresh_generator("check_self_attention", trial)
             x = torch.randn(T, d_model, generator=g)
-            wq, wk, wv = (torch.randn(d_model, d_k, generator=g) / math.sqrt(d_model) for _ in range(3))
+            wq, wk = (torch.randn(d_model, d_k, generator=g) / math.sqrt(d_model) for _ in range(2))
+            wv = torch.randn(d_model, d_v, generator=g) / math.sqrt(d_model)
             q, k, v = x @ wq, x @ wk, x @ wv
             want, _ = scaled_dot_product_attention(q, k, v)
             got = _as_tensor(call(self_attention, {"x": x, "w_q": wq, "w_k": wk, "w_v": wv}), "self_attention")
@@ -120,10 +122,15 @@ def check_self_attention(self_attention) -> CheckResult:
                 (attn(q, k, v, 1.0), HINT_NO_SCALE),
                 (attn(q, k, v, 1 / math.sqrt(d_model)),
                  "you scaled by 1/sqrt(d_model); the scale uses the query/key size d_k = w_q.shape[1]."),
-                (attn(q, v, k, s), "keys and values are swapped: K = x @ w_k, V = x @ w_v."),
                 (attn(k, q, v, s), "queries and keys are swapped: Q = x @ w_q, K = x @ w_k."),
                 (torch.softmax(q @ k.T * s, dim=0) @ v, HINT_WRONG_AXIS),
             ]
+            if d_v != d_k:
+                wrong.append((attn(q, k, v, 1 / math.sqrt(d_v)),
+                              "you scaled by 1/sqrt(d_v); the scale uses the query/key size d_k = w_q.shape[1]: "
+                              "the values enter no dot product, their width d_v only sets the output's."))
+            else:
+                wrong.append((attn(q, v, k, s), "keys and values are swapped: K = x @ w_k, V = x @ w_v."))
             if d_model == d_k:
                 wrong.append((attn(x, x, x, s),
                               "the projections are missing: first compute Q = x @ w_q, K = x @ w_k, V = x @ w_v."))
