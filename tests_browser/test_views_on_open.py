@@ -48,7 +48,15 @@ _VIEWS_JS = r"""
       fits: box ? box.right <= visible.right + 1 && box.left >= visible.left - 1 : false,
       scrolls: !!scroller,
       scrollRange: scroller ? scroller.scrollWidth - scroller.clientWidth : 0,
-      reach: scroller ? scroller.scrollWidth >= box.width - 1 : false,
+      reach: (() => {  // scrolled to the far right, the view's right edge is inside the scrolling box
+        if (!scroller) return false;
+        scroller.scrollLeft = scroller.scrollWidth;
+        let right = 0;
+        for (const e of svg.querySelectorAll('rect, text, line')) right = Math.max(right, e.getBoundingClientRect().right);
+        const inside = right <= scroller.getBoundingClientRect().right + 1;
+        scroller.scrollLeft = 0;
+        return inside;
+      })(),
     };
   });
   return {prompts, views};
