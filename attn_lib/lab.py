@@ -47,6 +47,46 @@ def write_lab_settings(prefix: str | Path = sys.prefix) -> Path:
     return path
 
 
+def course_notebooks(root: str | Path = REPO_ROOT) -> list[Path]:
+    """The course's own notebooks: ``notebooks/NN_*.ipynb`` and ``notebooks/solutions/*.ipynb`` under ``root``."""
+    root = Path(root)
+    return sorted(root.glob("notebooks/[0-9][0-9]_*.ipynb")) + sorted(root.glob("notebooks/solutions/*.ipynb"))
+
+
+def trust_notebooks(root: str | Path = REPO_ROOT, *, data_dir: str | Path | None = None) -> list[Path]:
+    """Sign the course's notebooks as trusted, as ``jupyter trust`` does, so that JupyterLab draws their saved
+    interactive outputs (notebook 06's bertviz views) on opening, without running a cell.
+
+    JupyterLab runs a saved output's JavaScript only for a notebook whose signature (an HMAC of its content
+    with this machine's secret key) is in the signature database, ``<data_dir>/nbsignatures.db``. Only the
+    course's committed notebooks (:func:`course_notebooks`) are signed; a notebook edited outside JupyterLab
+    loses its signature until the next ``make lab``.
+
+    Args:
+        root: the course folder.
+        data_dir: Jupyter's data folder holding the key and the database (None: Jupyter's default,
+            ``jupyter --data-dir``, which the server reads too).
+
+    Returns:
+        the notebooks newly signed (already trusted ones are left as they are).
+
+    Source: ``jupyter trust`` (nbformat.sign.TrustNotebookApp), which this calls through nbformat's
+    ``NotebookNotary``.
+    """
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    notary = NotebookNotary(data_dir=str(data_dir)) if data_dir is not None else NotebookNotary()
+    signed = []
+    for path in course_notebooks(root):
+        # the committed JSON as it is (no validation pass: the tests validate the notebooks; this keeps `make lab` quick)
+        nb = nbformat.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        if not notary.check_signature(nb):
+            notary.sign(nb)
+            signed.append(path)
+    return signed
+
+
 def lab_command(*, port: int | None = None, token: str | None = None, open_browser: bool = True) -> list[str]:
     """argv that starts JupyterLab at the course root, opening ``notebooks/00_welcome.ipynb``.
 
@@ -55,9 +95,11 @@ def lab_command(*, port: int | None = None, token: str | None = None, open_brows
         token: the access token; None lets Jupyter generate one.
         open_browser: False for servers started by tests.
 
-    Also writes the course's JupyterLab settings into this environment (:func:`write_lab_settings`).
+    Also writes the course's JupyterLab settings into this environment (:func:`write_lab_settings`) and
+    trusts the course's notebooks (:func:`trust_notebooks`), so their saved bertviz views draw on opening.
     """
     write_lab_settings()
+    trust_notebooks()
     argv = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={REPO_ROOT}"]
     if port is not None:
         argv.append(f"--ServerApp.port={int(port)}")

@@ -572,7 +572,9 @@ def offline_page(page):
     even online on a first Run All ("require is not defined", bertviz issue #53). Here the CDN tag
     and the ``require.config`` block are removed, d3 and jQuery are inlined (:func:`_inline_libraries`),
     and a local ``requirejs`` hands them to bertviz's unchanged drawing code, which runs once the
-    view's ``<div>`` is in the document. The page is ~330 kB larger (the two libraries).
+    view's ``<div>`` is in the document. The page is ~330 kB larger (the two libraries). The view sits in a
+    ``<div>`` that scrolls sideways, and its SVG is exempt from the page's ``max-width: 100%`` on SVGs, so a view
+    wider than the output (the model view's 12 heads) scrolls instead of being cut off.
 
     Args:
         page: an ``IPython.display.HTML`` (or its ``.data`` string) from bertviz with ``html_action="return"``.
@@ -609,7 +611,13 @@ def offline_page(page):
         + "  if (tries < 400) { setTimeout(function () { start(tries + 1); }, 25); } return; }\n"
         + script + "\n})(0);\n})();\n"
     )
-    return HTML(data[:i] + wrapped + data[j:])
+    # Fit or scroll, never clip: JupyterLab (and the website's theme) cap an output's <svg> at the output's width
+    # (max-width: 100%), but the model view draws its 6 x 12 thumbnails at fixed sizes, so the heads on the right
+    # were cut off on a 1366-pixel screen. The cap is lifted for this view's SVG, and the view scrolls sideways.
+    root = vis_id.group(1)
+    return HTML(f'<div class="attn-lib-bertviz" style="max-width: 100%; overflow-x: auto;">'
+                f"<style>#{root} svg {{ max-width: none !important; }}</style>"
+                + data[:i] + wrapped + data[j:] + "</div>")
 
 
 def _bertviz_original(name: str):

@@ -25,8 +25,10 @@ What the source notebook gets (nbgrader cell metadata in brackets):
 - every explanatory cell [locked, ``locked_<cell id>``], so nbgrader's checksums restore and report edits.
 
 ``<key>`` is the check's name plus its literal arguments (``check_attention_weights``,
-``check_prediction_03_scale_by_dk``). Points: :data:`DEFAULT_POINTS` per check, or
-``classroom/points.toml`` (``check_name = points``, optional).
+``check_prediction_03_scale_by_dk``). Points, by kind (:func:`default_points`): an implementation check
+(a function the student writes, tested on fresh inputs) is worth :data:`IMPLEMENTATION_POINTS`, a prediction
+(``check_prediction``: a letter or a number, graded on completion) :data:`PREDICTION_POINTS`;
+``classroom/points.toml`` (``check_name = points`` or ``grade_id = points``, optional) overrides either.
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_POINTS = 1
+# An implementation is worth more than a letter: writing and debugging a function that passes fresh inputs is
+# most of a notebook's exercise time, while a prediction takes a minute and is graded on completion.
+PREDICTION_POINTS = 1
+IMPLEMENTATION_POINTS = 3
 CHECK_PREFIX = "attn_lib.exercises.check_"
 SCHEMA = 3
 
@@ -117,6 +122,12 @@ def _points_table(path: Path | None) -> dict[str, int]:
     return {str(k): int(v) for k, v in table.items()}
 
 
+def default_points(check_name: str) -> int:
+    """Points of a graded check when ``points.toml`` does not name it: :data:`PREDICTION_POINTS` for
+    ``check_prediction``, :data:`IMPLEMENTATION_POINTS` for every other ``check_*``."""
+    return PREDICTION_POINTS if check_name == "check_prediction" else IMPLEMENTATION_POINTS
+
+
 def _registry_solution(check: Check, stub: str) -> str | None:
     """``<variable> = <answer>`` for a check_prediction whose question is in attn_lib's registry."""
     if check.name != "check_prediction":
@@ -171,7 +182,7 @@ def exercises_of(course_nb: dict, solutions_nb: dict, *, points: dict[str, int] 
             if solution is None:
                 raise SourceError(f"{where}: exercise cell {i} calls {found[0].name}({found[0].args}) but the solutions "
                                   f"notebook has no code cell making the same call")
-        pts = sum(points.get(c.key, points.get(c.name, DEFAULT_POINTS)) for c in found)
+        pts = sum(points.get(c.key, points.get(c.name, default_points(c.name))) for c in found)
         result[i] = Exercise(key, pts, stub, solution, tuple(found), tuple(lines[found[0].first_line:]))
     return result
 

@@ -33,3 +33,34 @@ def test_the_setting_names_exist_in_this_jupyterlab():
     schema = json.loads(schema_path.read_text())
     for key in LAB_SETTINGS["@jupyterlab/apputils-extension:notification"]:
         assert key in schema["properties"], key
+
+
+def test_make_lab_trusts_the_course_notebooks(tmp_path):
+    """Saved scripts (notebook 06's bertviz views) run on opening only in a trusted notebook: `make lab` signs them."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    from attn_lib import REPO_ROOT
+    from attn_lib.lab import course_notebooks, trust_notebooks
+
+    notebooks = course_notebooks()
+    assert REPO_ROOT / "notebooks" / "06_heads_in_a_real_model.ipynb" in notebooks
+    assert len(notebooks) >= 20 and all("solutions" in p.parts or p.name[:2].isdigit() for p in notebooks)
+    notary = NotebookNotary(data_dir=str(tmp_path))
+    nb06 = nbformat.read(REPO_ROOT / "notebooks" / "06_heads_in_a_real_model.ipynb", as_version=nbformat.NO_CONVERT)
+    assert not notary.check_signature(nb06)  # a fresh key: not trusted yet
+    assert trust_notebooks(data_dir=tmp_path) == notebooks
+    assert NotebookNotary(data_dir=str(tmp_path)).check_signature(nb06)
+    assert trust_notebooks(data_dir=tmp_path) == []  # already trusted: nothing signed again
+    nb06.cells[0].source += " (edited)"
+    assert not NotebookNotary(data_dir=str(tmp_path)).check_signature(nb06)  # the signature covers the content
+
+
+def test_lab_command_trusts_before_starting(monkeypatch):
+    import attn_lib.lab as lab
+
+    calls = []
+    monkeypatch.setattr(lab, "trust_notebooks", lambda *a, **k: calls.append("trust") or [])
+    monkeypatch.setattr(lab, "write_lab_settings", lambda *a, **k: None)
+    argv = lab.lab_command(port=8899, token="t", open_browser=False)
+    assert calls == ["trust"] and "--ServerApp.port=8899" in argv

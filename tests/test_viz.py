@@ -196,6 +196,17 @@ def test_bertviz_page_ships_its_scripts_and_asks_no_network(view):
     assert "const params = {" in html
 
 
+@pytest.mark.parametrize("view", [viz.head_view, viz.model_view])
+def test_bertviz_page_scrolls_instead_of_clipping(view):
+    """A page caps an output's SVG at its width (JupyterLab, the website); the model view's thumbnails have fixed
+    sizes, so the cap cut off the right-hand heads at 1366 px: the view's SVG is exempt and its box scrolls.
+    tests_browser/test_views_on_open.py measures it in JupyterLab."""
+    html = view(_fake_attentions(layers=2, B=1, H=2, L=3), ["a", "b", "c"], html_action="return").data
+    root = re.search(r'<div id="(bertviz-[0-9a-f]+)"', html).group(1)
+    assert html.startswith('<div class="attn-lib-bertviz" style="max-width: 100%; overflow-x: auto;">')
+    assert f"#{root} svg {{ max-width: none !important; }}" in html and html.endswith("</div>")
+
+
 def test_offline_page_refuses_a_page_it_does_not_know():
     with pytest.raises(ValueError, match="not a bertviz 1.4 page"):
         viz.offline_page("<div>hello</div>")

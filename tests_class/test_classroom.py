@@ -31,6 +31,9 @@ NB = "03_scaled_dot_product_attention"
 # notebook 03's graded checks in notebook order: the predict-then-check question comes first
 P = "check_prediction_03_scale_by_dk"
 KEYS = [P, "check_attention_weights", "check_attention", "check_self_attention"]
+# their points (classroom.source.default_points): a prediction 1, an implementation 3; MAX = notebook 03's total
+WEIGHTS = [source.PREDICTION_POINTS] + [source.IMPLEMENTATION_POINTS] * 3
+MAX = sum(WEIGHTS)
 
 # ---- the students' answers (notebook 03): one string per answer cell
 SOLVED_ATTENTION = '''\
@@ -457,8 +460,9 @@ def test_gradebook_cell_by_cell(graded, student, points, flags):
     _, _, table, deleted, _, _ = graded
     row = table[student]
     assert row["notebook"] == NB
+    points = [p * w for p, w in zip(points, WEIGHTS)]  # passed (1) or not (0), times the check's weight
     assert [int(row[k]) for k in KEYS] == points, row
-    assert (int(row["total"]), int(row["max_total"])) == (sum(points), len(KEYS))
+    assert (int(row["total"]), int(row["max_total"])) == (sum(points), MAX)
     assert row["failed"] == ";".join(k for k, p in zip(KEYS, points) if not p)
     if student.startswith(("a_", "-z")):
         assert row["flags"] == ""
@@ -477,13 +481,13 @@ def test_per_student_summary_and_canvas_export(graded):
     assert set(students) == set(table)
     for name, row in table.items():
         s = students[name]
-        assert (s["total"], s["max_total"], s[NB]) == (row["total"], "4", row["total"])
-        assert s["percent"] == f"{100 * int(row['total']) / 4:.1f}" and s["missing"] == ""
+        assert (s["total"], s["max_total"], s[NB]) == (row["total"], str(MAX), row["total"])
+        assert s["percent"] == f"{100 * int(row['total']) / MAX:.1f}" and s["missing"] == ""
         assert all(f"{NB}: {flag}" in s["flags"] for flag in row["flags"].split(";") if flag)
     lines = (tmp / "grades" / "canvas.csv").read_text().splitlines()
     canvas = list(csv.reader(lines))
     assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", f"{NB} (attention course)"]
-    assert canvas[1] == ["Points Possible", "", "", "", "", "4"]
+    assert canvas[1] == ["Points Possible", "", "", "", "", str(MAX)]
     assert {r[3]: r[5] for r in canvas[2:]} == {name: row["total"] for name, row in table.items()}
 
 
@@ -577,7 +581,7 @@ def test_regrade_resumes_and_never_keeps_stale_points(graded):
     row = next(r for r in rows2 if r.student == "-z_correct_last é")
     assert row.total == 0 and any(f.startswith("could not grade") for f in row.flags)
     assert "could not grade -z_correct_last é" in (tmp / "grades" / "summary.txt").read_text()
-    assert next(r for r in rows2 if r.student == "a_correct_first").total == 4
+    assert next(r for r in rows2 if r.student == "a_correct_first").total == MAX
 
 
 def test_sandbox_holds_when_the_teacher_is_not_root(course):
@@ -617,7 +621,7 @@ def test_sandbox_holds_when_the_teacher_is_not_root(course):
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
         with (work / "grades" / "gradebook.csv").open() as f:
             table = {row["student"]: row for row in csv.DictReader(f)}
-        assert (table["u_correct"]["total"], table["u_correct"]["flags"]) == ("4", "")
+        assert (table["u_correct"]["total"], table["u_correct"]["flags"]) == (str(MAX), "")
         assert table["u_x1_escape"]["total"] == "0"
         page = html_unescape((work / "grades" / "feedback" / "u_x1_escape" / "index.html").read_text())
         found = re.search(r"FOUND (\d+) \[(.*?)\]", page)

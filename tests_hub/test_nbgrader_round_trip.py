@@ -22,11 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from classroom.source import course_assignments
+from classroom.source import IMPLEMENTATION_POINTS, PREDICTION_POINTS, course_assignments
 from hub.course_hub import REPO_ROOT, ensure_unix_user, write_nbgrader_config
 from tests_hub.class_hub import TEACHER
 
 NB = "03_scaled_dot_product_attention"
+FULL = PREDICTION_POINTS + 3 * IMPLEMENTATION_POINTS  # notebook 03: one prediction, three implementations
 COURSE = "attn-course"
 NBGRADER = REPO_ROOT / ".venv-class" / "bin" / "nbgrader"
 PYTHON = REPO_ROOT / ".venv-class" / "bin" / "python"
@@ -139,7 +140,7 @@ def test_teacher_grades_the_collected_submissions_in_the_sandbox(round_trip):
         open(f"/home/{TEACHER}/grades/gradebook.csv"))}
     assert set(rows) == {good, partial, empty}, (rt["collect"].stdout[-3000:], rt["collect"].stderr[-3000:],
                                                  rt["grade"].stderr[-2000:])
-    assert (rows[good]["total"], rows[partial]["total"], rows[empty]["total"]) == ("4", "1", "0"), rows
+    assert (rows[good]["total"], rows[partial]["total"], rows[empty]["total"]) == (str(FULL), "1", "0"), rows
     # partial: the prediction, an unscaled attention_weights (which the solved attention calls), no self_attention
     assert rows[good]["flags"] == "" and \
         rows[partial]["failed"] == "check_attention_weights;check_attention;check_self_attention"
@@ -150,11 +151,11 @@ def test_teacher_grades_the_collected_submissions_in_the_sandbox(round_trip):
 def test_each_student_gets_only_their_own_feedback(round_trip):
     rt = round_trip
     good, partial, empty = rt["students"]
-    for s, total in ((good, 4), (partial, 1), (empty, 0)):
+    for s, total in ((good, FULL), (partial, 1), (empty, 0)):
         pages = _feedback_pages(s)
         assert len(pages) == 1, (s, pages, rt["fetched"][s].stdout[-1000:], rt["fetched"][s].stderr[-1000:])
         text = pages[0].read_text()
-        assert f"Feedback for {s}</h1>" in text and f"{NB}: {total} / 4 points" in text
+        assert f"Feedback for {s}</h1>" in text and f"{NB}: {total} / {FULL} points" in text
         others = [o for o in rt["students"] if o != s]
         assert not any(o in text for o in others), (s, others)
         assert pages[0].stat().st_uid == Path(f"/home/{s}").stat().st_uid  # fetched by the student, into their home

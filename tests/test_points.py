@@ -1,0 +1,56 @@
+"""Graded checks are weighted: an implementation is worth more than a prediction (docs/teaching.md, "Points per
+exercise"), in every notebook the release grades, and the guide's points table is the one the release computes."""
+
+import json
+
+import pytest
+
+from attn_lib import REPO_ROOT
+from classroom import source
+from classroom.release import points_table
+
+
+@pytest.fixture(scope="module")
+def assignments():
+    return source.course_assignments(REPO_ROOT / "notebooks")  # no points.toml: the default weights
+
+
+def test_an_implementation_is_worth_more_than_a_prediction():
+    assert source.default_points("check_prediction") == source.PREDICTION_POINTS
+    assert source.default_points("check_attention") == source.IMPLEMENTATION_POINTS
+    assert source.IMPLEMENTATION_POINTS > source.PREDICTION_POINTS >= 1
+
+
+def test_every_graded_check_has_its_kind_s_weight(assignments):
+    kinds = set()
+    for a in assignments:
+        for ex in a.exercises:
+            (check,) = ex.checks  # one check per exercise cell: its weight is that check's
+            kind = "prediction" if check.name == "check_prediction" else "implementation"
+            kinds.add(kind)
+            expected = source.PREDICTION_POINTS if kind == "prediction" else source.IMPLEMENTATION_POINTS
+            assert ex.points == expected, (a.name, ex.key, ex.points)
+    assert kinds == {"prediction", "implementation"}  # both kinds occur, so the comparison means something
+
+
+def test_notebook_03_gives_its_functions_nine_of_ten_points(assignments):
+    (nb03,) = [a for a in assignments if a.name == "03_scaled_dot_product_attention"]
+    points = {ex.key: ex.points for ex in nb03.exercises}
+    assert points == {"check_prediction_03_scale_by_dk": 1, "check_attention_weights": 3, "check_attention": 3,
+                      "check_self_attention": 3}
+
+
+def test_points_toml_overrides_a_weight(tmp_path):
+    course = json.loads((REPO_ROOT / "notebooks" / "03_scaled_dot_product_attention.ipynb").read_text())
+    sols = json.loads((REPO_ROOT / "notebooks" / "solutions" /
+                       "03_scaled_dot_product_attention_solutions.ipynb").read_text())
+    (tmp_path / "points.toml").write_text("check_attention = 5\ncheck_prediction_03_scale_by_dk = 2\n")
+    table = source._points_table(tmp_path / "points.toml")
+    points = {ex.key: ex.points for ex in source.exercises_of(course, sols, points=table).values()}
+    assert points["check_attention"] == 5 and points["check_prediction_03_scale_by_dk"] == 2
+    assert points["check_self_attention"] == source.IMPLEMENTATION_POINTS
+
+
+def test_teaching_guide_lists_the_weighted_points(assignments):
+    guide = (REPO_ROOT / "docs" / "teaching.md").read_text()
+    assert points_table(assignments) in guide, "regenerate with: python -m classroom.release --points-table"
