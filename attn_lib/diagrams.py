@@ -37,8 +37,7 @@ __all__ += []
 __all__ += ["kv_cache_diagram", "tiling_diagram"]
 
 # The two figures of this section draw in inches: one Axes fills the figure, its data units are inches, so a
-# cell, a gap and an 8-pt line of text keep their size whatever the arguments (8 pt is 0.11 inch).
-_MIN_PT = 8
+# cell, a gap and an 8-pt line of text keep their size whatever the arguments (8 pt is 0.11 inch; no text is smaller).
 _LINE = 0.2  # inches per line of 8-pt text
 
 
@@ -181,13 +180,12 @@ def kv_cache_diagram(tokens=("the", "cat", "sat", "on", "the", "mat"), prompt_le
         yy = y - 0.72 - k * 0.32
         name = "MHA" if hkv == H else "MQA" if hkv == 1 else "GQA"
         ax.text(0.12, yy, f"{name}, Hkv = {hkv}", fontsize=8, va="center")
-        xk = _cells(ax, 1.45, yy - 0.08, hkv, row_cell, 0.16, cached)
-        xv = _cells(ax, 1.45 + H * row_cell + 0.15, yy - 0.08, hkv, row_cell, 0.16, cached)
+        _cells(ax, 1.45, yy - 0.08, hkv, row_cell, 0.16, cached)  # K
+        _cells(ax, 1.45 + H * row_cell + 0.15, yy - 0.08, hkv, row_cell, 0.16, cached)  # V
         values = 2 * hkv * E
         ax.text(1.45 + 2 * H * row_cell + 0.4, yy,
                 f"K + V: 2 · {hkv} · {E} = {values} values = {values * bytes_per_element:g} bytes",
                 fontsize=8, va="center")
-        del xk, xv
     return fig
 
 

@@ -47,7 +47,8 @@ def assert_legible(fig, dpi=110):
     boxes = []
     for t in shown:
         box = t.get_window_extent(renderer)
-        inside = box.x0 >= page.x0 - 0.5 and box.y0 >= page.y0 - 0.5 and box.x1 <= page.x1 + 0.5 and box.y1 <= page.y1 + 0.5
+        inside = (box.x0 >= page.x0 - 0.5 and box.y0 >= page.y0 - 0.5
+                  and box.x1 <= page.x1 + 0.5 and box.y1 <= page.y1 + 0.5)
         assert inside, f"{t.get_text()!r} is cut off: {box} outside {page}"
         boxes.append((t.get_text(), box.shrunk(0.98, 0.9)))  # glyph boxes include a little padding
     clashes = [(a, b) for (a, ba), (b, bb) in itertools.combinations(boxes, 2) if ba.overlaps(bb)]
