@@ -70,24 +70,36 @@ def test_03_dividing_by_dk_flattens_the_weights():
     assert "flatter" in QUESTIONS["03.scale_by_dk"].choices["b"]
 
 
-def test_01_count_after_merge_is_what_bpe_counts():
-    from attn_lib.tokenization import count_pairs, merge_pair
+def test_01_second_merge_is_what_bpe_learns():
+    from attn_lib.tokenization import BPETokenizer, count_pairs, merge_pair
 
-    words = {tuple("hug"): 9, tuple("pug"): 6, tuple("pun"): 7, tuple("bun"): 8, tuple("hugs"): 3}
-    merged = {tuple(merge_pair(w, ("u", "g"))): c for w, c in words.items()}
-    assert count_pairs(merged)[("h", "ug")] == QUESTIONS["01.count_after_merge"].answer
+    counts = {"hug": 9, "pug": 6, "pun": 7, "bun": 8, "hugs": 10}
+    learned = BPETokenizer.train(counts, vocab_size=11)  # 1 + 7 characters + 3 merges
+    assert learned.merges == [("u", "g"), ("h", "ug"), ("u", "n")]
+    after = count_pairs({tuple(merge_pair(tuple(w), ("u", "g"))): c for w, c in counts.items()})
+    assert after[("h", "ug")] == 19 and after[("u", "n")] == 15 and after[("ug", "s")] == 10
+    assert ("h", "u") not in after
+    q = QUESTIONS["01.second_merge"]
+    assert q.choices[q.answer] == "h + ug" and q.choices["a"].startswith("u + n") and q.choices["c"] == "ug + s"
+    # with hugs 3 times (the notebook's corpus) u + n comes second: the question's change is what flips the order
+    assert BPETokenizer.train({**counts, "hugs": 3}, vocab_size=11).merges[1] == ("u", "n")
 
 
-def test_02_rope_scores_depend_only_on_the_offset():
+def test_02_rope_scores_depend_on_the_signed_offset():
     from attn_lib.positional import apply_rope
 
-    g = torch.Generator().manual_seed(1)
-    q, k = torch.randn(8, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64)
-    seq = torch.stack([q] * 11)[None]  # (1, 11, 8): the same vector at every position
-    rq, rk = apply_rope(seq), apply_rope(torch.stack([k] * 11)[None])
-    first, second = rq[0, 3] @ rk[0, 1], rq[0, 10] @ rk[0, 8]
-    assert torch.allclose(first, second) and not torch.allclose(first, rq[0, 3] @ rk[0, 2])
-    assert QUESTIONS["02.rope_offset"].answer == "a"
+    def score(q, m, k, n):
+        return (apply_rope(q[None], torch.tensor([m])) @ apply_rope(k[None], torch.tensor([n])).T).item()
+
+    for seed in range(5):
+        g = torch.Generator().manual_seed(seed)
+        q, k = torch.randn(8, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64)
+        first, second = score(q, 5, k, 2), score(q, 2, k, 5)
+        assert not math.isclose(first, second, rel_tol=1e-3)  # not "a": the same
+        assert not math.isclose(first, -second, rel_tol=1e-3)  # not "c": opposite
+        assert math.isclose(second, score(k, 5, q, 2), rel_tol=1e-12)  # swap the vectors too: equal
+        assert math.isclose(first, score(q, 13, k, 10), rel_tol=1e-9)  # the same signed offset: equal
+    assert QUESTIONS["02.rope_swap"].answer == "b"
 
 
 def test_07_cross_attention_reads_every_real_source_character():

@@ -3,16 +3,21 @@
 from attn_lib.exercises.concepts import Question, register
 
 register(Question(
-    id="02.rope_offset",
-    prompt=("With RoPE, put q at position 3 and k at position 1, then q at 10 and k at 8 (the same two vectors). "
-            "The second score is ..."),
-    choices={"a": "the same as the first", "b": "larger, because both positions are larger",
-             "c": "different, by an amount that depends on q and k"},
-    answer="a",
+    id="02.rope_swap",
+    prompt=("With RoPE, score a query q at position 5 against a key k at position 2; then the same q at position 2 "
+            "against the same k at position 5. The two scores are ..."),
+    choices={"a": "the same: both pairs are 3 positions apart",
+             "b": "different in general: the offsets are −3 and +3, and the sign matters",
+             "c": "opposite: the second is minus the first"},
+    answer="b",
     hints={
-        "b": "RoPE does not add anything that grows with the position: it only rotates q and k. What matters for "
-             "the dot product of two rotated vectors?",
-        "c": "Write each pair as a 2-D rotation: R(m·θ) q · R(n·θ) k = q · R((n − m)·θ) k. What is n − m in both cases?",
+        "a": "The score is q · R((n − m)θ) k, a function of the signed offset n − m of key position n and query "
+             "position m: here 2 − 5 = −3, then 5 − 2 = +3. Is a rotation by −3θ the same as a rotation by +3θ?",
+        "c": "Take q = k: the scores become q · R(−3θ) q and q · R(+3θ) q, which are equal (both turn q by the same "
+             "angle, one each way), not opposite. Write q · R(+3θ) k as k · R(−3θ) q: which vectors would have to "
+             "swap as well?",
     },
-    explanation="Rotating q by m·θ and k by n·θ leaves their dot product a function of n − m alone: 1 − 3 = 8 − 10.",
+    explanation=("The scores are q · R(−3θ) k and q · R(+3θ) k, equal only for special q and k. Since q · R(φ) k = "
+                 "k · R(−φ) q, the second score is the first with q and k swapped too: RoPE knows which of the two "
+                 "tokens comes first, not only how far apart they are."),
 ))
