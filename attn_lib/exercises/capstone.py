@@ -17,6 +17,8 @@ import copy
 import torch
 import torch.nn.functional as F
 
+from attn_lib._checks import check_callable
+
 from attn_lib.exercises._core import (CheckResult, Mismatch, _LearnerError, _TimeLimit, _with_time_limit, call,
                                       expect_close, fresh_generator, run_check)
 
@@ -51,6 +53,10 @@ HINT_SAMPLE_NO_T = "the draws ignore the temperature: sample from softmax(logits
 
 def _run(fn, args):
     """Call the learner's function on the objects themselves (a step must change the model it is given)."""
+    try:
+        check_callable("the argument of the check", fn)
+    except TypeError as e:
+        raise Mismatch(f"{e}.") from None
     try:
         return _with_time_limit(fn, args)
     except _TimeLimit:
