@@ -1,159 +1,252 @@
-"""The capstone of the course (notebook 10): a small decoder-only model assembled from the course's pieces.
+"""The capstone of the course (notebook 10): a small decoder-only model on a task that needs attention.
 
-Every piece is one the course built and proved earlier:
+The model is :class:`attn_lib.models.lm.DecoderLM`, attn_lib's one decoder-only language model (RoPE,
+grouped-query :class:`attn_lib.mha.MultiHeadAttention`, a KV cache per layer, the tiled attention of
+notebook 09 as an option); :class:`TinyDecoder` is that class with the capstone's small defaults.
+Training goes through :func:`attn_lib.train.train_loop`; decoding through
+:func:`attn_lib.models.decoding.sample_loop` (greedy, or temperature and top-k sampling).
 
-- tokens: :class:`attn_lib.tokenization.BPETokenizer` trained on ``data/corpus.txt`` (notebook 01);
-- positions: RoPE, :func:`attn_lib.positional.apply_rope`, on queries and keys (notebook 02);
-- the causal mask: :func:`attn_lib.masks.causal_mask`, aligned bottom-right so that it also fits a
-  KV cache (notebook 04);
-- grouped-query attention: :func:`attn_lib.gqa.grouped_query_attention`, ``num_kv_heads`` key/value
-  heads shared by ``num_heads`` query heads (notebook 08);
-- the KV cache: :class:`attn_lib.KVCache`, one per layer (notebook 08);
-- tiled attention: :func:`attn_lib.tiled_attention`, the FlashAttention-2 loop (notebook 09), which can
-  replace the naive attention inside the model (``attention="tiled"``).
+The task: **copying in context**. A sequence of ``n`` random words (4 <= n <= 12, from :data:`WORDS`) is
+followed by the separator ``|`` and by the same words again::
 
-The layout is LLaMA's (Touvron et al. 2023, section 2.2), shrunk to train in seconds on a CPU::
+    the cat sat on the mat | the cat sat on the mat
 
-    x = embed(ids)                                  # (B, L, d_model); positions enter through RoPE
-    for each block:
-        x = x + attn(RMSNorm(x))                    # causal GQA self-attention with RoPE
-        x = x + ffn(RMSNorm(x))                     # d_model -> 4 d_model -> GELU -> d_model
-    logits = lm_head(RMSNorm(x))                    # (B, L, vocab_size), lm_head tied to embed
+The first half is random, so no model can predict it; only the second half is scored. There the next
+word is fixed by the text -- but only by looking back: the word after ``w`` in the copy is the word
+that followed ``w`` in the first half (an *induction head*, Olsson et al. 2022, "In-context Learning
+and Induction Heads", section 2). A model whose tokens attend only to themselves (``attend="self"``)
+sees the current word alone and can do no better than a uniform guess, ln 16 nats; the attention
+model drives the loss towards 0.
 
-Shape legend: B batch, L new tokens, S keys (cached + new), H query heads, Hkv key/value heads,
-E = head_dim.
+Shape legend: B batch, L tokens, n words per half.
 """
 
 from __future__ import annotations
 
-import math
+from typing import Iterator
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
-import attn_lib
-from attn_lib._checks import check_choice, check_heads, check_int, check_tensor
-from attn_lib.gqa import grouped_query_attention, repeat_kv
-from attn_lib.masks import causal_mask
-from attn_lib.positional import apply_rope
+from attn_lib._checks import check_int, check_tensor
+from attn_lib.models.lm import ATTENTIONS, DecoderLM
 
-from attn_lib.tiled import tiled_attention
+__all__ = ["ATTENTIONS", "WORDS", "SEP", "VOCAB_SIZE", "TinyDecoder", "encode", "decode", "copy_batch",
+           "copy_batches", "copy_loss", "held_out_loss", "HeldOutCurve", "generate", "corpus_token_stream",
+           "random_windows", "unigram_cross_entropy"]
 
-__all__ = ["ATTENTIONS", "CausalSelfAttention", "Block", "TinyDecoder", "corpus_token_stream",
-           "random_windows", "train", "generate", "unigram_cross_entropy"]
-
-#: The two attention implementations the model can run: "naive" materialises the (L, S) weights
-#: (grouped_query_attention), "tiled" never does (tiled_attention with an online softmax).
-ATTENTIONS = ("naive", "tiled")
-
-
-class CausalSelfAttention(nn.Module):
-    """Causal grouped-query self-attention with RoPE and an optional KV cache.
-
-    Args:
-        d_model: model width; ``num_heads`` divides it (head_dim = d_model / num_heads, even for RoPE).
-        num_heads: query heads H.
-        num_kv_heads: key/value heads Hkv; divides ``num_heads`` (1 = multi-query attention).
-        rope_base: RoPE's base (10000 in RoFormer and LLaMA).
-        block: tile size of ``attention="tiled"`` (queries and keys per tile).
-    """
-
-    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, *, rope_base: float = 10000.0,
-                 block: int = 8):
-        super().__init__()
-        check_int("d_model", d_model, minimum=1)
-        check_heads(num_heads, num_kv_heads)
-        if d_model % num_heads:
-            raise ValueError(f"num_heads must divide d_model, got d_model={d_model}, num_heads={num_heads}")
-        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
-        self.head_dim = d_model // num_heads
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim = d_model / num_heads must be even for RoPE, got {self.head_dim}")
-        self.rope_base, self.block = rope_base, check_int("block", block, minimum=1)
-        self.q_proj = nn.Linear(d_model, num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=False)  # GQA: fewer K/V heads
-        self.v_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(num_heads * self.head_dim, d_model, bias=False)
-
-    def forward(self, x: torch.Tensor, cache: "attn_lib.KVCache | None" = None, *,
-                attention: str = "naive") -> torch.Tensor:
-        """x (B, L, d_model) -> (B, L, d_model). With ``cache``, x holds the L newest tokens only."""
-        check_choice("attention", attention, ATTENTIONS)
-        B, L, _ = x.shape
-        H, Hkv, E = self.num_heads, self.num_kv_heads, self.head_dim
-        past = 0 if cache is None else cache.seq_len
-        q = self.q_proj(x).view(B, L, H, E).transpose(1, 2)  # (B, H, L, E)
-        k = self.k_proj(x).view(B, L, Hkv, E).transpose(1, 2)  # (B, Hkv, L, E)
-        v = self.v_proj(x).view(B, L, Hkv, E).transpose(1, 2)  # (B, Hkv, L, E)
-        positions = torch.arange(past, past + L, device=x.device)  # absolute positions of the new tokens
-        q = apply_rope(q, positions, base=self.rope_base)  # rotate by m·θ_i: q·k depends on m - n
-        k = apply_rope(k, positions, base=self.rope_base)
-        if cache is not None:
-            k, v = cache.update(k, v)  # (B, Hkv, S, E), S = past + L
-        S = k.shape[-2]
-        mask = causal_mask(L, S, align="bottom_right", device=x.device)  # (L, S): new token i sees keys <= past + i
-        if attention == "naive":
-            out, _ = grouped_query_attention(q, k, v, attn_mask=mask)  # (B, H, L, E)
-        else:
-            n_rep = H // Hkv
-            out = tiled_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=mask,
-                                           block_q=self.block, block_k=self.block)  # (B, H, L, E)
-        out = out.transpose(1, 2).reshape(B, L, H * E)  # concatenate the heads: (B, L, d_model)
-        return self.o_proj(out)
+#: The 16 words of the copy task (ids 0..15); the sentence of the course is spelled with them.
+WORDS = ("the", "cat", "sat", "on", "mat", "dog", "ran", "a", "big", "red", "saw", "in", "hat", "and", "sun", "box")
+#: The separator between the two halves, id 16.
+SEP = len(WORDS)
+#: 16 words + the separator.
+VOCAB_SIZE = len(WORDS) + 1
+_INDEX = {w: i for i, w in enumerate(WORDS)} | {"|": SEP}
 
 
-class Block(nn.Module):
-    """Pre-norm decoder block: ``x + attn(RMSNorm(x))``, then ``x + ffn(RMSNorm(x))``."""
+class TinyDecoder(DecoderLM):
+    """The capstone's decoder: :class:`~attn_lib.models.lm.DecoderLM` configured small (a thin subclass).
 
-    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, *, block: int = 8):
-        super().__init__()
-        self.norm1, self.norm2 = nn.RMSNorm(d_model), nn.RMSNorm(d_model)
-        self.attn = CausalSelfAttention(d_model, num_heads, num_kv_heads, block=block)
-        self.ffn = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
-
-    def forward(self, x, cache=None, *, attention="naive"):
-        x = x + self.attn(self.norm1(x), cache, attention=attention)  # tokens exchange information
-        return x + self.ffn(self.norm2(x))  # each token transformed on its own
-
-
-class TinyDecoder(nn.Module):
-    """A decoder-only language model: embeddings, ``num_layers`` blocks, a tied output layer.
+    ``TinyDecoder(vocab_size, d_model, num_heads, num_kv_heads, num_layers, block=, attend=)`` is
+    ``DecoderLM(vocab_size, d_model=d_model, num_heads=num_heads, num_kv_heads=num_kv_heads,
+    num_layers=num_layers, tile_size=block, attend=attend, norm_eps=None, init="torch")``: PyTorch's default
+    initialisation of the linear layers, the tied embedding N(0, 0.02), RMSNorm with torch's default epsilon.
+    Everything else -- ``forward(ids, caches=None, attention="naive")``, ``blocks``, ``generate``,
+    ``attention_weights`` -- is DecoderLM's.
 
     Args:
-        vocab_size: number of token ids.
-        d_model, num_heads, num_kv_heads: as in :class:`CausalSelfAttention`.
-        num_layers: decoder blocks.
-        block: tile size of the tiled attention.
+        vocab_size: number of token ids (>= 2). d_model: width (default 32). num_heads: query heads
+            (default 4). num_kv_heads: key/value heads (default 2). num_layers: blocks (default 2).
+        block: tile size of ``attention="tiled"`` (default 8). attend: ``"causal"`` or ``"self"``.
 
-    ``forward(ids, caches=None, attention="naive")``: ids (B, L) long -> logits (B, L, vocab_size).
-    ``caches`` is a list of one :class:`attn_lib.KVCache` per layer (or None: no cache).
+    Shapes: ``forward(ids (B, L) int64)`` -> logits (B, L, vocab_size), float32 (the parameters' dtype).
+
+    Raises:
+        TypeError / ValueError: as :class:`~attn_lib.models.lm.DecoderLM`.
+
+    Source: Touvron et al. 2023 (LLaMA), section 2.2, shrunk; the course's own configuration.
     """
 
     def __init__(self, vocab_size: int, d_model: int = 32, num_heads: int = 4, num_kv_heads: int = 2,
-                 num_layers: int = 2, *, block: int = 8):
-        super().__init__()
-        check_int("vocab_size", vocab_size, minimum=1)
-        check_int("num_layers", num_layers, minimum=1)
-        self.embed = nn.Embedding(vocab_size, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, num_heads, num_kv_heads, block=block) for _ in range(num_layers))
-        self.norm = nn.RMSNorm(d_model)
-        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
-        self.lm_head.weight = self.embed.weight  # tied: the same matrix reads tokens in and out
-        nn.init.normal_(self.embed.weight, std=0.02)
+                 num_layers: int = 2, *, block: int = 8, attend: str = "causal"):
+        super().__init__(vocab_size, d_model=d_model, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                         num_layers=num_layers, tile_size=block, attend=attend, norm_eps=None, init="torch")
 
-    def forward(self, ids: torch.Tensor, caches=None, *, attention: str = "naive") -> torch.Tensor:
-        check_tensor("ids", ids, ndim=2)
-        if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(f"caches must hold one KVCache per layer ({len(self.blocks)}), got {len(caches)}")
-        x = self.embed(ids)  # (B, L, d_model)
-        for i, block in enumerate(self.blocks):
-            x = block(x, None if caches is None else caches[i], attention=attention)
-        return self.lm_head(self.norm(x))  # (B, L, vocab_size)
+
+def encode(text: str) -> list[int]:
+    """Word ids of a space-separated text of :data:`WORDS` and ``|``: a list of L ints, shape (L,) as a tensor.
+
+    Raises:
+        TypeError: text not a str. ValueError: a word outside the task's vocabulary (named).
+
+    Source: the course's own (notebook 10's copy task).
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    unknown = [w for w in text.split() if w not in _INDEX]
+    if unknown:
+        raise ValueError(f"text holds {unknown!r}, not among the task's words {WORDS + ('|',)}")
+    return [_INDEX[w] for w in text.split()]
+
+
+def decode(ids) -> str:
+    """The words of ``ids`` (a list of ints or a (L,) int64 tensor), space-separated: a str; inverse of :func:`encode`.
+
+    Raises:
+        IndexError: an id outside 0..16.
+
+    Source: the course's own (notebook 10's copy task).
+    """
+    ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+    return " ".join("|" if i == SEP else WORDS[i] for i in ids)
+
+
+def copy_batch(batch_size: int, generator: torch.Generator | None = None, *, min_words: int = 4,
+               max_words: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch of the copy task: ``w_1 .. w_n | w_1 .. w_n``, one n for the batch, drawn in [min_words, max_words].
+
+    Returns:
+        (inputs (B, 2n), targets (B, 2n)), int64: the sequence without its last token, and the next tokens,
+        with -100 (ignored by ``F.cross_entropy``) where the next token is one of the random first half.
+
+    Raises:
+        TypeError / ValueError: sizes not ints, min_words < 1 or max_words < min_words.
+
+    Source: the repeated random sequence of Olsson et al. 2022 ("In-context Learning and Induction Heads"),
+    section 2, as a small supervised task.
+    """
+    B = check_int("batch_size", batch_size, minimum=1)
+    lo = check_int("min_words", min_words, minimum=1)
+    hi = check_int("max_words", max_words, minimum=lo)
+    n = int(torch.randint(lo, hi + 1, (1,), generator=generator))
+    words = torch.randint(0, len(WORDS), (B, n), generator=generator)  # (B, n) random: unpredictable
+    seq = torch.cat([words, torch.full((B, 1), SEP), words], dim=1)  # (B, 2n + 1)
+    inputs, targets = seq[:, :-1], seq[:, 1:].clone()
+    targets[:, :n - 1] = -100  # the next word inside the first half is random: not scored
+    targets[:, n - 1] = -100  # nor the separator, which always comes after n words (a count, not a copy)
+    return inputs, targets
+
+
+def copy_batches(batch_size: int = 32, *, seed: int = 0, **kwargs) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """An endless iterator of :func:`copy_batch` batches ((B, 2n), (B, 2n) int64) from
+    ``torch.Generator().manual_seed(seed)``.
+
+    Raises:
+        TypeError / ValueError: seed not an int >= 0; later, :func:`copy_batch`'s errors.
+
+    Source: the course's own.
+    """
+    gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
+    while True:
+        yield copy_batch(batch_size, gen, **kwargs)
+
+
+def copy_loss(model, batch) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats) over the scored (copy) positions; ``loss_fn`` of ``train_loop``.
+
+    Args:
+        model: maps (B, L) int64 ids to (B, L, V) logits. batch: (inputs, targets) from :func:`copy_batch`.
+
+    Returns:
+        a 0-dim float tensor, shape ().
+
+    Raises:
+        nothing of its own: the model's errors, ``F.cross_entropy``'s.
+
+    Source: next-token cross-entropy with transformers' convention of ignoring label -100.
+    """
+    inputs, targets = batch
+    return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+
+@torch.no_grad()
+def held_out_loss(model, batches) -> float:
+    """Mean :func:`copy_loss` over ``batches`` (a list of (inputs, targets), each (B, 2n) int64), in nats per
+    scored token: a Python float. The model is evaluated in eval mode without gradients, then restored.
+
+    Raises:
+        nothing of its own: :func:`copy_loss`'s.
+
+    Source: the course's own.
+    """
+    was = model.training
+    model.eval()
+    total = sum(copy_loss(model, b).item() * int((b[1] != -100).sum()) for b in batches)
+    model.train(was)
+    return total / sum(int((b[1] != -100).sum()) for b in batches)
+
+
+class HeldOutCurve:
+    """Wrap a batch iterator for :func:`attn_lib.train.train_loop` so that every ``every`` steps the
+    held-out loss is measured (before the step's batch is handed out): ``steps`` and ``losses`` lists.
+
+    Args:
+        batches: the training iterator. model: the model being trained. held_out: a list of batches
+            ((B, 2n), (B, 2n) int64). every: an int >= 1.
+
+    Attributes: ``steps`` (list of int), ``losses`` (list of float, :func:`held_out_loss`); no tensors.
+
+    Raises:
+        TypeError / ValueError: every not an int >= 1.
+
+    Source: the course's own (a held-out curve without changing :func:`attn_lib.train.train_loop`).
+    """
+
+    def __init__(self, batches: Iterator, model, held_out: list, every: int = 50):
+        self.batches, self.model, self.held_out = batches, model, held_out
+        self.every = check_int("every", every, minimum=1)
+        self.steps: list[int] = []
+        self.losses: list[float] = []
+        self._step = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._step % self.every == 0:
+            self.steps.append(self._step)
+            self.losses.append(held_out_loss(self.model, self.held_out))
+        self._step += 1
+        return next(self.batches)
+
+    def finish(self) -> None:
+        """Measure once more after the last step."""
+        self.steps.append(self._step)
+        self.losses.append(held_out_loss(self.model, self.held_out))
+
+
+@torch.no_grad()
+def generate(model: DecoderLM, prompt: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True,
+             attention: str = "naive", temperature: float = 0.0, top_k: int | None = None,
+             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``model.generate(..., return_logits=True)``: greedy at temperature 0, else temperature/top-k sampling.
+
+    Args:
+        prompt: (B, P) long token ids. Others: as :meth:`attn_lib.models.lm.DecoderLM.generate`.
+
+    Returns:
+        (ids (B, P + max_new_tokens), step_logits (B, max_new_tokens, vocab_size)): the logits from which
+        each new token was chosen.
+
+    Raises:
+        TypeError / ValueError: as DecoderLM.generate (max_new_tokens must be >= 1 here).
+
+    Source: HuggingFace's ``generate`` (do_sample, temperature, top_k), which tests/test_llama.py matches.
+    """
+    check_tensor("prompt", prompt, ndim=2)
+    check_int("max_new_tokens", max_new_tokens, minimum=1)
+    return model.generate(prompt, max_new_tokens, use_cache, attention=attention, temperature=temperature,
+                          top_k=top_k, generator=generator, return_logits=True)
 
 
 def corpus_token_stream(tokenizer, lines, eos_id: int) -> torch.Tensor:
-    """All ``lines`` encoded with ``tokenizer``, each followed by ``eos_id``, as one (N,) long tensor."""
+    """All ``lines`` encoded with ``tokenizer``, each followed by ``eos_id``, as one (N,) int64 tensor.
+
+    Raises:
+        nothing of its own: the tokenizer's errors.
+
+    Source: the course's own (GPT-2's document separator, Radford et al. 2019).
+    """
     ids: list[int] = []
     for line in lines:
         ids += tokenizer.encode(line) + [eos_id]
@@ -161,74 +254,28 @@ def corpus_token_stream(tokenizer, lines, eos_id: int) -> torch.Tensor:
 
 
 def random_windows(stream: torch.Tensor, batch_size: int, seq_len: int, generator=None):
-    """A batch of random windows: inputs (B, seq_len) and targets (B, seq_len), the inputs shifted by one."""
+    """A batch of random windows: inputs (B, seq_len) and targets (B, seq_len), int64, the inputs shifted by one.
+
+    Raises:
+        RuntimeError: a stream not longer than seq_len + 1 (torch.randint's empty range).
+
+    Source: the course's own (next-token prediction, Radford et al. 2018).
+    """
     start = torch.randint(0, len(stream) - seq_len - 1, (batch_size,), generator=generator)
     idx = start[:, None] + torch.arange(seq_len + 1)  # (B, seq_len + 1)
     chunk = stream[idx]
     return chunk[:, :-1], chunk[:, 1:]
 
 
-def train(model: TinyDecoder, stream: torch.Tensor, *, steps: int, batch_size: int = 16, seq_len: int = 32,
-          lr: float = 3e-3, progress: bool = True) -> list[float]:
-    """Train ``model`` on next-token prediction with AdamW; returns the loss (nats per token) of each step.
-
-    Batches come from :func:`random_windows` with torch's global generator (seed it with
-    ``attn_lib.setup()``). The learning rate decays along a cosine from ``lr`` to ``lr / 10``.
-    Shows a ``tqdm.auto`` progress bar when ``progress``.
-    """
-    from tqdm.auto import trange
-
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / steps)))
-    losses = []
-    model.train()
-    bar = trange(steps, desc="training", disable=not progress)
-    for _ in bar:
-        x, y = random_windows(stream, batch_size, seq_len)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())  # mean -log p(next token)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
-    model.eval()
-    return losses
-
-
-@torch.no_grad()
-def generate(model: TinyDecoder, prompt: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True,
-             attention: str = "naive") -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy decoding: append the most likely next token ``max_new_tokens`` times.
-
-    With ``use_cache`` the prompt is run once, filling one KV cache per layer, and each step feeds only
-    the newest token (L = 1). Without it every step reruns the whole sequence.
-
-    Args:
-        prompt: (B, P) long token ids.
-
-    Returns:
-        (ids (B, P + max_new_tokens), step_logits (B, max_new_tokens, vocab_size)): the logits from which
-        each new token was chosen.
-    """
-    check_tensor("prompt", prompt, ndim=2)
-    check_int("max_new_tokens", max_new_tokens, minimum=1)
-    model.eval()
-    ids, step_logits = prompt, []
-    caches = [attn_lib.KVCache() for _ in model.blocks] if use_cache else None
-    new = prompt  # what the model has not seen yet
-    for _ in range(max_new_tokens):
-        logits = model(new if use_cache else ids, caches, attention=attention)[:, -1]  # (B, vocab_size)
-        step_logits.append(logits)
-        nxt = logits.argmax(-1, keepdim=True)  # (B, 1) greedy choice
-        ids = torch.cat([ids, nxt], dim=1)
-        new = nxt
-    return ids, torch.stack(step_logits, dim=1)
-
-
 def unigram_cross_entropy(train_ids: torch.Tensor, eval_ids: torch.Tensor, vocab_size: int) -> float:
-    """Nats per token of the best context-free model: token frequencies of ``train_ids`` (add-one
-    smoothed) scored on ``eval_ids``. A language model that uses context should go below it."""
+    """Nats per token (a float) of the best context-free model: token frequencies of ``train_ids`` (N,)
+    int64 (add-one smoothed) scored on ``eval_ids`` (M,) int64. A model that uses context should go below it.
+
+    Raises:
+        RuntimeError: ids outside [0, vocab_size) (torch's indexing).
+
+    Source: Laplace's add-one smoothing, as in Jurafsky and Martin, 2024 (Speech and Language Processing, section 3.5).
+    """
     counts = torch.bincount(train_ids, minlength=vocab_size).double() + 1.0
     log_p = (counts / counts.sum()).log()
     return float(-log_p[eval_ids].mean())

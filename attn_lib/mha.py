@@ -30,9 +30,8 @@ import torch
 from torch import nn
 
 from attn_lib._checks import (
-    check_bool, check_device, check_dtype, check_finite, check_head_dim, check_heads, check_int, check_number,
-    check_padding_mask,
-    check_rope_base, check_tensor, shape_of,
+    check_bool, check_choice, check_device, check_dtype, check_finite, check_head_dim, check_heads, check_int,
+    check_number, check_padding_mask, check_rope_base, check_tensor, shape_of,
 )
 from attn_lib.attention import _sdpa
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
@@ -286,6 +285,8 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         average_attn_weights: bool = False,
         kv_cache: KVCache | None = None,
+        backend: str = "naive",
+        tile_size: int = 8,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``query`` to ``key``/``value`` with all heads.
 
@@ -309,6 +310,14 @@ class MultiHeadAttention(nn.Module):
                 optionally ``check``, e.g. ``attn_lib.kv_cache.QuantizedKVCache``); the new keys/values (after
                 RoPE) are appended to it and the queries attend over everything cached.
                 S_total = tokens cached before + S.
+            backend: ``"naive"`` (default: the (L, S_total) weights are built, attn_lib's SDPA) or ``"tiled"``:
+                :func:`attn_lib.tiled.tiled_attention` (notebook 09), called with ``is_causal`` and
+                ``causal_align="bottom_right"`` (with a cache, or L = S_total where both alignments agree;
+                top-left otherwise, as above) and ``enable_gqa`` -- K and V are never repeated and the key
+                tiles past the diagonal are skipped (:func:`attn_lib.tiled.skipped_tiles` counts them); only
+                ``attn_mask``/``padding_mask`` travel as a dense mask. No weights (``need_weights=False``),
+                no dropout.
+            tile_size: queries and keys per tile of ``backend="tiled"`` (an int >= 1).
 
         Returns:
             (output, weights): output (B, L, d_model) in the input dtype; weights (B, H, L, S_total)
@@ -321,9 +330,20 @@ class MultiHeadAttention(nn.Module):
                 projections: NaN weights), integer padding_mask values other than 0/1.
             TypeError: a mask of the wrong type; is_causal, need_weights or average_attn_weights not a
                 bool (``is_causal="yes"`` and ``1`` are refused, as torch's SDPA refuses them).
+            ValueError: an unknown ``backend``; ``backend="tiled"`` with ``need_weights`` or dropout in
+                training mode.
         """
         key, value = self._validate(query, key, value, attn_mask, padding_mask, is_causal, need_weights,
                                     average_attn_weights, kv_cache)
+        check_choice("backend", backend, ("naive", "tiled"))
+        if backend == "tiled":
+            check_int("tile_size", tile_size, minimum=1)
+            if need_weights:
+                raise ValueError("backend='tiled' never builds the attention weights; use backend='naive' "
+                                 "with need_weights=True")
+            if self.training and self.dropout:
+                raise ValueError(f"backend='tiled' has no attention dropout; got dropout={self.dropout} in "
+                                 f"training mode (call .eval() or use backend='naive')")
         B, L, _ = query.shape
         S_new = key.shape[1]
         past = 0 if kv_cache is None else kv_cache.seq_len
@@ -342,10 +362,26 @@ class MultiHeadAttention(nn.Module):
         if kv_cache is not None:
             kv_cache.check(k, v)  # reject a mismatching cache before it is changed
         S = past + S_new
-        mask = self._build_mask(B, L, S, attn_mask, padding_mask, is_causal, kv_cache is not None,
-                                q.device, shape_of(query), shape_of(key))
+        bottom_right = kv_cache is not None
+        if backend == "tiled":  # the causal part goes to the tiles as is_causal, so whole tiles can be skipped
+            mask = self._build_mask(B, L, S, attn_mask, padding_mask, False, bottom_right,
+                                    q.device, shape_of(query), shape_of(key))
+        else:
+            mask = self._build_mask(B, L, S, attn_mask, padding_mask, is_causal, bottom_right,
+                                    q.device, shape_of(query), shape_of(key))
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, Hkv, S, E): everything cached so far
+
+        if backend == "tiled":
+            from attn_lib.tiled import tiled_attention  # notebook 09's loop (imported here: tiled is heavier)
+
+            if mask is not None and mask.dtype != torch.bool:
+                raise ValueError("backend='tiled' takes bool masks only (True = may attend), got a float attn_mask")
+            align = "bottom_right" if (bottom_right or L == S) else "top_left"  # the same triangle as above
+            heads = tiled_attention(q, k, v, attn_mask=mask, is_causal=is_causal, causal_align=align,
+                                    enable_gqa=self.num_kv_heads != self.num_heads,
+                                    block_q=tile_size, block_k=tile_size)  # (B, H, L, E); K, V not repeated
+            return self.out_proj(merge_heads(heads)), None
 
         # per head: softmax(q kᵀ / sqrt(E) + mask) -> dropout -> · v; key/value head j // (H/Hkv) serves query head j
         heads, weights = _sdpa(q, k, v, mask, dropout_p=self.dropout if self.training else 0.0,

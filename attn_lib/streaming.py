@@ -163,7 +163,7 @@ def _check_model(model, ids):
 
 
 def _attend(attn, h, positions, kv_fn):
-    """One CausalSelfAttention: q, k, v with RoPE at ``positions``; kv_fn(k, v) -> (keys, values, mask)."""
+    """One layer's MultiHeadAttention (its projections): q, k, v with RoPE at ``positions``; kv_fn(k, v) -> (keys, values, mask)."""
     B, L, _ = h.shape
     H, Hkv, E = attn.num_heads, attn.num_kv_heads, attn.head_dim
     q = apply_rope(attn.q_proj(h).view(B, L, H, E).transpose(1, 2), positions, base=attn.rope_base)
@@ -171,7 +171,7 @@ def _attend(attn, h, positions, kv_fn):
     v = attn.v_proj(h).view(B, L, Hkv, E).transpose(1, 2)
     k, v, mask = kv_fn(k, v)
     out, _ = grouped_query_attention(q, k, v, attn_mask=mask)  # (B, H, L, E)
-    return attn.o_proj(out.transpose(1, 2).reshape(B, L, H * E))
+    return attn.out_proj(out.transpose(1, 2).reshape(B, L, H * E))
 
 
 def _run(model, ids, positions, kv_fns):

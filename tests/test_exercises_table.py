@@ -331,6 +331,54 @@ def state_bytes_b(num_heads, head_k_dim, head_v_dim, seq_len, batch_size, bytes_
     return torch.tensor(float(math.prod([num_heads, head_k_dim, head_v_dim, batch_size]) * bytes_per_element))
 
 
+def block_a(x, block):  # notebook 10: the pre-norm decoder block
+    x = x + block.attn(block.norm1(x), is_causal=True)[0]
+    return x + block.ffn(block.norm2(x))
+
+
+def block_b(x, block):
+    h, _ = block.attn(block.norm1(x), is_causal=True, need_weights=True)
+    y = x + h
+    return y + block.ffn(block.norm2(y))
+
+
+def train_step_a(model, optimizer, batch):
+    from attn_lib.capstone import copy_loss
+
+    optimizer.zero_grad()
+    loss = copy_loss(model, batch)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def train_step_b(model, optimizer, batch):
+    inputs, targets = batch
+    for p in model.parameters():
+        p.grad = None
+    loss = torch.nn.functional.cross_entropy(model(inputs).reshape(-1, model.vocab_size), targets.reshape(-1),
+                                             ignore_index=-100)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
+
+
+def sample_a(logits, temperature, top_k, generator):
+    from attn_lib.models.decoding import sample_next
+
+    return sample_next(logits, temperature=temperature, top_k=top_k, generator=generator)
+
+
+def sample_b(logits, temperature, top_k, generator):
+    if temperature == 0:
+        return torch.argmax(logits, dim=1)
+    z = logits / temperature
+    if top_k:
+        top = torch.topk(z, top_k, dim=1)
+        z = torch.full_like(z, -math.inf).scatter(1, top.indices, top.values)
+    return torch.multinomial(torch.softmax(z, dim=1), 1, generator=generator)[:, 0]
+
+
 RIGHT = {
     "check_softmax": (softmax_a, softmax_b),
     "check_apply_merges": (merges_a, merges_b),
@@ -365,6 +413,9 @@ RIGHT = {
                                   lambda n, w: [next((p for p in range(n - 1, -1, -1) if p % w == j), -1)
                                                 for j in range(w)]),
     "check_recurrent_step": (step_a, step_b),
+    "check_decoder_block": (block_a, block_b),
+    "check_train_step": (train_step_a, train_step_b),
+    "check_sample": (sample_a, sample_b),
     "check_state_bytes": (state_bytes_a, state_bytes_b),
 }
 ALL_CHECKS = sorted(RIGHT)

@@ -39,3 +39,23 @@ def test_attn_lib_llama_decodes_like_hf_generate(head_dim):
     assert torch.equal(again, ids)
     with pytest.raises(ValueError, match="max_new_tokens"):
         ours.generate_greedy(prompt, 0)
+
+
+@pytest.mark.parametrize("temperature, top_k", [(0.7, 5), (1.0, 61), (1.5, 2)])
+def test_attn_lib_llama_samples_like_hf_generate(temperature, top_k):
+    """The one sampling loop == HF generate(do_sample=True): the same warpers in the same order and one
+    torch.multinomial draw per row from torch's global generator, so the same seed gives the same tokens."""
+    model = tiny_llama().float()
+    ours = AttnLibLlama(model)
+    prompt = torch.randint(0, 61, (3, 4), generator=torch.Generator().manual_seed(1))
+    n = 10
+    torch.manual_seed(123)
+    with torch.no_grad():
+        hf = model.generate(prompt, max_new_tokens=n, do_sample=True, temperature=temperature, top_k=top_k,
+                            top_p=1.0, use_cache=True, pad_token_id=0)
+    torch.manual_seed(123)
+    ids, _, _ = ours.generate(prompt, n, temperature=temperature, top_k=top_k)
+    assert torch.equal(ids, hf)
+    torch.manual_seed(124)
+    other, _, _ = ours.generate(prompt, n, temperature=temperature, top_k=top_k)
+    assert not torch.equal(other, ids)  # another seed, other tokens: the comparison can fail

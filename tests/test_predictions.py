@@ -136,10 +136,35 @@ def test_left_padding_nan_rows_are_the_padded_queries():
 @pytest.mark.parametrize("notebook, ids", [
     (5, ["05.params_of_heads"]),
     (6, ["06.lazy_dog_by_position", "06.cls_weight_is_influence"]),
-    (10, ["10.cache_query_rows", "10.gqa_cache_size"]),
+    (10, ["10.cache_query_rows", "10.gqa_cache_size", "10.self_only_deeper"]),
 ])
 def test_questions_registered(notebook, ids):
     assert [q.id for q in questions_for(notebook)] == ids
+
+
+def test_a_deeper_self_only_model_still_sees_one_token_and_cannot_beat_ln_16():
+    """10.self_only_deeper: at any depth the self-only logits depend on the current token alone, and the best
+    predictor from the current token alone (the empirical conditional frequencies) scores about ln 16."""
+    import math
+
+    from attn_lib import capstone
+
+    torch.manual_seed(0)
+    deep = capstone.TinyDecoder(capstone.VOCAB_SIZE, d_model=16, num_layers=8, attend="self").eval()
+    x, y = capstone.copy_batch(4, torch.Generator().manual_seed(0), min_words=6, max_words=6)
+    other = x.clone()
+    other[:, :-1] = torch.randint(0, 16, other[:, :-1].shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(deep(x)[:, -1], deep(other)[:, -1], rtol=0, atol=1e-5)
+    xs, ys = zip(*(capstone.copy_batch(256, torch.Generator().manual_seed(2 + i)) for i in range(40)))
+    cur, nxt = torch.cat([a.flatten() for a in xs]), torch.cat([b.flatten() for b in ys])
+    keep = nxt != -100
+    counts = torch.zeros(17, 17, dtype=torch.float64).index_put_((cur[keep], nxt[keep]), torch.tensor(1.0,
+                                                                  dtype=torch.float64), accumulate=True)
+    p_next = counts / counts.sum(1, keepdim=True).clamp(min=1)  # the best function of the current token
+    loss = -(p_next[cur[keep], nxt[keep]]).log().mean().item()
+    assert abs(loss - math.log(16)) < 0.02  # seen on its own data, so even slightly optimistic
+    assert QUESTIONS["10.self_only_deeper"].answer == "c"
 
 
 def test_parameter_count_of_the_explanation():

@@ -20,6 +20,7 @@ from attn_lib.exercises.multihead import *  # noqa: F401,F403  notebooks 05, 06
 from attn_lib.exercises.cross_attention import *  # noqa: F401,F403  notebook 07
 from attn_lib.exercises.gqa import *  # noqa: F401,F403  notebook 08
 from attn_lib.exercises.tiled import *  # noqa: F401,F403  notebook 09
+from attn_lib.exercises.capstone import *  # noqa: F401,F403  notebook 10
 from attn_lib.exercises.modern import *  # noqa: F401,F403  notebook 11
 from attn_lib.exercises.linear import *  # noqa: F401,F403  notebook 12
 from attn_lib.exercises.concepts import check_prediction  # noqa: F401  predict-then-check questions (predict_NN.py)

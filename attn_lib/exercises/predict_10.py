@@ -29,3 +29,21 @@ register(Question(
     explanation=("The cache holds (B, num_kv_heads, S, head_dim) keys and values: 2 heads instead of 4 halves it, "
                  "while all 4 query heads still attend (two per key/value head)."),
 ))
+
+register(Question(
+    id="10.self_only_deeper",
+    prompt=("On the copy task the self-only model (every token attends only to itself) stays at ln 16 = 2.77 nats "
+            "per word. Give it 8 layers instead of 2 and train it 10 times longer. Its held-out loss on the copied "
+            "half becomes ..."),
+    choices={"a": "close to 0, like the attention model", "b": "about half of ln 16", "c": "still about ln 16"},
+    answer="c",
+    hints={
+        "a": "Depth adds computation per token, not information: with the mask eye(L, L) every layer sees only the "
+             "token's own vector, so no layer ever learns an earlier word.",
+        "b": "There is no partial credit from depth: the next word is independent of the current one, and the current "
+             "one is all any layer sees. Exercise 4 proves the bound.",
+    },
+    explanation=("Still ln 16. With one key per query the softmax gives weight 1 to the token itself, so by induction "
+                 "over the layers the logits at position i are a function of token i alone; the copied word is "
+                 "independent of it, and Gibbs' inequality bounds the cross-entropy below by ln 16 at any depth."),
+))

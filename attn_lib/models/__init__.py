@@ -1,9 +1,13 @@
 """Small Transformers built from attn_lib's own attention (notebooks 07, 08 and 10).
 
 - ``attn_lib.models.blocks``   encoder block, decoder block, position-wise feed-forward
-- ``attn_lib.models.seq2seq``  encoder-decoder, encoder-only (BERT-like) and decoder-only (GPT-like) models
-- ``attn_lib.models.lm``       a decoder-only language model with RoPE, grouped-query attention and a KV cache
-- ``attn_lib.models.decoding`` the one greedy decoding loop and its max_new_tokens rule, shared by all three
+- ``attn_lib.models.seq2seq``  encoder-decoder, encoder-only (BERT-like) and decoder-only (GPT-like) models of
+  notebook 07's comparison (the 2017 blocks)
+- ``attn_lib.models.lm``       attn_lib's one decoder-only language model, ``DecoderLM`` (RoPE, grouped-query
+  attention, a KV cache, tiled attention, the self-only ablation); ``attn_lib.capstone.TinyDecoder`` configures it
+- ``attn_lib.models.llama``    a HuggingFace Llama with attn_lib's attention (the proof against ``generate``)
+- ``attn_lib.models.decoding`` the one decoding loop (greedy, temperature, top-k) and its max_new_tokens rule,
+  shared by all of them
 """
 
 import importlib

@@ -1,11 +1,18 @@
-"""Greedy decoding, once for every model of attn_lib.models (notebooks 07, 08, 10).
+"""The one decoding loop of attn_lib.models -- greedy or sampled -- for every model (notebooks 07, 08, 10).
 
 Greedy decoding appends, ``max_new_tokens`` times, the most likely next token (``argmax`` of the last
 position's logits; ties go to the lowest id, like ``torch.argmax`` and HuggingFace's
 ``generate(do_sample=False)``). The three models differ only in how they compute those logits
 (an encoder-decoder re-reads its source, a decoder with a KV cache feeds only the newest token), so
-each passes a function to :func:`greedy_loop` and the loop itself -- stopping at ``eos_id``, padding
-finished rows -- exists once.
+each passes a function to :func:`sample_loop` and the loop itself -- choosing the token, stopping at
+``eos_id``, padding finished rows -- exists once.
+
+Sampling (:func:`sample_next`) draws the next token from ``softmax(logits / temperature)`` after keeping
+only the ``top_k`` largest logits: HuggingFace's ``TemperatureLogitsWarper`` then ``TopKLogitsWarper`` and
+``torch.multinomial``, the order ``generate(do_sample=True)`` applies them in (tests/test_lm.py compares
+the warpers value for value and the sampled tokens with HF ``generate`` on a random Llama). Temperature 0
+is greedy decoding (the limit T -> 0 of the softmax puts all mass on the argmax); :func:`greedy_loop` is
+:func:`sample_loop` with temperature 0.
 
 One rule for every ``generate``/``greedy_decode`` (:func:`check_max_new_tokens`): ``max_new_tokens``
 is an int >= 0 (0 returns the prompt unchanged / nothing new), and the whole sequence -- prompt (or
@@ -18,9 +25,10 @@ from typing import Callable
 
 import torch
 
-from attn_lib._checks import check_int, check_tensor
+from attn_lib._checks import check_int, check_number, check_tensor
 
-__all__ = ["check_max_new_tokens", "check_prompts", "greedy_loop"]
+__all__ = ["check_max_new_tokens", "check_prompts", "check_sampling", "greedy_loop", "sample_loop", "sample_next",
+           "temperature_scale", "top_k_filter"]
 
 
 def check_max_new_tokens(max_new_tokens, *, prompt_len: int, max_len: int) -> int:
@@ -80,30 +88,135 @@ def check_prompts(name: str, prompts, vocab_size: int, *, ragged: bool) -> list[
     return rows
 
 
-def greedy_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size: int, max_new_tokens: int, *,
+def check_sampling(temperature, top_k, generator=None) -> tuple[float, int | None]:
+    """Return ``(temperature, top_k)`` if temperature is a number >= 0 and top_k None or an int >= 1.
+
+    Raises:
+        TypeError: temperature not a number (``"hot"``, None); top_k not an int (``2.5``, ``True``);
+            generator neither None nor a ``torch.Generator``.
+        ValueError: temperature < 0 or not finite; top_k < 1.
+    """
+    temperature = check_number("temperature", temperature, minimum=0.0)
+    if temperature != temperature or temperature == float("inf"):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
+    if top_k is not None:
+        check_int("top_k", top_k, minimum=1)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return float(temperature), top_k
+
+
+def temperature_scale(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature`` (temperature > 0): below 1 sharpens the softmax, above 1 flattens it.
+
+    Args:
+        logits: (..., V) float scores. temperature: a number > 0.
+
+    Returns:
+        (..., V), the dtype of ``logits``; equal to HuggingFace's ``TemperatureLogitsWarper(temperature)``.
+
+    Raises:
+        TypeError: logits not a floating tensor. ValueError: temperature <= 0 (use greedy decoding for 0).
+    """
+    check_tensor("logits", logits, floating=True)
+    temperature = check_number("temperature", temperature, minimum=0.0)
+    if temperature == 0:
+        raise ValueError("temperature must be > 0 to scale logits, got 0 (temperature 0 means greedy: argmax)")
+    return logits / temperature
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Keep the ``top_k`` largest logits of each row, set the rest to -inf (ties with the k-th are kept).
+
+    Args:
+        logits: (..., V) float scores. top_k: int >= 1; values >= V keep every logit.
+
+    Returns:
+        (..., V), the dtype of ``logits``; equal to HuggingFace's ``TopKLogitsWarper(top_k)``
+        (Fan et al. 2018, "Hierarchical Neural Story Generation", section 5.4: top-k sampling).
+
+    Raises:
+        TypeError: logits not a floating tensor; top_k not an int. ValueError: top_k < 1.
+    """
+    check_tensor("logits", logits, floating=True)
+    k = min(check_int("top_k", top_k, minimum=1), logits.shape[-1])
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1) the k-th largest score
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def sample_next(logits: torch.Tensor, *, temperature: float = 0.0, top_k: int | None = None,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """Choose one next token per row: the argmax (temperature 0) or a draw from the warped softmax.
+
+    With temperature T > 0: ``scores = top_k_filter(logits / T, top_k)``, ``p = softmax(scores)``, one
+    ``torch.multinomial(p, 1, generator=generator)`` draw per row -- what HuggingFace's
+    ``generate(do_sample=True, temperature=T, top_k=top_k)`` does (the temperature warper first, then top-k;
+    with ``generator=None`` torch's global generator, as HF uses). With T = 0 the argmax (ties go to the
+    lowest id, like ``generate(do_sample=False)``); ``top_k`` cannot change the argmax.
+
+    Args:
+        logits: (B, V) float next-token scores. temperature: a number >= 0. top_k: None (all tokens) or an
+            int >= 1. generator: a ``torch.Generator`` for reproducible draws, or None.
+
+    Returns:
+        (B,) int64 token ids.
+
+    Raises:
+        TypeError / ValueError: as :func:`check_sampling`; logits not a 2-D floating tensor.
+    """
+    temperature, top_k = check_sampling(temperature, top_k, generator)
+    check_tensor("logits", logits, ndim=2, floating=True)
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    scores = temperature_scale(logits, temperature)
+    if top_k is not None:
+        scores = top_k_filter(scores, top_k)
+    probs = torch.softmax(scores, dim=-1)  # (B, V); zero outside the top k
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+
+
+def sample_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size: int, max_new_tokens: int, *,
+                temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None,
                 eos_id: int | None = None, pad_id: int = 0, device=None) -> torch.Tensor:
-    """Append the argmax token ``max_new_tokens`` times; return the new tokens (B, N), int64.
+    """Append a chosen token ``max_new_tokens`` times (:func:`sample_next`); return the new tokens (B, N), int64.
+
+    The one decoding loop of attn_lib: every ``generate``/``greedy_decode`` of :mod:`attn_lib.models` and
+    :func:`attn_lib.capstone.generate` run it, and differ only in ``next_logits``.
 
     Args:
         next_logits: called with the tokens generated so far, (B, t) int64 (t = 0 at the first step);
             returns the next-token logits (B, V).
         batch_size: B. max_new_tokens: N (checked by the caller with :func:`check_max_new_tokens`).
+        temperature, top_k, generator: as :func:`sample_next` (temperature 0, the default: greedy).
         eos_id: when given, a row that has produced it is finished: its later positions hold ``pad_id``,
             and the loop stops early once every row is finished (so N_out <= N).
         device: of the returned tokens.
 
     Returns:
         (B, N_out) int64 tokens; a row's ``eos_id`` is kept, positions after it hold ``pad_id``.
+
+    Raises:
+        TypeError / ValueError: bad temperature, top_k or generator (:func:`check_sampling`).
     """
+    check_sampling(temperature, top_k, generator)
     new = torch.empty(batch_size, 0, dtype=torch.long, device=device)
     done = torch.zeros(batch_size, dtype=torch.bool, device=device)
     for _ in range(max_new_tokens):
-        nxt = next_logits(new).argmax(dim=-1)  # (B,) greedy choice
+        nxt = sample_next(next_logits(new), temperature=temperature, top_k=top_k, generator=generator)  # (B,)
         if eos_id is not None:
             nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        new = torch.cat([new, nxt[:, None]], dim=1)  # (B, t+1)
+        new = torch.cat([new, nxt[:, None].to(new.device)], dim=1)  # (B, t+1)
         if eos_id is not None:
             done |= nxt == eos_id
             if bool(done.all()):
                 break
     return new
+
+
+def greedy_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size: int, max_new_tokens: int, *,
+                eos_id: int | None = None, pad_id: int = 0, device=None) -> torch.Tensor:
+    """Greedy decoding: :func:`sample_loop` with temperature 0 (the argmax each step); new tokens (B, N), int64.
+
+    Args and Returns: as :func:`sample_loop` (without the sampling arguments).
+    """
+    return sample_loop(next_logits, batch_size, max_new_tokens, eos_id=eos_id, pad_id=pad_id, device=device)

@@ -6,7 +6,9 @@ by ``MultiHeadAttention.from_hf(layer.self_attn)`` (grouped-query heads, the con
 RoPE with its rope_theta) and decodes with one :class:`~attn_lib.kv_cache.KVCache` per layer. So when
 the outputs equal HuggingFace's, the from-scratch attention and KV cache are what differs and
 what is proven: tests/test_llama.py checks greedy decoding against ``model.generate(use_cache=True)``
-token for token, step by step logits, and the cached keys and values (notebook 08 shows it).
+token for token, step by step logits, and the cached keys and values (notebook 08 shows it), and
+temperature/top-k sampling against ``generate(do_sample=True)``. Decoding runs attn_lib's one loop,
+:func:`attn_lib.models.decoding.sample_loop`, the same as :class:`attn_lib.models.lm.DecoderLM`'s.
 
 The decoder layer (Touvron et al. 2023, "LLaMA", §2.2: pre-normalisation, SwiGLU, RoPE)::
 
@@ -22,6 +24,7 @@ from torch import nn
 from attn_lib._checks import check_bool, check_int, check_tensor
 from attn_lib.kv_cache import KVCache
 from attn_lib.mha import MultiHeadAttention
+from attn_lib.models.decoding import check_sampling, sample_loop
 
 __all__ = ["AttnLibLlama"]
 
@@ -86,6 +89,8 @@ class AttnLibLlama(nn.Module):
     def generate_greedy(self, input_ids: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True):
         """Greedy decoding: the prompt once, then one token at a time through the KV caches.
 
+        :meth:`generate` at temperature 0 (HF's ``generate(do_sample=False)``).
+
         Args:
             input_ids: (B, L) prompt ids.
             max_new_tokens: number of tokens to add (int >= 1).
@@ -96,16 +101,46 @@ class AttnLibLlama(nn.Module):
             max_new_tokens (B, vocab_size) tensors, the logits each new token was chosen from
             (HF's ``generate(output_logits=True).logits``); caches the per-layer KV caches
             (each holding T + max_new_tokens - 1 positions: the last token is never fed back).
+
+        Raises:
+            TypeError / ValueError: as :meth:`generate`.
+        """
+        return self.generate(input_ids, max_new_tokens, use_cache=use_cache)
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True,
+                 temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None):
+        """Decode with :func:`attn_lib.models.decoding.sample_loop`: greedy at temperature 0, else sampled.
+
+        Sampling is HF's ``generate(do_sample=True, temperature=T, top_k=k)``: the temperature warper, then
+        top-k, then one ``torch.multinomial`` draw per row (torch's global generator when ``generator`` is None).
+
+        Args:
+            input_ids: (B, L) int64 prompt ids. max_new_tokens: an int >= 1.
+            use_cache: False recomputes the whole sequence at every step.
+            temperature: a number >= 0 (0 = greedy). top_k: None or an int >= 1. generator: a torch.Generator.
+
+        Returns:
+            (ids (B, L + max_new_tokens), step_logits: a list of (B, vocab_size) logits before warping, caches).
+
+        Raises:
+            TypeError: max_new_tokens or top_k not an int, use_cache not a bool, temperature not a number.
+            ValueError: max_new_tokens < 1, temperature < 0, top_k < 1; input_ids not (B, L) integers.
         """
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
         use_cache = check_bool("use_cache", use_cache)
+        check_sampling(temperature, top_k, generator)
         caches = self.new_caches() if use_cache else None
-        ids, step_logits = input_ids, []
-        feed = input_ids
-        for _ in range(max_new_tokens):
-            logits = self(feed if use_cache else ids, caches)[:, -1]  # (B, vocab_size)
-            nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+        step_logits = []
+
+        def next_logits(new: torch.Tensor) -> torch.Tensor:
+            if use_cache:  # the prompt at the first step, then only the newest token
+                logits = self(input_ids if new.shape[1] == 0 else new[:, -1:], caches)[:, -1]
+            else:
+                logits = self(torch.cat([input_ids, new], dim=1))[:, -1]  # (B, vocab_size)
             step_logits.append(logits)
-            ids = torch.cat([ids, nxt], dim=1)
-            feed = nxt
-        return ids, step_logits, caches
+            return logits
+
+        new = sample_loop(next_logits, input_ids.shape[0], max_new_tokens, temperature=temperature, top_k=top_k,
+                          generator=generator, device=input_ids.device)
+        return torch.cat([input_ids, new], dim=1), step_logits, caches

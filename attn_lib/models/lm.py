@@ -1,17 +1,28 @@
-"""A small decoder-only language model with RoPE, grouped-query attention and a KV cache (notebook 08).
+"""attn_lib's one decoder-only language model: RoPE, grouped-query attention, a KV cache (notebooks 08, 10, 11).
 
 The layout of LLaMA-style decoders (Touvron et al. 2023, "LLaMA", section 2.2), shrunk:
 
     x = embed(ids)                                        # (B, L, d_model); no position embedding:
     for each layer:                                       #   positions enter through RoPE in attention
-        x = x + attn(RMSNorm(x), is_causal=True)          # pre-norm; GQA with num_kv_heads heads
+        x = x + attn(RMSNorm(x), is_causal=True)          # pre-norm; attn_lib.mha.MultiHeadAttention (GQA)
         x = x + ffn(RMSNorm(x))                           # attn_lib.models.blocks.FeedForward (GELU)
     logits = lm_head(RMSNorm(x))                          # (B, L, vocab_size); weights tied to embed
 
+The capstone's :class:`attn_lib.capstone.TinyDecoder` (notebooks 10, 11) is this class with a small default
+configuration. Options the capstone needs:
+
+- ``forward(..., attention="tiled")``: the attention runs :func:`attn_lib.tiled.tiled_attention` (notebook 09)
+  instead of materialising the (L, S) weights; the logits agree to float rounding (tests/test_capstone.py).
+- ``attend="self"``: the ablation in which every token attends only to itself (the mask is the diagonal),
+  so no information moves between positions; the model is then a function of the current token alone.
+- :meth:`DecoderLM.attention_weights`: every layer's (B, H, L, L) weights, for heatmaps.
+
 Decoding with :meth:`DecoderLM.generate` keeps one :class:`attn_lib.kv_cache.KVCache` per layer: the
 prompt is processed once, then each step feeds only the newest token, whose query attends over all
-cached keys (the causal mask aligned bottom-right). tests/test_lm.py checks that the cached logits
-equal the full forward pass to 1e-5 and that greedy output is identical with and without the cache.
+cached keys (the causal mask aligned bottom-right). The next token is chosen by
+:func:`attn_lib.models.decoding.sample_loop`, the one decoding loop of attn_lib (greedy at temperature 0,
+else temperature and top-k sampling). tests/test_lm.py checks that the cached logits equal the full forward
+pass to 1e-5 and that greedy output is identical with and without the cache.
 """
 
 from __future__ import annotations
@@ -21,16 +32,21 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from attn_lib._checks import (check_bool, check_callable, check_int as _check_int, check_number, check_rope_base,
-                              check_token_ids)
+from attn_lib._checks import (check_bool, check_callable, check_choice, check_int as _check_int, check_number,
+                              check_rope_base, check_token_ids)
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
 from attn_lib.mha import MultiHeadAttention
 from attn_lib.models.blocks import FeedForward
-from attn_lib.models.decoding import check_max_new_tokens, check_prompts, greedy_loop
+from attn_lib.models.decoding import check_max_new_tokens, check_prompts, check_sampling, sample_loop
 
-__all__ = ["DecoderLM", "LMBlock"]
+__all__ = ["DecoderLM", "LMBlock", "ATTENTIONS", "ATTENDS", "INITS"]
 
-
+#: How attention is computed: "naive" builds the (L, S) weights, "tiled" runs tiled_attention (notebook 09).
+ATTENTIONS = ("naive", "tiled")
+#: Which keys a token may attend to: "causal" (itself and every earlier token) or "self" (itself only).
+ATTENDS = ("causal", "self")
+#: Initialisations: "gpt2" N(0, init_std) for every weight; "torch" PyTorch's defaults, N(0, 0.02) embedding.
+INITS = ("gpt2", "torch")
 
 
 class LMBlock(nn.Module):
@@ -39,17 +55,22 @@ class LMBlock(nn.Module):
     ``x + attn(norm1(x))`` then ``x + ffn(norm2(x))``; x (B, L, d_model) -> (B, L, d_model).
     """
 
-    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, d_ff: int, rope_base: float):
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, d_ff: int, rope_base: float,
+                 norm_eps: float | None = 1e-6):
         super().__init__()
-        self.norm1 = nn.RMSNorm(d_model, eps=1e-6)
+        self.norm1 = nn.RMSNorm(d_model, eps=norm_eps)
         self.attn = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads, bias=False, rope_base=rope_base)
-        self.norm2 = nn.RMSNorm(d_model, eps=1e-6)
+        self.norm2 = nn.RMSNorm(d_model, eps=norm_eps)
         self.ffn = FeedForward(d_model, d_ff, activation="gelu")
 
-    def forward(self, x: torch.Tensor, kv_cache=None) -> torch.Tensor:
-        a, _ = self.attn(self.norm1(x), is_causal=True, kv_cache=kv_cache)  # (B, L, d_model)
+    def forward(self, x: torch.Tensor, kv_cache=None, *, attn_mask: torch.Tensor | None = None,
+                backend: str = "naive", tile_size: int = 8, need_weights: bool = False):
+        """x (B, L, d_model) -> (B, L, d_model); with ``need_weights`` also the weights (B, H, L, S)."""
+        a, w = self.attn(self.norm1(x), is_causal=True, kv_cache=kv_cache, attn_mask=attn_mask, backend=backend,
+                         tile_size=tile_size, need_weights=need_weights)  # (B, L, d_model): tokens exchange information
         x = x + a
-        return x + self.ffn(self.norm2(x))
+        x = x + self.ffn(self.norm2(x))  # each token on its own
+        return (x, w) if need_weights else x
 
 
 class DecoderLM(nn.Module):
@@ -66,19 +87,35 @@ class DecoderLM(nn.Module):
         init_std: standard deviation of the initial linear and embedding weights (default 0.02, GPT-2's).
         max_len: the longest sequence (prompt plus generated tokens, or cached plus new) it accepts
             (default 2048, LLaMA-1's context length).
+        attend: ``"causal"`` (default) or ``"self"``: every token attends only to itself (the ablation of
+            notebook 10: attention then moves no information between positions).
+        norm_eps: the RMSNorms' epsilon (default 1e-6; None = torch's default, the dtype's machine epsilon).
+        init: ``"gpt2"`` (default: every linear and embedding weight N(0, init_std), zero biases) or
+            ``"torch"`` (PyTorch's default init of the linear layers, the embedding N(0, 0.02): TinyDecoder's).
+        tile_size: queries and keys per tile of ``forward(attention="tiled")`` (default 8).
 
     Shapes: ``forward(input_ids (B, L))`` -> logits (B, L, vocab_size), float32.
 
     Raises:
         TypeError: a size that is not an int (``d_model=16.0``), rope_base or init_std not a number (None).
         ValueError: sizes < 1, head counts that do not divide (the message names the numbers),
-            rope_base <= 1, init_std <= 0.
+            rope_base <= 1, init_std <= 0, an unknown ``attend`` or ``init``.
+
+    Source: Touvron et al. 2023 (LLaMA), section 2.2; GPT-2's tied embeddings and initialisation
+    (Radford et al. 2019); proven against HuggingFace's Llama in tests/test_llama.py (the attention and the
+    decoding loop) and against torch's SDPA in tests/test_capstone.py.
     """
 
     def __init__(self, vocab_size: int, *, d_model: int = 128, num_heads: int = 4, num_kv_heads: int | None = None,
                  num_layers: int = 2, d_ff: int | None = None, rope_base: float = 10000.0, init_std: float = 0.02,
-                 max_len: int = 2048):
+                 max_len: int = 2048, attend: str = "causal", norm_eps: float | None = 1e-6, init: str = "gpt2",
+                 tile_size: int = 8):
         super().__init__()
+        self.attend = check_choice("attend", attend, ATTENDS)
+        check_choice("init", init, INITS)
+        self.tile_size = _check_int("tile_size", tile_size, minimum=1)
+        if norm_eps is not None:
+            norm_eps = check_number("norm_eps", norm_eps, minimum=0.0)
         _check_int("vocab_size", vocab_size, minimum=2)
         _check_int("d_model", d_model, minimum=1)
         _check_int("num_layers", num_layers, minimum=1)
@@ -93,11 +130,14 @@ class DecoderLM(nn.Module):
         self.vocab_size, self.d_model, self.num_layers, self.max_len = vocab_size, d_model, num_layers, max_len
         self.embed = nn.Embedding(vocab_size, d_model)
         self.layers = nn.ModuleList(
-            LMBlock(d_model, num_heads, num_kv_heads, d_ff, rope_base) for _ in range(num_layers)
+            LMBlock(d_model, num_heads, num_kv_heads, d_ff, rope_base, norm_eps) for _ in range(num_layers)
         )
-        self.norm = nn.RMSNorm(d_model, eps=1e-6)
+        self.norm = nn.RMSNorm(d_model, eps=norm_eps)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         self.lm_head.weight = self.embed.weight  # tied input and output embeddings (GPT-2)
+        if init == "torch":  # torch's default for the linear layers; only the (tied) embedding is redrawn
+            nn.init.normal_(self.embed.weight, std=0.02)
+            return
         for m in self.modules():
             # GPT-2's initialisation: N(0, init_std) for linear and embedding weights, zero biases
             if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -117,6 +157,17 @@ class DecoderLM(nn.Module):
     def head_dim(self) -> int:
         return self.layers[0].attn.head_dim
 
+    @property
+    def blocks(self) -> nn.ModuleList:
+        """The decoder layers (the same list as ``layers``; the capstone's name)."""
+        return self.layers
+
+    def _mask(self, L: int, past: int, device) -> torch.Tensor | None:
+        """attend="self": the (L, past + L) diagonal, new token i sees key past + i only; else None (causal only)."""
+        if self.attend == "causal":
+            return None
+        return torch.eye(L, past + L, dtype=torch.bool, device=device).roll(past, dims=1)  # (L, S)
+
     def new_kv_caches(self, factory: Callable[[], KVCacheProtocol] = KVCache) -> list:
         """One empty cache per layer (``factory()``, e.g. ``KVCache`` or ``lambda: QuantizedKVCache(4)``).
 
@@ -134,7 +185,8 @@ class DecoderLM(nn.Module):
                             f"got {type(caches[0]).__name__}")
         return caches
 
-    def forward(self, input_ids: torch.Tensor, *, kv_caches: Sequence | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, kv_caches: Sequence | None = None, *,
+                attention: str = "naive") -> torch.Tensor:
         """Next-token logits for every position.
 
         Args:
@@ -142,33 +194,59 @@ class DecoderLM(nn.Module):
             kv_caches: None (no cache: positions 0..L-1), or one cache per layer (:meth:`new_kv_caches`);
                 then ``input_ids`` are the tokens that follow the cached ones (positions S_cached..S_cached+L-1),
                 and the caches grow by L.
+            attention: ``"naive"`` (default) or ``"tiled"`` (:func:`attn_lib.tiled.tiled_attention`, tiles of
+                ``tile_size``; the same logits up to float rounding).
 
         Returns:
             logits (B, L, vocab_size): row i scores the token after position i.
 
         Raises:
-            TypeError / ValueError: ids not int64 (B, L) within the vocabulary; wrong number of caches.
+            TypeError / ValueError: ids not int64 (B, L) within the vocabulary; wrong number of caches;
+                an unknown ``attention``.
         """
+        return self._run(input_ids, kv_caches, attention, need_weights=False)[0]
+
+    @torch.no_grad()
+    def attention_weights(self, input_ids: torch.Tensor) -> list[torch.Tensor]:
+        """Every layer's attention weights on ``input_ids`` (B, L) int64: a list of (B, H, L, L) float tensors,
+        rows summing to 1 (zero above the diagonal; only the diagonal with ``attend="self"``).
+
+        Raises:
+            TypeError / ValueError: as :meth:`forward`.
+        """
+        return self._run(input_ids, None, "naive", need_weights=True)[1]
+
+    def _run(self, input_ids, kv_caches, attention, *, need_weights):
+        check_choice("attention", attention, ATTENTIONS)
         input_ids = check_token_ids("input_ids", input_ids, vocab_size=self.vocab_size, max_len=self.max_len)
         if kv_caches is not None and len(kv_caches) != len(self.layers):
             raise ValueError(f"kv_caches must hold one cache per layer ({len(self.layers)}), got {len(kv_caches)}")
         if kv_caches is not None and kv_caches[0].seq_len + input_ids.shape[1] > self.max_len:
             raise ValueError(f"the caches hold {kv_caches[0].seq_len} tokens; {input_ids.shape[1]} more exceed the "
                              f"model's max_len={self.max_len}")
+        past = 0 if kv_caches is None else kv_caches[0].seq_len
+        mask = self._mask(input_ids.shape[1], past, input_ids.device)  # None, or the diagonal (attend="self")
         x = self.embed(input_ids)  # (B, L, d_model)
+        weights = []
         for i, layer in enumerate(self.layers):
-            x = layer(x, None if kv_caches is None else kv_caches[i])
-        return self.lm_head(self.norm(x))  # (B, L, vocab_size)
+            out = layer(x, None if kv_caches is None else kv_caches[i], attn_mask=mask, backend=attention,
+                        tile_size=self.tile_size, need_weights=need_weights)
+            x, w = out if need_weights else (out, None)
+            weights.append(w)
+        return self.lm_head(self.norm(x)), weights  # (B, L, vocab_size)
 
     @torch.no_grad()
     def generate(self, prompt_ids, max_new_tokens: int, use_cache: bool = True, *,
-                 cache_factory: Callable[[], object] = KVCache) -> torch.Tensor:
-        """Greedy decoding: append the most likely next token ``max_new_tokens`` times.
+                 cache_factory: Callable[[], object] = KVCache, temperature: float = 0.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None, attention: str = "naive", return_logits: bool = False):
+        """Continue the prompt ``max_new_tokens`` times: greedy (temperature 0, the default) or sampled.
 
         With ``use_cache=True`` the prompt is run once, filling one cache per layer, and each later
         step runs only the newest token (its keys and values are appended). With ``use_cache=False``
         each step runs the whole sequence again -- the same tokens come out (tests/test_lm.py), only
-        slower. Ties in the argmax go to the lowest id (``torch.argmax``).
+        slower. The token is chosen by :func:`attn_lib.models.decoding.sample_next`: the argmax at
+        temperature 0 (ties to the lowest id, ``torch.argmax``), else a draw from
+        ``softmax(top_k_filter(logits / temperature, top_k))`` (HuggingFace's warpers, in HF's order).
 
         Args:
             prompt_ids: (B, P) or (P,) int64 tensor, or a list of ints, or a list of B lists of ints;
@@ -177,15 +255,20 @@ class DecoderLM(nn.Module):
             use_cache: bool: keep a KV cache (default) or recompute everything each step.
             cache_factory: makes each layer's cache (default :class:`attn_lib.kv_cache.KVCache`;
                 e.g. ``lambda: attn_lib.kv_cache.QuantizedKVCache(8)``).
+            temperature: a number >= 0 (0 = greedy). top_k: None or an int >= 1 (sampling from the k
+                likeliest tokens). generator: a ``torch.Generator`` for the draws (None: torch's global one).
+            attention: ``"naive"`` or ``"tiled"``, as :meth:`forward`.
+            return_logits: also return the logits each new token was chosen from.
 
         Returns:
-            (B, P + max_new_tokens) int64 (or (P + max_new_tokens,) for a 1-D prompt): prompt then new tokens.
+            (B, P + max_new_tokens) int64 (or (P + max_new_tokens,) for a 1-D prompt): prompt then new tokens;
+            with ``return_logits`` the pair (ids, step_logits (B, max_new_tokens, vocab_size) float).
 
         Raises:
-            TypeError: a float or bool prompt; max_new_tokens not an int; use_cache not a bool;
-                cache_factory not callable (None, or a cache instance).
+            TypeError: a float or bool prompt; max_new_tokens or top_k not an int; use_cache not a bool;
+                cache_factory not callable (None, or a cache instance); temperature not a number.
             ValueError: ragged prompts, ids outside the vocabulary, max_new_tokens < 0 or
-                P + max_new_tokens > max_len.
+                P + max_new_tokens > max_len; temperature < 0, top_k < 1; an unknown ``attention``.
         """
         one_d = (isinstance(prompt_ids, torch.Tensor) and prompt_ids.dim() == 1) or (
             isinstance(prompt_ids, (list, tuple)) and not any(isinstance(p, (list, tuple)) for p in prompt_ids))
@@ -196,19 +279,32 @@ class DecoderLM(nn.Module):
             ids = check_prompts("prompt_ids", [list(prompt_ids)] if one_d else prompt_ids, self.vocab_size, ragged=False)
         check_max_new_tokens(max_new_tokens, prompt_len=ids.shape[1], max_len=self.max_len)
         check_bool("use_cache", use_cache)
+        check_bool("return_logits", return_logits)
+        check_sampling(temperature, top_k, generator)
+        check_choice("attention", attention, ATTENTIONS)
         ids = ids.to(self.embed.weight.device)
         caches = self.new_kv_caches(cache_factory) if use_cache else None
         was_training = self.training
         self.eval()
+        step_logits = []
 
         def next_logits(new: torch.Tensor) -> torch.Tensor:
             if not use_cache:
-                return self(torch.cat([ids, new], dim=1))[:, -1]  # the whole sequence again
-            # with a cache: the prompt at the first step, then only the newest token
-            return self(ids if new.shape[1] == 0 else new[:, -1:], kv_caches=caches)[:, -1]
+                logits = self(torch.cat([ids, new], dim=1), attention=attention)[:, -1]  # the whole sequence again
+            else:  # with a cache: the prompt at the first step, then only the newest token
+                logits = self(ids if new.shape[1] == 0 else new[:, -1:], caches, attention=attention)[:, -1]
+            step_logits.append(logits)
+            return logits
 
         try:
-            ids = torch.cat([ids, greedy_loop(next_logits, ids.shape[0], max_new_tokens, device=ids.device)], dim=1)
+            new = sample_loop(next_logits, ids.shape[0], max_new_tokens, temperature=temperature, top_k=top_k,
+                              generator=generator, device=ids.device)
+            ids = torch.cat([ids, new], dim=1)
         finally:
             self.train(was_training)
-        return ids[0] if one_d else ids
+        out = ids[0] if one_d else ids
+        if not return_logits:
+            return out
+        logits = (torch.stack(step_logits, dim=1) if step_logits
+                  else torch.empty(ids.shape[0], 0, self.vocab_size, device=ids.device))
+        return out, (logits[0] if one_d else logits)

@@ -324,6 +324,12 @@ class DecoderOnly(_Stack):
     encoder to read), with learned positions. A task is written as one sequence, prompt then
     answer; position t sees positions 0..t only, and generation appends one token at a time.
 
+    This is notebook 07's decoder-only member of the 2017 family (post-norm LayerNorm blocks, learned
+    positions, an untied output layer), kept so that the three architectures of that notebook differ
+    only in their attention. attn_lib's decoder-only *language model* is
+    :class:`attn_lib.models.lm.DecoderLM` (LLaMA's layout: RoPE, GQA, a KV cache); both decode through
+    the one loop, :func:`attn_lib.models.decoding.sample_loop`.
+
     Args:
         vocab_size: ids 0 .. vocab_size-1, also the size of the output (next-token logits).
         d_model, num_heads, num_layers, d_ff, dropout, max_len, positional, norm_first, pad_id:
