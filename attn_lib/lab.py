@@ -48,9 +48,10 @@ def write_lab_settings(prefix: str | Path = sys.prefix) -> Path:
 
 
 def course_notebooks(root: str | Path = REPO_ROOT) -> list[Path]:
-    """The course's own notebooks: ``notebooks/NN_*.ipynb`` and ``notebooks/solutions/*.ipynb`` under ``root``."""
+    """Every notebook under ``root/notebooks`` (any depth, checkpoints left out), sorted: the course's layout
+    (``NN_*.ipynb`` and their worked versions one folder down) and the student edition's (``NN_name/NN_name.ipynb``)."""
     root = Path(root)
-    return sorted(root.glob("notebooks/[0-9][0-9]_*.ipynb")) + sorted(root.glob("notebooks/solutions/*.ipynb"))
+    return sorted(p for p in root.glob("notebooks/**/*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
 def trust_notebooks(root: str | Path = REPO_ROOT, *, data_dir: str | Path | None = None) -> list[Path]:

@@ -46,6 +46,12 @@ def test_make_lab_trusts_the_course_notebooks(tmp_path):
     notebooks = course_notebooks()
     assert REPO_ROOT / "notebooks" / "06_heads_in_a_real_model.ipynb" in notebooks
     assert len(notebooks) >= 20 and all("solutions" in p.parts or p.name[:2].isdigit() for p in notebooks)
+    # the student edition's layout, one folder per notebook, is found too
+    (tmp_path / "edition" / "notebooks" / "06_x").mkdir(parents=True)
+    (tmp_path / "edition" / "notebooks" / "06_x" / "06_x.ipynb").write_text("{}")
+    (tmp_path / "edition" / "notebooks" / "06_x" / ".ipynb_checkpoints").mkdir()
+    (tmp_path / "edition" / "notebooks" / "06_x" / ".ipynb_checkpoints" / "06_x-checkpoint.ipynb").write_text("{}")
+    assert course_notebooks(tmp_path / "edition") == [tmp_path / "edition" / "notebooks" / "06_x" / "06_x.ipynb"]
     notary = NotebookNotary(data_dir=str(tmp_path))
     nb06 = nbformat.read(REPO_ROOT / "notebooks" / "06_heads_in_a_real_model.ipynb", as_version=nbformat.NO_CONVERT)
     assert not notary.check_signature(nb06)  # a fresh key: not trusted yet

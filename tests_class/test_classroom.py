@@ -548,7 +548,7 @@ def html_unescape(s):
 def test_feedback_is_escaped_capped_and_names_the_hint(graded):
     tmp = graded[0]
     page = (tmp / "grades" / "feedback" / "s2_wrong" / "index.html").read_text()
-    assert "check_attention_weights</td><td>0 / 1" in page
+    assert "check_attention_weights</td><td>0 / 3" in page
     assert "missing 1/sqrt(d_k) scale" in page and "1/sqrt(d_model)" in page
     s3 = (tmp / "grades" / "feedback" / "s3_raises_loops" / "index.html").read_text()
     assert "I give up" in s3
