@@ -10,7 +10,7 @@
 
 It holds no solution (no ``notebooks/solutions/``, no solution cell, no ``### BEGIN SOLUTION``), no hidden test
 (there are none: the grader runs the checks in its own process) and no prediction answer: each
-``attn_lib/exercises/predict_NN.py`` keeps its questions' prompts and choices but not the answer, the hints (a hint
+``attn_lib/exercises/predict_questions.py`` keeps its questions' prompts and choices but not the answer, the hints (a hint
 for every wrong choice names the right one by elimination) or the explanation; ``check_prediction`` then records a
 valid answer and says the answer is discussed in class. Notebooks sit one per folder, as nbgrader's exchange hands
 them out, so the links between notebooks are written ``../04_masking/04_masking.ipynb`` (:func:`fix_links`) and
@@ -69,24 +69,17 @@ def course_notebooks(notebooks_dir: Path) -> list[str]:
 
 
 def withheld_predictions() -> dict[str, str]:
-    """predict_NN.py -> the same module with every question's answer, hints and explanation left out."""
+    """predict_questions.py -> the same module with every question's answer, hints and explanation left out."""
     from attn_lib.exercises import concepts
 
     concepts._load_all()
-    by_module: dict[str, list] = {}
+    lines = ['"""Every notebook\'s "predict, then check" questions, as the student edition ships them: the answers are '
+             'withheld\n(your teacher discusses them in class; see attn_lib.exercises.concepts)."""', "",
+             "from attn_lib.exercises.concepts import Question, register", ""]
     for q in concepts.QUESTIONS.values():
-        by_module.setdefault(f"predict_{q.id[:2]}.py", []).append(q)
-    out = {}
-    for path in sorted((ROOT / "attn_lib" / "exercises").glob("predict_*.py")):
-        lines = [f'"""Notebook {path.stem[-2:]}\'s "predict, then check" questions, as the student edition ships '
-                 'them: the answers are withheld\n(your teacher discusses them in class; see '
-                 'attn_lib.exercises.concepts)."""', "",
-                 "from attn_lib.exercises.concepts import Question, register", ""]
-        for q in by_module.get(path.name, []):
-            lines.append(f"register(Question(id={q.id!r}, prompt={q.prompt!r}, choices={dict(q.choices)!r}, "
-                         "answer=None, explanation=''))")
-        out[path.name] = "\n".join(lines) + "\n"
-    return out
+        lines.append(f"register(Question(id={q.id!r}, prompt={q.prompt!r}, choices={dict(q.choices)!r}, "
+                     "answer=None, explanation=''))")
+    return {"predict_questions.py": "\n".join(lines) + "\n"}
 
 
 README = """\

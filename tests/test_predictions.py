@@ -13,7 +13,7 @@ from attn_lib.masks import causal_mask
 from attn_lib.tiled import causal_tiles
 
 for n in range(13):
-    questions_for(n)  # loads every predict_NN.py (notebooks 00-12)
+    questions_for(n)  # loads predict_questions.py (notebooks 00-12)
 ALL = sorted(QUESTIONS)
 
 

@@ -3,14 +3,15 @@
 A notebook asks a question before the learner runs the code that answers it ("what happens to the
 weights if you divide by d_k instead of sqrt(d_k)?"). The learner writes a prediction -- a letter
 for a multiple-choice question, or a number -- and ``check_prediction`` says whether it is right,
-with a hint aimed at the wrong choice made. The questions live in ``attn_lib/exercises/predict_NN.py``,
-one module per notebook (``NN`` is the notebook's number), each calling :func:`register`; they are
-collected here, so a teacher can list every question with its answer::
+with a hint aimed at the wrong choice made. The questions live in one data module,
+``attn_lib/exercises/predict_questions.py``, a section per notebook, each question a call of :func:`register`
+with an id ``"NN.slug"`` (``NN`` the notebook's number); they are collected here, so a teacher can list every
+question with its answer::
 
     from attn_lib.exercises.concepts import QUESTIONS
     for q in QUESTIONS.values(): print(q.id, q.answer, q.explanation)
 
-Writing a question (in ``predict_NN.py``)::
+Writing a question (in its notebook's section of ``predict_questions.py``)::
 
     from attn_lib.exercises.concepts import Question, register
     register(Question(
