@@ -44,8 +44,16 @@ class SinkRingKVCache:
     their positions (-1 = empty slot), to be masked by :func:`attn_lib.windows.window_mask_from_positions` with the
     same ``window`` and ``num_sinks``. A sink token never enters the ring, so no key is seen twice.
 
+    Shapes: ``update(key (B, Hkv, S_new, E), value (B, Hkv, S_new, Ev))`` -> keys (B, Hkv, S', E), values
+    (B, Hkv, S', Ev), positions (S',) int64, S' <= num_sinks + window + S_new (the sinks, the ring's slots, empty
+    ones included, and the chunk).
+    Dtypes: key and value floating, of one dtype (float32, float64, ...), stored and returned as given.
+
     Raises:
         TypeError / ValueError: window not an int >= 1, num_sinks not an int >= 0.
+
+    Source: Xiao et al. 2023 (StreamingLLM), §3.2: the attention sinks plus a rolling KV cache; unlike the paper,
+    which numbers positions within the cache, keys keep their true positions (RoPE is applied before caching).
     """
 
     def __init__(self, window: int, num_sinks: int) -> None:
@@ -102,7 +110,16 @@ class SinkRingKVCache:
 
 def char_corpus() -> tuple[torch.Tensor, int]:
     """``data/corpus.txt`` as one stream of character ids (lines joined by newlines) and the BOS id (= the number of
-    distinct characters; the vocabulary is BOS + 1)."""
+    distinct characters; the vocabulary is BOS + 1).
+
+    Returns:
+        (stream (N,) int64, N the number of characters of the file; the BOS id, an int).
+
+    Raises:
+        nothing of its own; OSError (FileNotFoundError) when ``data/corpus.txt`` is missing.
+
+    Source: the course's own (the character-level corpus of notebook 11).
+    """
     from attn_lib import DATA_DIR
 
     text = (DATA_DIR / "corpus.txt").read_text(encoding="utf-8")
@@ -116,8 +133,17 @@ def bos_windows(stream: torch.Tensor, batch_size: int, seq_len: int, bos: int,
     """Random windows of ``stream``, each starting with ``bos``: inputs (B, seq_len) and next-token targets
     (B, seq_len), int64.
 
+    Args:
+        stream: (N,) integer token ids (int64 from :func:`char_corpus`; not checked to be integers: a float stream
+            gives float windows). batch_size: B. seq_len: the window length. bos: the BOS id (an int).
+        generator: a ``torch.Generator`` for the window starts (None: torch's global one).
+
     Raises:
-        TypeError / ValueError: sizes not ints >= 2 (seq_len) / >= 1; a stream shorter than seq_len.
+        TypeError: stream not a tensor; batch_size or seq_len not an int.
+        ValueError: stream not 1-D; batch_size < 1, seq_len < 2; a stream not longer than seq_len.
+
+    Source: the course's own; a BOS at the start of every window, as LLMs' documents have, so that the model can
+    learn a sink there (Xiao et al. 2023).
     """
     check_tensor("stream", stream, ndim=1)
     B, T = check_int("batch_size", batch_size, minimum=1), check_int("seq_len", seq_len, minimum=2)
@@ -135,10 +161,16 @@ def train_sink_model(*, seed: int = 0, steps: int = 200, seq_len: int = 64, d_mo
     About 5 s on one CPU thread with the defaults (200 AdamW steps of batch 16).
 
     Returns:
-        (model in eval mode, float32 whatever the default dtype, the character stream, the BOS id).
+        (model in eval mode, float32 whatever the default dtype, the character stream (N,) int64, the BOS id int).
 
     Raises:
-        TypeError / ValueError: a size not an int >= 1.
+        TypeError: seed, steps, d_model or seq_len not an int.
+        ValueError: steps or d_model < 1, seed < 0, seq_len < 2, not shorter than the corpus or above the model's
+            max_len (2048); a d_model the 4 heads do not split into an even head_dim (RoPE). lr is not checked
+            here (torch's AdamW raises ValueError for lr < 0).
+
+    Source: the course's own training loop; the BOS-led windows give the model a fixed first token, where
+    Xiao et al. 2023 (StreamingLLM) observe attention sinks.
     """
     check_int("steps", steps, minimum=1)
     gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
@@ -187,8 +219,15 @@ def masked_logits(model: TinyDecoder, ids: torch.Tensor, mask: torch.Tensor) -> 
     """The model's logits (B, L, vocab) with every layer's attention under ``mask`` (bool (L, L), True = may attend)
     instead of the causal one; ``mask = causal_mask(L)`` gives ``model(ids)``.
 
+    Shapes: ids (B, L) -> logits (B, L, V), V = the model's vocab_size. Dtypes: ids int64; mask bool; the
+    logits in the model's dtype (float32 from :func:`train_sink_model`, float64 after ``.double()``).
+
     Raises:
-        TypeError: model not a TinyDecoder; ids not a tensor. ValueError: ids not 2-D; mask not (L, L).
+        TypeError: model not a TinyDecoder; ids not a tensor. ValueError: ids not 2-D; mask not a bool (L, L)
+            tensor (a mask of another type or dtype is a ValueError too). Ids of a floating dtype or outside the
+            vocabulary are not checked: the embedding raises RuntimeError / IndexError.
+
+    Source: the course's own; the masks it is run with are StreamingLLM's (Xiao et al. 2023, §3.2).
     """
     _check_model(model, ids)
     L = ids.shape[1]
@@ -202,11 +241,19 @@ def masked_logits(model: TinyDecoder, ids: torch.Tensor, mask: torch.Tensor) -> 
 def streaming_logits(model: TinyDecoder, ids: torch.Tensor, *, window: int, num_sinks: int) -> tuple[torch.Tensor, int]:
     """Decode ``ids`` one token at a time with a :class:`SinkRingKVCache` per layer (StreamingLLM's decode).
 
+    Args:
+        ids: (B, L) int64 token ids. window: int >= 1, the ring's slots. num_sinks: int >= 0, the tokens kept.
+
     Returns:
-        (logits (B, L, vocab), the largest cache bytes of one layer during the decode).
+        (logits (B, L, vocab) in the model's dtype (float32 from :func:`train_sink_model`), the largest cache bytes
+        of one layer during the decode, an int).
 
     Raises:
-        TypeError / ValueError: as :func:`masked_logits`; window/num_sinks as :class:`SinkRingKVCache`.
+        TypeError / ValueError: model and ids as :func:`masked_logits`; window/num_sinks as
+            :class:`SinkRingKVCache`.
+
+    Source: Xiao et al. 2023 (StreamingLLM), §3.2: decoding with attention sinks and a rolling cache (keys at their
+    true positions, see :class:`SinkRingKVCache`).
     """
     _check_model(model, ids)
     caches = [SinkRingKVCache(window, num_sinks) for _ in model.blocks]
@@ -230,9 +277,19 @@ def window_losses(model: TinyDecoder, ids: torch.Tensor, targets: torch.Tensor, 
     ``"full"`` the causal mask; ``"window"`` the last ``window`` keys only; ``"sinks"`` the first ``num_sinks``
     keys plus the last ``window - num_sinks`` (the same number of keys as ``"window"``).
 
+    Args:
+        ids: (B, L) int64 inputs. targets: (B, L) int64 next-token ids. window: int in [num_sinks + 1, L - 1].
+        num_sinks: int >= 0.
+
+    Returns:
+        ``{"full": float, "window": float, "sinks": float}``: mean cross-entropy in nats over positions
+        ``window..L-1``.
+
     Raises:
-        TypeError / ValueError: as :func:`masked_logits`; targets not of ids' shape; window not in
-            [num_sinks + 1, L - 1].
+        TypeError / ValueError: model and ids as :func:`masked_logits`; window or num_sinks not an int; targets
+            not a tensor of ids' shape (a ValueError); window not in [num_sinks + 1, L - 1]; num_sinks < 0.
+
+    Source: Xiao et al. 2023 (StreamingLLM), §3.1: window attention against sinks plus a window, on one model.
     """
     _check_model(model, ids)
     L = ids.shape[1]

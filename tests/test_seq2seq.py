@@ -91,8 +91,10 @@ def test_feed_forward_is_position_wise():
 
 
 def test_block_errors():
-    with pytest.raises(ValueError, match="num_heads=3 must divide d_model=16"):
+    with pytest.raises(ValueError, match=r"d_model \(16\) must be divisible by num_heads \(3\)"):
         EncoderBlock(16, 3)
+    with pytest.raises(ValueError, match=r"dropout must be a number in \[0, 1\), got 1.0"):
+        EncoderBlock(16, 4, dropout=1.0)
     with pytest.raises(ValueError, match="activation"):
         FeedForward(8, 16, activation="tanh")
     block = DecoderBlock(D, H, FF)
@@ -282,3 +284,28 @@ def test_model_sizes_of_the_wrong_type_are_type_errors():
         Seq2SeqTransformer(10, 10, d_model=16.0)
     with pytest.raises(ValueError, match="num_layers must be an int >= 1, got 0"):
         DecoderOnly(10, num_layers=0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(d_model=16.0, num_heads=4), "d_model must be an int >= 1, got float 16.0"),
+    (dict(d_model=16, num_heads=4.0), "num_heads must be an int >= 1, got float 4.0"),
+    (dict(d_model=16, num_heads=True), "num_heads must be an int >= 1, got bool True"),
+    (dict(d_model=16, num_heads=4, d_ff="64"), "d_ff must be an int >= 1, got str"),
+    (dict(d_model=16, num_heads=4, dropout="0.1"), "dropout must be a number"),
+])
+def test_block_sizes_of_the_wrong_type_are_type_errors(kwargs, match):
+    """_check_dims uses attn_lib._checks: a size of the wrong type is a TypeError, as everywhere in attn_lib."""
+    for block in (EncoderBlock, DecoderBlock):
+        with pytest.raises(TypeError, match=match):
+            block(**kwargs)
+
+
+def test_feed_forward_sizes_of_the_wrong_type_are_type_errors():
+    with pytest.raises(TypeError, match="d_model must be an int >= 1, got float 8.0"):
+        FeedForward(8.0, 16)
+    with pytest.raises(TypeError, match="d_ff must be an int >= 1, got float 16.0"):
+        FeedForward(8, 16.0)
+    with pytest.raises(TypeError, match="dropout must be a number"):
+        FeedForward(8, 16, dropout=None)
+    with pytest.raises(ValueError, match="d_ff must be an int >= 1, got 0"):
+        FeedForward(8, 0)

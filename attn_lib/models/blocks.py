@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attn_lib._checks import check_head_dim, check_int, check_number
 from attn_lib.mha import MultiHeadAttention
 
 __all__ = ["FeedForward", "EncoderBlock", "DecoderBlock"]
@@ -34,13 +35,12 @@ _ACTIVATIONS = {"relu": nn.functional.relu, "gelu": nn.functional.gelu}
 
 
 def _check_dims(d_model, num_heads, d_ff, dropout):
-    for name, v in (("d_model", d_model), ("num_heads", num_heads), ("d_ff", d_ff)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    if num_heads is not None and d_model % num_heads:
-        raise ValueError(f"num_heads={num_heads} must divide d_model={d_model} (head_dim = d_model / num_heads)")
-    if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
+    """The blocks' one size rule, through attn_lib._checks: TypeError for a wrong type, ValueError for a bad value."""
+    check_head_dim(d_model, num_heads)  # d_model and num_heads ints >= 1, num_heads divides d_model
+    check_int("d_ff", d_ff, minimum=1)
+    dropout = check_number("dropout", dropout, minimum=0.0)
+    if not dropout < 1.0:
+        raise ValueError(f"dropout must be a number in [0, 1), got {dropout}")
 
 
 class FeedForward(nn.Module):
@@ -54,7 +54,17 @@ class FeedForward(nn.Module):
         d_model: model width D. d_ff: hidden width (the paper: 4 * d_model).
         dropout: dropout after the activation. activation: "relu" or "gelu".
 
-    Shapes: x (B, L, D) -> (B, L, D).
+    Shapes: x (..., D) -> (..., D), e.g. (B, L, D) -> (B, L, D); D = d_model (attn_lib's legend adds D, the
+    model width, to B and L).
+
+    Dtypes: x floating, of the module's dtype (float32 by default; ``.double()`` for float64); the output has it.
+
+    Raises:
+        TypeError: d_model or d_ff not an int (``16.0``, ``True``), dropout not a number.
+        ValueError: d_model or d_ff < 1, dropout outside [0, 1), activation not "relu" or "gelu".
+        ``forward`` raises nothing of its own (torch's ``nn.Linear`` refuses a last dim other than D).
+
+    Source: Vaswani et al. 2017, §3.3, Eq. 2; equal to the feed-forward part of torch.nn.TransformerEncoderLayer.
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
@@ -85,9 +95,18 @@ class EncoderBlock(nn.Module):
         dropout: dropout on each sub-layer's output (and inside the feed-forward network).
         norm_first: False = post-norm (the paper), True = pre-norm.
         activation: "relu" (the paper) or "gelu" (BERT).
+        layer_norm_eps: the LayerNorms' epsilon (default 1e-5, torch's).
+
+    Shapes: x (B, S, D) -> (B, S, D); weights (B, H, S, S). Dtypes: x floating (float32 by default, float64 after
+    ``.double()``), of the module's dtype; padding_mask bool or 0/1 integers.
 
     Raises:
-        ValueError: a width is not a positive int, H does not divide D, or dropout outside [0, 1).
+        TypeError: d_model, num_heads or d_ff not an int (``16.0``), dropout not a number.
+        ValueError: a width < 1, H does not divide D, dropout outside [0, 1), an unknown activation.
+        ``forward``: as :class:`attn_lib.mha.MultiHeadAttention` (x not (B, S, D) floating of the module's dtype,
+        a bad padding_mask).
+
+    Source: Vaswani et al. 2017, §3.1; matches torch.nn.TransformerEncoderLayer (batch_first=True).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int | None = None, dropout: float = 0.0, *,
@@ -142,8 +161,13 @@ class DecoderBlock(nn.Module):
         d_model, num_heads, d_ff, dropout, norm_first, activation: as in :class:`EncoderBlock`.
         cross_attention: include the encoder-decoder attention sub-layer.
 
+    Shapes: x (B, L, D), memory (B, S, D) -> (B, L, D). Dtypes: floating, the module's dtype (float32 by default);
+    padding masks bool or 0/1 integers.
+
     Raises:
-        ValueError: as :class:`EncoderBlock`.
+        TypeError / ValueError: as :class:`EncoderBlock`.
+
+    Source: Vaswani et al. 2017, §3.1 and §3.2.3; matches torch.nn.TransformerDecoderLayer (batch_first=True).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int | None = None, dropout: float = 0.0, *,
@@ -187,12 +211,12 @@ class DecoderBlock(nn.Module):
             need_weights: also return the attention weights.
 
         Returns:
-            (x (B, L, D), self-attention weights (B, H, T, T) or None,
-            cross-attention weights (B, H, T, S) or None).
+            (x (B, L, D), self-attention weights (B, H, L, L) or None,
+            cross-attention weights (B, H, L, S) or None).
 
         Raises:
             ValueError: ``memory`` missing for a block with cross-attention, or given to one without,
-            or its batch size / width differ from ``x``'s.
+            or its batch size / width differ from ``x``'s; the rest as :class:`attn_lib.mha.MultiHeadAttention`.
         """
         if self.cross_attn is None:
             if memory is not None:

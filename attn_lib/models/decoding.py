@@ -34,9 +34,16 @@ __all__ = ["check_max_new_tokens", "check_prompts", "check_sampling", "greedy_lo
 def check_max_new_tokens(max_new_tokens, *, prompt_len: int, max_len: int) -> int:
     """Return ``max_new_tokens`` if it is an int >= 0 with ``prompt_len + max_new_tokens <= max_len``.
 
+    Args:
+        max_new_tokens: the int to check. prompt_len, max_len: ints (the caller's, not checked here).
+
+    No tensors: ints in, the int out.
+
     Raises:
         TypeError: not an int (``2.5``, ``True``).
         ValueError: negative, or the prompt plus the new tokens longer than ``max_len`` (naming all three).
+
+    Source: the course's own rule (HuggingFace's ``generate`` calls the argument ``max_new_tokens`` too).
     """
     check_int("max_new_tokens", max_new_tokens, minimum=0)
     if prompt_len + max_new_tokens > max_len:
@@ -50,11 +57,21 @@ def check_prompts(name: str, prompts, vocab_size: int, *, ragged: bool) -> list[
 
     A list of ints (one flat prompt) is refused with a hint to wrap it: ``[ids]``.
 
+    Args:
+        name: what the messages call the prompts. prompts: a list/tuple of B lists of int ids, or a (B, P)
+            integer tensor (int64, int32, ...). vocab_size: int. ragged: allow prompts of different lengths.
+
+    Returns:
+        ``ragged=True``: the list of B lists of ints (a tensor's rows as lists); else a (B, P) int64 tensor
+        (on the CPU).
+
     Raises:
-        TypeError: not a list/tuple of lists (or a tensor when not ragged); an id that is not an int
-            (``1.7``, ``True``); a float or bool tensor.
+        TypeError: neither a list/tuple of lists nor a tensor (a flat list of ids, too); an id that is not an
+            int (``1.7``, ``True``); a float, bool or complex tensor.
         ValueError: no prompt, an empty prompt, prompts of different lengths when not ragged, an id
-            outside ``[0, vocab_size)``.
+            outside ``[0, vocab_size)``; a tensor that is not 2-D.
+
+    Source: the course's own (one rule for every ``generate`` of attn_lib.models).
     """
     if isinstance(prompts, torch.Tensor):
         check_tensor(name, prompts, ndim=2)
@@ -95,6 +112,10 @@ def check_sampling(temperature, top_k, generator=None) -> tuple[float, int | Non
         TypeError: temperature not a number (``"hot"``, None); top_k not an int (``2.5``, ``True``);
             generator neither None nor a ``torch.Generator``.
         ValueError: temperature < 0 or not finite; top_k < 1.
+
+    No tensors: numbers in, ``(float, int or None)`` out.
+
+    Source: the course's own; the arguments of HuggingFace's ``generate(do_sample=True, temperature, top_k)``.
     """
     temperature = check_number("temperature", temperature, minimum=0.0)
     if temperature != temperature or temperature == float("inf"):
@@ -180,6 +201,9 @@ def sample_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size:
                 eos_id: int | None = None, pad_id: int = 0, device=None) -> torch.Tensor:
     """Append a chosen token ``max_new_tokens`` times (:func:`sample_next`); return the new tokens (B, N), int64.
 
+    Source: the course's own loop; the choice of each token is HuggingFace's ``generate`` (see
+    :func:`sample_next`), and an ``eos_id`` row is padded with ``pad_id`` afterwards, as ``generate`` does.
+
     The one decoding loop of attn_lib: every ``generate``/``greedy_decode`` of :mod:`attn_lib.models` and
     :func:`attn_lib.capstone.generate` run it, and differ only in ``next_logits``.
 
@@ -196,7 +220,9 @@ def sample_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size:
         (B, N_out) int64 tokens; a row's ``eos_id`` is kept, positions after it hold ``pad_id``.
 
     Raises:
-        TypeError / ValueError: bad temperature, top_k or generator (:func:`check_sampling`).
+        TypeError / ValueError: bad temperature, top_k or generator (:func:`check_sampling`); logits returned
+            by ``next_logits`` that are not a 2-D floating tensor (:func:`sample_next`).
+        batch_size, max_new_tokens, eos_id, pad_id and device are not checked: the callers check them.
     """
     check_sampling(temperature, top_k, generator)
     new = torch.empty(batch_size, 0, dtype=torch.long, device=device)
@@ -217,6 +243,13 @@ def greedy_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size:
                 eos_id: int | None = None, pad_id: int = 0, device=None) -> torch.Tensor:
     """Greedy decoding: :func:`sample_loop` with temperature 0 (the argmax each step); new tokens (B, N), int64.
 
-    Args and Returns: as :func:`sample_loop` (without the sampling arguments).
+    Args and Returns: as :func:`sample_loop` (without the sampling arguments): ``next_logits`` maps the tokens
+    so far, (B, t) int64, to float logits (B, V); the result is (B, N_out) int64, N_out <= N = max_new_tokens.
+
+    Raises:
+        nothing of its own (temperature 0 and no top_k pass :func:`check_sampling`); TypeError / ValueError from
+        :func:`sample_next` when ``next_logits`` returns no 2-D floating tensor.
+
+    Source: greedy search, HuggingFace's ``generate(do_sample=False)``: ties go to the lowest id (``torch.argmax``).
     """
     return sample_loop(next_logits, batch_size, max_new_tokens, eos_id=eos_id, pad_id=pad_id, device=device)

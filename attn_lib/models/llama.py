@@ -36,8 +36,15 @@ class AttnLibLlama(nn.Module):
         hf_model: a ``LlamaForCausalLM``; its weights are shared (norms, MLP, embedding, head) or
             copied (attention). Only the default RoPE is supported (see ``MultiHeadAttention.from_hf``).
 
+    Shapes: ``forward(input_ids (B, L))`` -> logits (B, L, V), V = the config's vocab_size. Dtypes: int64 ids in;
+    logits in the HF model's dtype (float32, or float64 after ``.double()``).
+
     Raises:
-        TypeError: ``hf_model`` has no ``model.layers`` with ``self_attn`` blocks and an ``lm_head``.
+        TypeError: ``hf_model`` has no ``model`` with ``layers`` or no ``lm_head``; errors of
+            ``MultiHeadAttention.from_hf`` (TypeError / ValueError) for an attention block it cannot copy.
+
+    Source: Touvron et al. 2023 (LLaMA), §2.2; every module but the attention is transformers' LlamaForCausalLM's
+    own, and tests/test_llama.py checks the logits and ``generate`` against it.
     """
 
     def __init__(self, hf_model: nn.Module) -> None:
@@ -64,13 +71,15 @@ class AttnLibLlama(nn.Module):
 
         Args:
             input_ids: (B, L) int64 token ids; with ``caches`` they continue the cached tokens.
-            caches: from :meth:`new_caches`, updated in place (None: no cache, positions 0..T-1).
+            caches: from :meth:`new_caches`, updated in place (None: no cache, positions 0..L-1).
 
         Returns:
-            (B, L, vocab_size) logits.
+            (B, L, vocab_size) logits, in the model's dtype.
 
         Raises:
-            TypeError / ValueError: input_ids not a 2-D integer tensor; caches of the wrong length.
+            TypeError: input_ids not a tensor, or of a floating dtype; caches without a length.
+            ValueError: input_ids not 2-D; caches not one per layer.
+            Ids outside the vocabulary are not checked here: the embedding raises IndexError.
         """
         check_tensor("input_ids", input_ids, ndim=2)
         if input_ids.is_floating_point():
@@ -92,15 +101,16 @@ class AttnLibLlama(nn.Module):
         :meth:`generate` at temperature 0 (HF's ``generate(do_sample=False)``).
 
         Args:
-            input_ids: (B, L) prompt ids.
+            input_ids: (B, L) int64 prompt ids.
             max_new_tokens: number of tokens to add (int >= 1).
             use_cache: False recomputes the whole sequence at every step (slow, for comparison).
 
         Returns:
-            (ids, step_logits, caches): ids (B, T + max_new_tokens); step_logits a list of
-            max_new_tokens (B, vocab_size) tensors, the logits each new token was chosen from
+            (ids, step_logits, caches): ids (B, L + max_new_tokens) int64; step_logits a list of
+            max_new_tokens (B, vocab_size) float tensors, the logits each new token was chosen from
             (HF's ``generate(output_logits=True).logits``); caches the per-layer KV caches
-            (each holding T + max_new_tokens - 1 positions: the last token is never fed back).
+            (each holding L + max_new_tokens - 1 positions: the last token is never fed back), None
+            without ``use_cache``.
 
         Raises:
             TypeError / ValueError: as :meth:`generate`.
@@ -121,11 +131,15 @@ class AttnLibLlama(nn.Module):
             temperature: a number >= 0 (0 = greedy). top_k: None or an int >= 1. generator: a torch.Generator.
 
         Returns:
-            (ids (B, L + max_new_tokens), step_logits: a list of (B, vocab_size) logits before warping, caches).
+            (ids (B, L + max_new_tokens) int64, step_logits: a list of (B, vocab_size) float logits before
+            warping, caches: the list of per-layer KV caches, or None without ``use_cache``).
 
         Raises:
-            TypeError: max_new_tokens or top_k not an int, use_cache not a bool, temperature not a number.
-            ValueError: max_new_tokens < 1, temperature < 0, top_k < 1; input_ids not (B, L) integers.
+            TypeError: max_new_tokens or top_k not an int, use_cache not a bool, temperature not a number,
+                generator not a torch.Generator; input_ids of a floating dtype (from :meth:`forward`).
+            ValueError: max_new_tokens < 1, temperature < 0, top_k < 1; input_ids not 2-D (from :meth:`forward`).
+            input_ids that is not a tensor fails with AttributeError (``input_ids.shape``), ids outside the
+            vocabulary with IndexError (the embedding): neither is checked here.
         """
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
         use_cache = check_bool("use_cache", use_cache)

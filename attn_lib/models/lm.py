@@ -53,6 +53,23 @@ class LMBlock(nn.Module):
     """One pre-norm decoder layer: causal (grouped-query) self-attention with RoPE, then a feed-forward network.
 
     ``x + attn(norm1(x))`` then ``x + ffn(norm2(x))``; x (B, L, d_model) -> (B, L, d_model).
+
+    Args:
+        d_model: width. num_heads: H, must divide d_model. num_kv_heads: Hkv, must divide H. d_ff: feed-forward
+            width (GELU). rope_base: RoPE's base (None: no RoPE; :class:`DecoderLM` refuses None).
+        norm_eps: the two RMSNorms' epsilon (None: torch's default).
+
+    Dtypes: x floating, the module's dtype (float32 by default, float64 after ``.double()``); the output and the
+    weights have it.
+
+    Raises:
+        TypeError / ValueError: as :class:`attn_lib.mha.MultiHeadAttention` (a size not an int, H not dividing
+            d_model, Hkv not dividing H, an odd head_dim with RoPE, rope_base not > 1) and
+            :class:`attn_lib.models.blocks.FeedForward` (d_ff). ``forward``: as ``MultiHeadAttention.forward``
+            (x not floating of the module's dtype, an unknown backend, a bad cache or mask).
+
+    Source: Touvron et al. 2023 (LLaMA), §2.2: pre-normalisation with RMSNorm, rotary embeddings; the FFN is
+    GELU rather than LLaMA's SwiGLU.
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, d_ff: int, rope_base: float,
@@ -65,7 +82,10 @@ class LMBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, kv_cache=None, *, attn_mask: torch.Tensor | None = None,
                 backend: str = "naive", tile_size: int = 8, need_weights: bool = False):
-        """x (B, L, d_model) -> (B, L, d_model); with ``need_weights`` also the weights (B, H, L, S)."""
+        """x (B, L, d_model) -> (B, L, d_model); with ``need_weights`` also the weights (B, H, L, S).
+
+        S = L plus the tokens already in ``kv_cache``; ``backend`` "naive" or "tiled" (tiles of ``tile_size``).
+        """
         a, w = self.attn(self.norm1(x), is_causal=True, kv_cache=kv_cache, attn_mask=attn_mask, backend=backend,
                          tile_size=tile_size, need_weights=need_weights)  # (B, L, d_model): tokens exchange information
         x = x + a

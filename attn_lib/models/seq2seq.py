@@ -81,9 +81,18 @@ class Seq2SeqOutput(NamedTuple):
     Attributes:
         logits: (B, L, tgt_vocab_size) scores of the next target token at each target position.
         encoder_attentions: per encoder layer, (B, H, S, S) self-attention weights (or None).
-        decoder_self_attentions: per decoder layer, (B, H, T, T) masked self-attention weights (or None).
-        cross_attentions: per decoder layer, (B, H, T, S) cross-attention weights (or None):
+        decoder_self_attentions: per decoder layer, (B, H, L, L) masked self-attention weights (or None).
+        cross_attentions: per decoder layer, (B, H, L, S) cross-attention weights (or None):
             row t = how target position t (predicting target token t) spreads its attention over the source.
+
+    Dtypes: every tensor floating, the model's dtype (float32 by default); the weights tuples are None unless
+    ``need_weights=True``.
+
+    Raises:
+        nothing of its own: a NamedTuple of what ``forward`` computed, with no checks.
+
+    Source: the course's own; close to HuggingFace's Seq2SeqLMOutput (whose fields are encoder_attentions,
+    decoder_attentions, cross_attentions).
     """
 
     logits: torch.Tensor
@@ -109,8 +118,14 @@ class Seq2SeqTransformer(nn.Module):
         dropout: dropout inside the blocks. max_len: longest source or target sequence.
         norm_first: pre-norm blocks instead of the paper's post-norm. pad_id: id of ``<pad>`` in both vocabularies.
 
+    Shapes: ``forward(src (B, S), tgt_in (B, L))`` -> logits (B, L, tgt_vocab_size). Dtypes: int64 (or any
+    integer) ids, bool or 0/1 padding masks; float32 logits (the parameters' dtype).
+
     Raises:
-        ValueError: a size is not a positive int, H does not divide D.
+        TypeError: a size (vocabularies, d_model, num_heads, layers, max_len, d_ff) not an int, dropout not a
+            number.
+        ValueError: a size < 1, H does not divide D, dropout outside [0, 1), pad_id not an int in the
+            vocabulary (a pad_id of the wrong type is a ValueError too).
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, d_model: int = 64, num_heads: int = 4,
@@ -172,6 +187,10 @@ class Seq2SeqTransformer(nn.Module):
         Returns:
             (logits (B, L, tgt_vocab_size), self-attention weights per layer, cross-attention weights per layer);
             the weight tuples are None unless ``need_weights``.
+
+        Raises:
+            TypeError/ValueError: tgt_in or tgt_padding_mask as in :meth:`encode`; memory not (B, S, D) like
+            the decoder's (:class:`DecoderBlock`); src_padding_mask not (B, S) (the attention's check).
         """
         tgt_in = check_token_ids("tgt_in", tgt_in, vocab_size=self.tgt_vocab_size, max_len=self.max_len)
         tgt_padding_mask = _check_mask("tgt_padding_mask", tgt_padding_mask, tgt_in)
@@ -197,7 +216,10 @@ class Seq2SeqTransformer(nn.Module):
             need_weights: also return every attention weight.
 
         Returns:
-            :class:`Seq2SeqOutput`.
+            :class:`Seq2SeqOutput`: logits (B, L, tgt_vocab_size), float.
+
+        Raises:
+            TypeError/ValueError: as :meth:`encode` and :meth:`decode`.
         """
         memory, enc_w = self.encode(src, src_padding_mask, need_weights=need_weights)
         logits, self_w, cross_w = self.decode(tgt_in, memory, src_padding_mask, tgt_padding_mask,
@@ -248,6 +270,13 @@ class ModelOutput(NamedTuple):
     Attributes:
         logits: (B, L, num_outputs) one score vector per position.
         attentions: per layer, (B, H, L, L) self-attention weights, or None.
+
+    Dtypes: floating, the model's dtype (float32 by default).
+
+    Raises:
+        nothing of its own: a NamedTuple of what ``forward`` computed, with no checks.
+
+    Source: the course's own (HuggingFace's model outputs name the fields logits and attentions too).
     """
 
     logits: torch.Tensor
@@ -304,6 +333,17 @@ class EncoderOnly(_Stack):
         vocab_size: input ids 0 .. vocab_size-1. num_outputs: size of each position's logit vector.
         d_model, num_heads, num_layers, d_ff, dropout, max_len, norm_first, pad_id: as in
             :class:`Seq2SeqTransformer`. positional: "learned" (BERT) or "sinusoidal".
+
+    Shapes: ``forward(ids (B, L), padding_mask (B, L))`` -> :class:`ModelOutput` with logits (B, L, num_outputs)
+    and, with ``need_weights``, per layer (B, H, L, L) weights. Dtypes: int64 (or any integer) ids, bool or 0/1
+    masks; float32 logits (the parameters' dtype).
+
+    Raises:
+        TypeError: a size not an int, dropout not a number. ValueError: a size < 1, H not dividing d_model,
+            dropout outside [0, 1), pad_id outside the vocabulary, positional neither "learned" nor "sinusoidal".
+        ``forward``: TypeError / ValueError for ids or a mask of the wrong type, shape or range.
+
+    Source: Devlin et al. 2019 (BERT), the encoder of Vaswani et al. 2017, §3.1.
     """
 
     def __init__(self, vocab_size: int, num_outputs: int, *, d_model: int = 64, num_heads: int = 4,
@@ -334,6 +374,15 @@ class DecoderOnly(_Stack):
         vocab_size: ids 0 .. vocab_size-1, also the size of the output (next-token logits).
         d_model, num_heads, num_layers, d_ff, dropout, max_len, positional, norm_first, pad_id:
             as in :class:`EncoderOnly`.
+
+    Shapes: ``forward(ids (B, L))`` -> :class:`ModelOutput` with logits (B, L, vocab_size) (row t scores the
+    token after position t) and, with ``need_weights``, per layer (B, H, L, L) causal weights. Dtypes: int64 (or
+    any integer) ids, bool or 0/1 masks; float32 logits (the parameters' dtype).
+
+    Raises:
+        TypeError / ValueError: as :class:`EncoderOnly` (the constructor and ``forward``).
+
+    Source: Radford et al. 2018 (GPT), the decoder of Vaswani et al. 2017, §3.1, without cross-attention.
     """
 
     def __init__(self, vocab_size: int, *, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
@@ -361,7 +410,8 @@ class DecoderOnly(_Stack):
             eos_id: the id that ends a sequence.
 
         Returns:
-            per prompt, the generated ids (stopping after ``eos_id``, which is kept).
+            per prompt, a list of the generated int ids, without the prompt (stopping after ``eos_id``, which
+            is kept).
 
         Raises:
             TypeError: prompts not a list of lists of ints (a flat list, float or bool ids);
