@@ -25,10 +25,10 @@ import re
 
 import attn_lib
 
-# The goal of #23 is 0.90. A ratchet until then: the share reached so far (107 of 184 on 2026-12, after
-# masks, mha, windows, gqa, train, viz, data, tokenization, kv_cache); raise it with each module completed.
-GOAL = 0.90
-THRESHOLD = 0.58
+# #23 asked for 90 %; every public function and class reached all four (212 of 212, 2026-12-02), so the test keeps
+# it there: a new public name needs the four too.
+GOAL = 1.0
+THRESHOLD = 1.0
 
 _SHAPE = re.compile(
     r"\((?:\.\.\.|…|[A-Z][A-Za-z]{0,3}\b|\d+)[^,()\n]{0,12}"  # first dim: ..., B, Hkv, H·E, H * E, 3
