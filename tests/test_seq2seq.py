@@ -249,6 +249,20 @@ def test_decoder_only_generate_equals_one_prompt_at_a_time():
         gpt.generate([[5] * 60], 10)
 
 
+def test_decoding_turns_dropout_off_and_restores_the_mode():
+    """A model left in training mode with dropout still decodes greedily (the same tokens twice, as in eval mode),
+    and stays in training mode afterwards."""
+    torch.manual_seed(0)
+    gpt = DecoderOnly(20, d_model=16, num_heads=2, dropout=0.5).train()
+    s2s = Seq2SeqTransformer(12, 12, d_model=16, num_heads=2, dropout=0.5).train()
+    src = torch.randint(3, 12, (2, 6), generator=torch.Generator().manual_seed(1))
+    outs = [gpt.generate([[5, 6, 7], [4]], 5, eos_id=2) for _ in range(2)]
+    decoded = [s2s.greedy_decode(src, max_new_tokens=5) for _ in range(2)]
+    assert gpt.training and s2s.training
+    assert outs[0] == outs[1] == gpt.eval().generate([[5, 6, 7], [4]], 5, eos_id=2)
+    assert torch.equal(decoded[0], decoded[1]) and torch.equal(decoded[0], s2s.eval().greedy_decode(src, max_new_tokens=5))
+
+
 def test_pad_id_outside_the_vocabulary_is_a_clear_error():
     import pytest
 

@@ -19,6 +19,7 @@ blocks and compared in one table; they are read together.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import NamedTuple, Sequence
 
@@ -36,6 +37,18 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- input checks
+@contextlib.contextmanager
+def _evaluating(module: nn.Module):
+    """Decode in eval mode (dropout off, so greedy decoding is deterministic) and without autograd; restore after."""
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        module.train(was_training)
+
+
 def _check_mask(name: str, mask, ids: torch.Tensor) -> torch.Tensor | None:
     return None if mask is None else check_padding_mask(name, mask, ids.shape)  # the one rule, in _checks
 
@@ -252,15 +265,17 @@ class Seq2SeqTransformer(nn.Module):
         check_max_new_tokens(max_new_tokens, prompt_len=1, max_len=self.max_len)
         for name, i in (("bos_id", bos_id), ("eos_id", eos_id)):
             check_int(name, i, minimum=0, maximum=self.tgt_vocab_size - 1)
-        memory, _ = self.encode(src, src_padding_mask)
-        B = memory.shape[0]
-        bos = torch.full((B, 1), bos_id, dtype=torch.long, device=memory.device)  # (B, 1) = <s>
+        with _evaluating(self):  # dropout off while decoding, the mode restored after
+            memory, _ = self.encode(src, src_padding_mask)
+            B = memory.shape[0]
+            bos = torch.full((B, 1), bos_id, dtype=torch.long, device=memory.device)  # (B, 1) = <s>
 
-        def next_logits(new: torch.Tensor) -> torch.Tensor:
-            logits, _, _ = self.decode(torch.cat([bos, new], dim=1), memory, src_padding_mask)  # (B, t+1, V)
-            return logits[:, -1]
+            def next_logits(new: torch.Tensor) -> torch.Tensor:
+                logits, _, _ = self.decode(torch.cat([bos, new], dim=1), memory, src_padding_mask)  # (B, t+1, V)
+                return logits[:, -1]
 
-        return greedy_loop(next_logits, B, max_new_tokens, eos_id=eos_id, pad_id=self.pad_id, device=memory.device)
+            return greedy_loop(next_logits, B, max_new_tokens, eos_id=eos_id, pad_id=self.pad_id,
+                               device=memory.device)
 
 
 # --------------------------------------------------------------------------- encoder-only and decoder-only
@@ -424,11 +439,12 @@ class DecoderOnly(_Stack):
         check_max_new_tokens(max_new_tokens, prompt_len=max(lens), max_len=self.max_len)
         check_int("eos_id", eos_id, minimum=0, maximum=self.vocab_size - 1)
         B = len(prompts)
-        buf = torch.full((B, max(lens) + max_new_tokens), self.pad_id, dtype=torch.long)
+        device = next(self.parameters()).device
+        buf = torch.full((B, max(lens) + max_new_tokens), self.pad_id, dtype=torch.long, device=device)
         for b, p in enumerate(prompts):
             buf[b, : len(p)] = torch.tensor(p, dtype=torch.long)
-        start = torch.tensor(lens) - 1  # (B,) position whose logits give the first new token
-        rows = torch.arange(B)
+        start = torch.tensor(lens, device=device) - 1  # (B,) position whose logits give the first new token
+        rows = torch.arange(B, device=device)
 
         def next_logits(new: torch.Tensor) -> torch.Tensor:
             t = new.shape[1]
@@ -437,7 +453,8 @@ class DecoderOnly(_Stack):
             pos = start + t
             return self(buf[:, : int(pos.max()) + 1]).logits[rows, pos]  # (B, V)
 
-        new = greedy_loop(next_logits, B, max_new_tokens, eos_id=eos_id, pad_id=self.pad_id)
+        with _evaluating(self):  # dropout off while decoding, the mode restored after
+            new = greedy_loop(next_logits, B, max_new_tokens, eos_id=eos_id, pad_id=self.pad_id, device=device)
         out = []
         for row in new.tolist():
             out.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
