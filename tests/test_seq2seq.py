@@ -271,6 +271,9 @@ def test_pad_id_outside_the_vocabulary_is_a_clear_error():
     for bad in (20, -1):
         with pytest.raises(ValueError, match="pad_id must be an int in 0..9"):
             Seq2SeqTransformer(10, 10, pad_id=bad)
+    for bad in (1.0, True, "0"):  # a wrong type is a TypeError, as everywhere in attn_lib
+        with pytest.raises(TypeError, match="pad_id must be an int in 0..9"):
+            Seq2SeqTransformer(10, 10, pad_id=bad)
 
 
 def test_decoder_only_generate_shares_the_decoding_checks():

@@ -26,7 +26,7 @@ from typing import NamedTuple, Sequence
 import torch
 from torch import nn
 
-from attn_lib._checks import check_int, check_padding_mask, check_token_ids
+from attn_lib._checks import check_choice, check_int, check_padding_mask, check_token_ids
 from attn_lib.models.blocks import DecoderBlock, EncoderBlock
 from attn_lib.models.decoding import check_max_new_tokens, check_prompts, greedy_loop
 from attn_lib.positional import LearnedPositionalEmbedding, sinusoidal_positional_encoding
@@ -62,9 +62,10 @@ class _Embedding(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, positional: str, pad_id: int):
         super().__init__()
-        if positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {positional!r}")
-        if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
+        check_choice("positional", positional, ("sinusoidal", "learned"))
+        if isinstance(pad_id, bool) or not isinstance(pad_id, int):
+            raise TypeError(f"pad_id must be an int in 0..{vocab_size - 1}, got {type(pad_id).__name__} {pad_id!r}")
+        if not 0 <= pad_id < vocab_size:
             raise ValueError(f"pad_id must be an int in 0..{vocab_size - 1} (the vocabulary size is {vocab_size}), got {pad_id!r}")
         self.d_model, self.max_len, self.positional = d_model, max_len, positional
         self.token = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
@@ -135,10 +136,9 @@ class Seq2SeqTransformer(nn.Module):
     integer) ids, bool or 0/1 padding masks; float32 logits (the parameters' dtype).
 
     Raises:
-        TypeError: a size (vocabularies, d_model, num_heads, layers, max_len, d_ff) not an int, dropout not a
-            number.
-        ValueError: a size < 1, H does not divide D, dropout outside [0, 1), pad_id not an int in the
-            vocabulary (a pad_id of the wrong type is a ValueError too).
+        TypeError: a size (vocabularies, d_model, num_heads, layers, max_len, d_ff) or pad_id not an int, dropout
+            not a number.
+        ValueError: a size < 1, H does not divide D, dropout outside [0, 1), pad_id outside the vocabulary.
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, d_model: int = 64, num_heads: int = 4,
