@@ -214,7 +214,7 @@ def predict_seq2seq(model, examples: Sequence[DateExample], *, batch_size: int =
         batch_size: an int: examples per batch of (B, S) int64 source ids.
 
     Raises:
-        nothing of its own: collate's and ``model.greedy_decode``'s TypeError/ValueError.
+        nothing of its own: collate's and ``model.generate``'s TypeError/ValueError.
 
     Source: the course's own: notebook 07 (greedy decoding, up to 12 new tokens).
     """
@@ -223,7 +223,7 @@ def predict_seq2seq(model, examples: Sequence[DateExample], *, batch_size: int =
     with single_thread():
         for chunk in _in_batches(examples, batch_size):
             b = collate(chunk)
-            out = model.greedy_decode(b.src, b.src_padding_mask, max_new_tokens=12,
+            out = model.generate(b.src, b.src_padding_mask, max_new_tokens=12,
                                       bos_id=TARGET_VOCAB.bos_id, eos_id=TARGET_VOCAB.eos_id)
             preds += [TARGET_VOCAB.decode(row) for row in out]
     return preds
@@ -632,7 +632,7 @@ def translate(model, texts: str | Sequence[str], src_vocab=None, tgt_vocab=None,
     was_training = model.training
     model.eval()
     try:
-        out = model.greedy_decode(src, mask, max_new_tokens=max_new_tokens,
+        out = model.generate(src, mask, max_new_tokens=max_new_tokens,
                                   bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id)  # (B, L)
         cross = None
         if return_attentions:

@@ -24,7 +24,7 @@ def test_attn_lib_llama_decodes_like_hf_generate(head_dim):
     with torch.no_grad():
         hf = model.generate(prompt, max_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0,
                             return_dict_in_generate=True, output_logits=True)
-    ids, step_logits, caches = ours.generate_greedy(prompt, n)
+    ids, step_logits, caches = ours.generate(prompt, n)
     assert torch.equal(ids, hf.sequences) and ids.shape == (2, 5 + n)
     for step, (a, b) in enumerate(zip(step_logits, hf.logits)):
         assert b.dtype == torch.float32  # generate hands back its logits as float32, even for a float64 model
@@ -35,10 +35,10 @@ def test_attn_lib_llama_decodes_like_hf_generate(head_dim):
         torch.testing.assert_close(cache.keys, hf_cache.layers[i].keys, **HF_ROPE_TOL)  # after RoPE
         torch.testing.assert_close(cache.values, hf_cache.layers[i].values, **HF_ROPE_TOL)  # layer 1: via layer 0
     # the cache changes nothing: recomputing the whole sequence each step gives the same tokens
-    again, _, _ = ours.generate_greedy(prompt, n, use_cache=False)
+    again, _, _ = ours.generate(prompt, n, use_cache=False)
     assert torch.equal(again, ids)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        ours.generate_greedy(prompt, 0)
+        ours.generate(prompt, 0)
 
 
 @pytest.mark.parametrize("temperature, top_k", [(0.7, 5), (1.0, 61), (1.5, 2)])

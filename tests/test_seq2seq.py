@@ -178,8 +178,8 @@ def test_batched_equals_one_at_a_time(model, batch):
             torch.testing.assert_close(alone[0], together[b], rtol=1e-4, atol=1e-5)
 
 
-def test_greedy_decode_agrees_with_teacher_forcing(model, batch):
-    out = model.greedy_decode(batch.src, batch.src_padding_mask, max_new_tokens=11)  # (B, T)
+def test_greedy_generate_agrees_with_teacher_forcing(model, batch):
+    out = model.generate(batch.src, batch.src_padding_mask, max_new_tokens=11)  # (B, T)
     tgt_in = torch.cat([torch.full((out.shape[0], 1), TARGET_VOCAB.bos_id), out[:, :-1]], dim=1)
     with torch.no_grad():
         again = model(batch.src, tgt_in, batch.src_padding_mask).logits.argmax(-1)
@@ -204,14 +204,14 @@ def test_model_input_errors(model, batch):
     with pytest.raises(ValueError, match="max_len"):
         model(torch.ones(1, 100, dtype=torch.long), batch.tgt_in[:1])
     with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got -1"):
-        model.greedy_decode(batch.src, max_new_tokens=-1)
+        model.generate(batch.src, max_new_tokens=-1)
     # one rule for every decoder (attn_lib.models.decoding): 0 new tokens is allowed and gives none,
     # <s> plus the new tokens must fit in max_len, and the ids of <s> and </s> must be target ids
-    assert model.greedy_decode(batch.src, max_new_tokens=0).shape == (batch.src.shape[0], 0)
+    assert model.generate(batch.src, max_new_tokens=0).shape == (batch.src.shape[0], 0)
     with pytest.raises(ValueError, match=f"max_new_tokens must be <= max_len - prompt length = {model.max_len} - 1"):
-        model.greedy_decode(batch.src, max_new_tokens=model.max_len)
+        model.generate(batch.src, max_new_tokens=model.max_len)
     with pytest.raises(ValueError, match="bos_id must be an int in"):
-        model.greedy_decode(batch.src, bos_id=99)
+        model.generate(batch.src, bos_id=99)
 
 
 def test_encoder_only_is_bidirectional_and_decoder_only_causal():
@@ -257,10 +257,10 @@ def test_decoding_turns_dropout_off_and_restores_the_mode():
     s2s = Seq2SeqTransformer(12, 12, d_model=16, num_heads=2, dropout=0.5).train()
     src = torch.randint(3, 12, (2, 6), generator=torch.Generator().manual_seed(1))
     outs = [gpt.generate([[5, 6, 7], [4]], 5, eos_id=2) for _ in range(2)]
-    decoded = [s2s.greedy_decode(src, max_new_tokens=5) for _ in range(2)]
+    decoded = [s2s.generate(src, max_new_tokens=5) for _ in range(2)]
     assert gpt.training and s2s.training
     assert outs[0] == outs[1] == gpt.eval().generate([[5, 6, 7], [4]], 5, eos_id=2)
-    assert torch.equal(decoded[0], decoded[1]) and torch.equal(decoded[0], s2s.eval().greedy_decode(src, max_new_tokens=5))
+    assert torch.equal(decoded[0], decoded[1]) and torch.equal(decoded[0], s2s.eval().generate(src, max_new_tokens=5))
 
 
 def test_pad_id_outside_the_vocabulary_is_a_clear_error():

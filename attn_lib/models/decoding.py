@@ -14,7 +14,7 @@ the warpers value for value and the sampled tokens with HF ``generate`` on a ran
 is greedy decoding (the limit T -> 0 of the softmax puts all mass on the argmax); :func:`greedy_loop` is
 :func:`sample_loop` with temperature 0.
 
-One rule for every ``generate``/``greedy_decode`` (:func:`check_max_new_tokens`): ``max_new_tokens``
+One rule for every ``generate`` (:func:`check_max_new_tokens`): ``max_new_tokens``
 is an int >= 0 (0 returns the prompt unchanged / nothing new), and the whole sequence -- prompt (or
 ``<s>``) plus the new tokens -- must fit in the model's ``max_len``.
 """
@@ -204,7 +204,7 @@ def sample_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size:
     Source: the course's own loop; the choice of each token is HuggingFace's ``generate`` (see
     :func:`sample_next`), and an ``eos_id`` row is padded with ``pad_id`` afterwards, as ``generate`` does.
 
-    The one decoding loop of attn_lib: every ``generate``/``greedy_decode`` of :mod:`attn_lib.models` and
+    The one decoding loop of attn_lib: every ``generate`` of :mod:`attn_lib.models` and
     :func:`attn_lib.capstone.generate` run it, and differ only in ``next_logits``.
 
     Args:

@@ -95,29 +95,6 @@ class AttnLibLlama(nn.Module):
         return self.lm_head(self.norm(x))  # (B, L, vocab_size)
 
     @torch.no_grad()
-    def generate_greedy(self, input_ids: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True):
-        """Greedy decoding: the prompt once, then one token at a time through the KV caches.
-
-        :meth:`generate` at temperature 0 (HF's ``generate(do_sample=False)``).
-
-        Args:
-            input_ids: (B, L) int64 prompt ids.
-            max_new_tokens: number of tokens to add (int >= 1).
-            use_cache: False recomputes the whole sequence at every step (slow, for comparison).
-
-        Returns:
-            (ids, step_logits, caches): ids (B, L + max_new_tokens) int64; step_logits a list of
-            max_new_tokens (B, vocab_size) float tensors, the logits each new token was chosen from
-            (HF's ``generate(output_logits=True).logits``); caches the per-layer KV caches
-            (each holding L + max_new_tokens - 1 positions: the last token is never fed back), None
-            without ``use_cache``.
-
-        Raises:
-            TypeError / ValueError: as :meth:`generate`.
-        """
-        return self.generate(input_ids, max_new_tokens, use_cache=use_cache)
-
-    @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True,
                  temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None):
         """Decode with :func:`attn_lib.models.decoding.sample_loop`: greedy at temperature 0, else sampled.

@@ -240,8 +240,8 @@ class Seq2SeqTransformer(nn.Module):
         return Seq2SeqOutput(logits, enc_w, self_w, cross_w)
 
     @torch.no_grad()
-    def greedy_decode(self, src: torch.Tensor, src_padding_mask: torch.Tensor | None = None, *,
-                      max_new_tokens: int = 16, bos_id: int = 1, eos_id: int = 2) -> torch.Tensor:
+    def generate(self, src: torch.Tensor, src_padding_mask: torch.Tensor | None = None, *,
+                 max_new_tokens: int = 16, bos_id: int = 1, eos_id: int = 2) -> torch.Tensor:
         """Generate targets one token at a time, always taking the most likely next token.
 
         The source is encoded once; at step t the decoder reads ``<s>`` + the t tokens chosen so far
