@@ -33,6 +33,15 @@ def test_check_attention_weights():
     _fails_with(check_attention_weights(lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])),
                 "not the weights")
     _fails_with(check_attention_weights(_not_written), "not written yet")
+    # notebook 03's exercise 1: a softmax written by hand must subtract the row max, or large scores overflow
+
+    def by_hand(q, k, stable):
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        e = torch.exp(s - s.amax(-1, keepdim=True) if stable else s)
+        return e / e.sum(-1, keepdim=True)
+
+    assert "passed on 5 fresh inputs" in repr(check_attention_weights(lambda q, k: by_hand(q, k, True)))
+    _fails_with(check_attention_weights(lambda q, k: by_hand(q, k, False)), "Subtract each row's max before exp")
     # key.t() only works for 2-D inputs: the batched trials show the crash instead of a false pass
     _fails_with(check_attention_weights(lambda q, k: torch.softmax(q @ k.t() / math.sqrt(q.shape[-1]), -1)), "raised")
 

@@ -53,17 +53,27 @@ def _weights_wrong_answers(q, k):
 def check_attention_weights(attention_weights) -> CheckResult:
     """Check ``attention_weights(query, key)`` -> softmax(query·keyᵀ / sqrt(d_k)) over the keys.
 
-    Your function gets query (..., L, d_k) and key (..., S, d_k) float tensors and returns the
-    weights (..., L, S). Tried on 4 fresh inputs, some with a batch dimension and L != S.
+    Your function gets query (..., L, d_k) and key (..., S, d_k) float32 tensors and returns the
+    weights (..., L, S). Tried on 5 fresh inputs, some with a batch dimension and L != S; the last has
+    scores in the hundreds, where a softmax written as exp(s) / sum(exp(s)) overflows float32 (exp(s) is
+    inf above s ≈ 88) unless each row's max is subtracted first (notebook 03's exercise 1).
     """
-    shapes = [((3, 16), (5, 16)), ((4, 8), (4, 8)), ((2, 6, 32), (2, 3, 32)), ((2, 2, 4, 16), (2, 2, 7, 16))]
+    shapes = [((3, 16), (5, 16)), ((4, 8), (4, 8)), ((2, 6, 32), (2, 3, 32)), ((2, 2, 4, 16), (2, 2, 7, 16)),
+              ((3, 16), (6, 16))]
+    large = len(shapes) - 1  # the trial with large scores
 
     def trials():
         for trial, (qs, ks) in enumerate(shapes):
             g = fresh_generator("check_attention_weights", trial)
             q, k = torch.randn(*qs, generator=g), torch.randn(*ks, generator=g)
+            if trial == large:
+                q, k = 12 * q, 12 * k  # scores q·k / 4 with a spread of about 36: many far above 88
             _, want = scaled_dot_product_attention(q, k, torch.zeros(*ks[:-1], 1))
             got = _as_tensor(call(attention_weights, {"query": q, "key": k}), "attention_weights")
+            if trial == large and got.shape == want.shape and not torch.isfinite(got).all():
+                raise Mismatch("with large scores your weights hold inf or NaN: exp(s) overflows float32 above "
+                               "s ≈ 88. Subtract each row's max before exp: softmax(s) = softmax(s - max(s)), "
+                               "and every exp is then at most 1.")
             expect_close(got, want, what="the attention weights", wrong_answers=_weights_wrong_answers(q, k),
                          dtype=q.dtype)
         return len(shapes)
