@@ -377,21 +377,10 @@ def transformer_block_figure(*, d_model: int = 384, d_ff: int = 1536):
 
 __all__ += ["kv_cache_diagram", "tiling_diagram"]
 
-# The two figures of this section draw in inches: one Axes fills the figure, its data units are inches, so a
-# cell, a gap and an 8-pt line of text keep their size whatever the arguments (8 pt is 0.11 inch; no text is smaller).
+# The two figures of this section draw in inches (_inch_canvas, above): one Axes fills the figure and its data
+# units are inches, so a cell, a gap and an 8-pt line of text keep their size whatever the arguments (8 pt is
+# 0.11 inch; no text is smaller).
 _LINE = 0.2  # inches per line of 8-pt text
-
-
-def _canvas(width: float, height: float):
-    """A figure of ``width`` x ``height`` inches whose one Axes maps data units to inches (no axis drawn)."""
-    import matplotlib.pyplot as plt
-
-    fig = plt.figure(figsize=(width, height))
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.set_xlim(0, width)
-    ax.set_ylim(0, height)
-    ax.set_axis_off()
-    return fig, ax
 
 
 def _cells(ax, x: float, y: float, n: int, width: float, height: float, colour: str, *, edge: str = "white"):
@@ -479,7 +468,7 @@ def kv_cache_diagram(tokens=("the", "cat", "sat", "on", "the", "mat"), prompt_le
     width = left + steps * col_w + 0.15
     width = max(width, 7.4)
     height = header_h + num_layers * panel_h + bottom_h
-    fig, ax = _canvas(width, height)
+    fig, ax = _inch_canvas(width, height)
 
     top = height - 0.12
     for t in range(1, steps + 1):
@@ -590,7 +579,7 @@ def tiling_diagram(q_len: int = 12, kv_len: int = 12, block_q: int = 4, block_k:
     order = {tile: k for k, tile in enumerate(computed)}  # the loop's order: i outer, j inner
     now = order[step]
 
-    fig, ax = _canvas(9.0, 4.9)
+    fig, ax = _inch_canvas(9.0, 4.9)
     ink, done, current, skip, sram, hbm = PALETTE[7], PALETTE[4], PALETTE[1], "#BBBBBB", PALETTE[2], PALETTE[0]
     grid = 3.0  # inches for the longer side of the score matrix
     unit = grid / max(q_len, kv_len)
