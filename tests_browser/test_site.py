@@ -5,6 +5,7 @@ leave the machine is refused and fails the test. For every page (found in build/
 time): it loads with no console error; every figure the notebook saved is shown (decoded, non-zero
 size); every bertviz view the notebook saved draws its SVG; every link to another page of the site
 resolves (and its #anchor exists). The search page finds the KV-cache notebook for "KV cache".
+On a 1366-pixel-wide screen, notebook 06's bertviz views fit the article column or scroll inside their output.
 A full-page screenshot of each page goes to test-results/browser/site/.
 
 Without build/book/index.html the tests are skipped (run `make book` first); with BOOK_REQUIRED=1
@@ -195,3 +196,67 @@ def test_site_search_finds_the_kv_cache_notebook(site_url, site_context):
     assert not errors and not router.refused, (errors, router.refused)
     pages = [urllib.parse.urlparse(h).path.lstrip("/") for h in hits]
     assert expected in pages[:3], f"search for 'KV cache' should list {expected} near the top; got {pages[:10]}"
+
+
+# Every bertviz view of a site page: does what it draws fit the article column at 1366 px, or scroll inside its
+# own output box far enough to reach its right edge? (The same measure as test_views_on_open.py in JupyterLab.)
+_SITE_VIEWS_JS = r"""
+() => {
+  const article = document.querySelector('article') || document.querySelector('main') || document.body;
+  return Array.from(document.querySelectorAll('[id^="bertviz-"]')).map(root => {
+    const svg = root.querySelector('#vis svg');
+    if (!svg) return {drawn: false};
+    const area = root.closest('.cell_output, .output') || root.parentElement;
+    const drawnRight = () => {
+      let right = svg.getBoundingClientRect().right;
+      for (const e of svg.querySelectorAll('rect, text, line')) right = Math.max(right, e.getBoundingClientRect().right);
+      return right;
+    };
+    let scroller = null;  // the nearest ancestor inside the output that scrolls sideways
+    for (let e = svg; e && e !== area.parentElement; e = e.parentElement) {
+      const o = getComputedStyle(e).overflowX;
+      if ((o === 'auto' || o === 'scroll') && e.scrollWidth > e.clientWidth) { scroller = e; break; }
+    }
+    const column = article.getBoundingClientRect();
+    const right = drawnRight();
+    let reach = false;
+    if (scroller) {
+      scroller.scrollLeft = scroller.scrollWidth;
+      reach = drawnRight() <= scroller.getBoundingClientRect().right + 1
+              && scroller.getBoundingClientRect().right <= column.right + 1;
+      scroller.scrollLeft = 0;
+    }
+    return {drawn: svg.querySelectorAll('*').length > 10, id: root.id, width: right - svg.getBoundingClientRect().left,
+            fits: right <= column.right + 1, scrolls: !!scroller, reach,
+            thumbnails: svg.querySelectorAll('rect.attn_background').length};
+  });
+}
+"""
+
+
+def test_site_06_model_view_fits_or_scrolls_at_1366px(site_url, browser):
+    """06's model view (6 layers x 12 heads of thumbnails) is wider than the site's article column: on a
+    1366-pixel-wide screen it must scroll inside its own output box, its right edge reachable, never clipped."""
+    pages = [p for p in site_pages() if Path(p).name.startswith("06_")]
+    if not pages:
+        _missing_site()
+    router = OfflineRouter()
+    ctx = browser.new_context(viewport={"width": 1366, "height": 768})
+    router.attach(ctx)
+    try:
+        page, errors = _open(ctx, site_url + pages[0])
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('[id^=\"bertviz-\"] #vis svg'))"
+            ".filter(s => s.querySelectorAll('*').length > 10).length >= 2", timeout=30_000)
+        views = page.evaluate(_SITE_VIEWS_JS)
+        page.screenshot(path=str(RESULTS / "site" / "06-views-1366.png"), full_page=True)
+        page.close()
+    finally:
+        ctx.close()
+    assert not errors and not router.refused, (errors, router.refused)
+    print(views)
+    model = [v for v in views if v.get("thumbnails") == 72]
+    assert model, f"06's page has no model view with 6 x 12 thumbnails: {views}"
+    for view in views:
+        assert view["drawn"], view
+        assert view["fits"] or (view["scrolls"] and view["reach"]), f"a view is clipped on the site at 1366 px: {view}"
