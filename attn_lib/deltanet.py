@@ -22,7 +22,8 @@ import types
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import check_choice, check_finite, check_int, check_tensor, shape_of
+from attn_lib._checks import (check_choice, check_finite, check_int, check_same_device, check_same_dtype, check_scale,
+                              check_tensor, shape_of)
 
 __all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltanet_forward", "in_float64"]
 
@@ -87,21 +88,20 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         form: ``"recurrent"`` (:func:`delta_rule_step` L times) or ``"chunked"`` (WY/UT form: inside a chunk, the
             C sequential corrections become one triangular solve; across chunks, the state is carried).
         chunk_size: C, positions per chunk (int >= 1).
-        scale: float multiplying the queries; default E ** -0.5, as ``transformers`` does.
+        scale: a number > 0 multiplying the queries; default E ** -0.5, as ``transformers`` does.
         initial_state: (B, H, E, Ev) tensor or None (zeros); cast to value's dtype.
 
     Returns:
         ``(out, final_state)``: (B, H, L, Ev) and (B, H, E, Ev), in the inputs' dtype.
 
     Raises:
-        TypeError: query, key, value, log_decay or beta not floating tensors; form not a str; chunk_size not an
-            int.
+        TypeError: query, key, value, log_decay, beta or initial_state not floating tensors; the five inputs of
+            different dtypes; form not a str; chunk_size not an int; scale not a number.
         ValueError: query, key or value not 4-D; log_decay or beta not 3-D or not (B, H, L); query and key of
-            different shapes or value not (B, H, L, Ev); NaN or infinity in query, key or value; log_decay > 0
-            somewhere; an unknown form; chunk_size < 1.
-        Not checked (torch raises, or the result is silently wrong): tensors of different dtypes (RuntimeError in
-        the chunked form), NaN in log_decay or beta, an initial_state of the wrong shape (RuntimeError) or not a
-        tensor (AttributeError), a scale that is not a number.
+            different shapes or value not (B, H, L, Ev); NaN or infinity in query, key, value, log_decay, beta
+            or initial_state (a gate that forgets everything is a very negative log_decay, not -inf: the
+            chunked form subtracts cumulative sums, and -inf - -inf is NaN); log_decay > 0 somewhere; initial_state not (B, H, E, Ev); tensors on different devices; an unknown
+            form; chunk_size < 1; scale NaN, infinite or <= 0.
 
     Source: Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks", §3; the chunked form is their chunkwise
     algorithm, the WY representation of Yang et al. 2024, "Parallelizing Linear Transformers with the Delta
@@ -118,14 +118,25 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     if query.shape != key.shape or value.shape[:-1] != key.shape[:-1]:
         raise ValueError(f"query and key must be (B, H, L, E) and value (B, H, L, Ev) with the same B, H, L; got "
                          f"query {shape_of(query)}, key {shape_of(key)}, value {shape_of(value)}")
+    check_same_dtype(query=query, key=key, value=value, log_decay=log_decay, beta=beta)
+    if initial_state is not None:
+        check_tensor("initial_state", initial_state, floating=True, ndim=4)
+    check_same_device(query=query, key=key, value=value, log_decay=log_decay, beta=beta, initial_state=initial_state)
+    check_finite("beta", beta)
+    check_finite("log_decay", log_decay)
     if bool((log_decay > 0).any()):
         raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
     check_choice("form", form, ("recurrent", "chunked"))
     C = check_int("chunk_size", chunk_size, minimum=1)
     Bt, H, L, E = key.shape
-    q = query * (E ** -0.5 if scale is None else scale)
-    state = torch.zeros(Bt, H, E, value.shape[-1], dtype=value.dtype, device=value.device) \
-        if initial_state is None else initial_state.to(value.dtype)
+    q = query * check_scale(scale, E)
+    if initial_state is None:
+        state = torch.zeros(Bt, H, E, value.shape[-1], dtype=value.dtype, device=value.device)
+    else:
+        if initial_state.shape != (Bt, H, E, value.shape[-1]):
+            raise ValueError(f"initial_state must have shape (B, H, E, Ev) = {(Bt, H, E, value.shape[-1])}, "
+                             f"got {shape_of(initial_state)}")
+        state = check_finite("initial_state", initial_state).to(value.dtype)
     outs = []
     if form == "recurrent":
         for t in range(L):

@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import check_choice, check_finite, check_int, check_number, check_same_dtype, check_tensor, shape_of
+from attn_lib._checks import (check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
+                              check_tensor, shape_of)
 
 __all__ = [
     "elu_feature_map", "linear_attention", "decayed_step", "decayed_attention", "ssd", "mamba2_mixer_forward",
@@ -111,20 +112,21 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
             or float64), finite. log_decay: (..., L) <= 0, floating and finite, or None (no decay).
         form: ``"parallel"`` ((L, L) masked matrix), ``"recurrent"`` (:func:`decayed_step` L times) or ``"chunked"``.
         chunk_size: int >= 1, positions per chunk of the chunked form (the last chunk may be shorter).
-        initial_state: (..., E, Ev) floating state before position 0 (zeros if None); ``"parallel"`` allows none.
+        initial_state: (..., E, Ev) state before position 0 (zeros if None), the key's batch dims and dtype;
+            ``"parallel"`` allows none.
         return_state: also return the state after the last position (not for ``"parallel"``).
 
     Returns:
         out (..., L, Ev), or ``(out, state)`` with ``return_state``, state (..., E, Ev). Computed in the inputs'
-        dtype (log_decay and initial_state are not cast: one of another dtype is promoted or refused by torch).
+        dtype (log_decay is not cast: one of another dtype is promoted or refused by torch).
 
     Raises:
         TypeError: query, key, value or log_decay not floating tensors; query, key and value of different dtypes;
-            form not a str; chunk_size not an int; initial_state not a floating tensor.
+            form not a str; chunk_size not an int; initial_state not a floating tensor of the key's dtype.
         ValueError: fewer than 2 dims; query and key of different shapes; value not (..., L, Ev) with the key's
             (..., L); NaN or infinity in query, key, value or log_decay; log_decay not (..., L) or > 0 somewhere;
-            an unknown form; chunk_size < 1; initial_state not (..., E, Ev) in its last two dims; initial_state or
-            return_state with the parallel form.
+            an unknown form; chunk_size < 1; initial_state not (..., E, Ev) with the key's batch dims, not finite
+            or on another device; initial_state or return_state with the parallel form.
 
     Source: Katharopoulos et al. 2020 §3.3-3.4 (g = 0: causal linear attention without normaliser); Dao & Gu 2024
     (Mamba-2) §3-5 (the scalar-decay SSM as attention under the 1-semiseparable mask, and its chunked form).
@@ -137,8 +139,13 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     E, Ev, L = key.shape[-1], value.shape[-1], key.shape[-2]
     if initial_state is not None:
         check_tensor("initial_state", initial_state, floating=True)
-        if initial_state.shape[-2:] != (E, Ev):
-            raise ValueError(f"initial_state must have shape (..., E, Ev) = (..., {E}, {Ev}), got {shape_of(initial_state)}")
+        want = (*key.shape[:-2], E, Ev)
+        if initial_state.shape != want:
+            raise ValueError(f"initial_state must have shape (..., E, Ev) = {want} (the key's batch dims), "
+                             f"got {shape_of(initial_state)}")
+        check_same_dtype(key=key, initial_state=initial_state)
+        check_same_device(key=key, initial_state=initial_state)
+        check_finite("initial_state", initial_state)
     if form == "parallel":
         if initial_state is not None or return_state:
             raise ValueError("form='parallel' keeps no state: use form='recurrent' or 'chunked' with "

@@ -112,6 +112,13 @@ def test_linear_attention_refuses_bad_input():
         decayed_attention(x, x, x, return_state=True)
     with pytest.raises(ValueError, match="chunk_size must be an int >= 1"):
         linear_attention(x, x, x, form="chunked", chunk_size=0)
+    state = torch.zeros(1, 4, 4)
+    with pytest.raises(ValueError, match=r"initial_state must have shape \(\.\.\., E, Ev\) = \(1, 4, 4\).*got \(2, 4, 4\)"):
+        decayed_attention(x, x, x, form="recurrent", initial_state=torch.zeros(2, 4, 4))  # another batch
+    with pytest.raises(TypeError, match="key, initial_state must share one dtype, got key torch.float32, initial_state torch.float64"):
+        decayed_attention(x, x, x, form="chunked", initial_state=state.double())
+    with pytest.raises(ValueError, match=r"initial_state contains NaN"):
+        decayed_attention(x, x, x, form="chunked", initial_state=state + float("nan"))
 
 
 # ------------------------------------------------------------------ Mamba-2 (SSD)
@@ -223,6 +230,30 @@ def test_gated_delta_rule_refuses_bad_input():
         gated_delta_rule(q, k, v, ld, beta[..., :-1])
     with pytest.raises(ValueError, match="query must have 4 dims"):
         gated_delta_rule(q[0], k, v, ld, beta)
+    with pytest.raises(TypeError, match=r"query, key, value, log_decay, beta must share one dtype.*beta torch.float32"):
+        gated_delta_rule(q, k, v, ld, beta.float())
+    nan_beta = beta.clone()
+    nan_beta[0, 0, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"beta contains NaN \(1 value\), first at index \(0, 0, 1\)"):
+        gated_delta_rule(q, k, v, ld, nan_beta)
+    for bad in (float("nan"), float("-inf")):  # -inf - -inf would be NaN in the chunked form's cumulative sums
+        bad_ld = ld.clone()
+        bad_ld[0, 1, 2] = bad
+        with pytest.raises(ValueError, match=r"log_decay contains .*first at index \(0, 1, 2\)"):
+            gated_delta_rule(q, k, v, bad_ld, beta, form="chunked")
+    B, H, L, E = k.shape
+    with pytest.raises(ValueError, match=rf"initial_state must have shape \(B, H, E, Ev\) = \({B}, {H}, {E}, {v.shape[-1]}\)"):
+        gated_delta_rule(q, k, v, ld, beta, initial_state=torch.zeros(B, H, v.shape[-1], E + 1, dtype=v.dtype))
+    with pytest.raises(TypeError, match=r"initial_state must be a torch.Tensor, got list \[\[0.0\]\]"):
+        gated_delta_rule(q, k, v, ld, beta, initial_state=[[0.0]])
+    with pytest.raises(ValueError, match=r"scale must be None or a finite number > 0.*-1"):
+        gated_delta_rule(q, k, v, ld, beta, scale=-1)
+    with pytest.raises(TypeError, match="scale must be a"):
+        gated_delta_rule(q, k, v, ld, beta, scale="0.5")
+    # a given scale is used: doubling the queries with the scale halved changes nothing
+    a = gated_delta_rule(q, k, v, ld, beta, scale=0.25)[0]
+    b = gated_delta_rule(2 * q, k, v, ld, beta, scale=0.125)[0]
+    assert (a - b).abs().max() < 1e-12
 
 
 # ------------------------------------------------------------------ long convolutions
