@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attn_lib._checks import check_choice, check_int
+from attn_lib._checks import check_choice, check_head_dim, check_int, check_number
 from attn_lib.deltanet import gated_delta_rule, l2_normalize
 from attn_lib.linear import linear_attention
 
@@ -106,10 +106,8 @@ class RecallModel(nn.Module):
     β = sigmoid, g = logsigmoid(a + 4)).
 
     Raises:
-        TypeError: kind not a str, num_layers not an int. ValueError: an unknown kind, num_layers < 1.
-        d_model, num_heads, num_keys and num_values are not checked: torch's nn.Embedding / nn.Linear raise
-        RuntimeError for a negative size, and a d_model that num_heads does not divide fails in ``forward``
-        (RuntimeError from the head reshape).
+        TypeError: kind not a str; num_layers, d_model, num_heads, num_keys or num_values not an int.
+        ValueError: an unknown kind; a size < 1; num_heads not dividing d_model.
 
     Source: the course's own (notebook 12): Zoology's setting (Arora et al. 2023) with the token mixers of
     Katharopoulos et al. 2020 (linear) and Yang, Kautz & Hatamizadeh 2024 (Gated DeltaNet); the 3 : 1 hybrid as
@@ -121,6 +119,9 @@ class RecallModel(nn.Module):
         super().__init__()
         check_choice("kind", kind, KINDS)
         check_int("num_layers", num_layers, minimum=1)
+        check_head_dim(d_model, num_heads)
+        check_int("num_keys", num_keys, minimum=1)
+        check_int("num_values", num_values, minimum=1)
         self.kind = kind
         kinds = [("softmax" if (i + 1) % 4 == 0 else "deltanet") if kind == "hybrid" else kind
                  for i in range(num_layers)]
@@ -143,7 +144,7 @@ class RecallModel(nn.Module):
 
         Raises:
             nothing of its own (not checked): ids outside the vocabularies raise IndexError from nn.Embedding,
-            floating ids RuntimeError; a d_model that num_heads does not divide RuntimeError.
+            floating ids RuntimeError.
         """
         x = self.key_emb(keys) + self.value_emb(values)
         for norm, mixer in zip(self.norms, self.mixers):
@@ -190,13 +191,21 @@ def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAI
     Takes no tensors: its batches are :func:`make_recall_batch`'s (batch_size, n + 1) int64 ids.
 
     Raises:
-        TypeError / ValueError: steps not an int >= 1; kind as :class:`RecallModel`; batch_size or a pair count
-            as :func:`make_recall_batch`; a negative lr (ValueError from torch's AdamW). An empty pair_counts
-            raises torch's RuntimeError.
+        TypeError / ValueError: steps or batch_size not an int >= 1; kind as :class:`RecallModel`; pair_counts
+            empty or not ints in [1, 128]; lr not a number >= 0.
 
     Source: the course's own (notebook 12); AdamW (Loshchilov & Hutter 2019) as ``torch.optim.AdamW``.
     """
     check_int("steps", steps, minimum=1)
+    check_int("batch_size", batch_size, minimum=1)
+    check_number("lr", lr, minimum=0.0)
+    check_choice("kind", kind, KINDS)
+    if isinstance(pair_counts, (str, bytes)) or not hasattr(pair_counts, "__len__"):
+        raise TypeError(f"pair_counts must be a sequence of ints, got {type(pair_counts).__name__}")
+    if len(pair_counts) == 0:
+        raise ValueError("pair_counts must hold at least one pair count, got an empty sequence")
+    for n in pair_counts:
+        check_int("a pair count", n, minimum=1, maximum=NUM_KEYS)
     torch.manual_seed(seed)
     model = RecallModel(kind)
     g = torch.Generator().manual_seed(seed)
@@ -231,7 +240,7 @@ def run_recall_curve(steps: int = 600, out=None) -> dict:
     Takes no tensors. Returns a dict: "steps", "batch_size", "pair_counts", "num_keys", "num_values", "torch"
     (the version str), and "models": per kind {"parameters" (int), "layer_kinds" (list of str), "accuracy"
     ({str(pair count): float}), "final_loss" (float, mean of the last 100 steps), "cpu_seconds" (float)}.
-    Sets ``torch.set_num_threads(1)`` for the rest of the process (it is not restored) and prints one line per kind.
+    Trains on one thread (``torch.set_num_threads(1)``, restored afterwards) and prints one line per kind.
 
     Raises:
         TypeError / ValueError: steps not an int >= 1 (from :func:`train_recall`); OSError: ``out`` cannot be
@@ -239,7 +248,15 @@ def run_recall_curve(steps: int = 600, out=None) -> dict:
 
     Source: the course's own (``make train-recall``), after Zoology's recall curves (Arora et al. 2023).
     """
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        return _recall_curve(steps, out)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _recall_curve(steps: int, out) -> dict:
     result = {"steps": steps, "batch_size": 64, "pair_counts": list(PAIR_COUNTS), "num_keys": NUM_KEYS,
               "num_values": NUM_VALUES, "torch": torch.__version__, "models": {}}
     for kind in KINDS:

@@ -333,3 +333,38 @@ def test_shipped_recall_curve_supports_the_notebooks_claims():
     counts = {k: sum(p.numel() for p in RecallModel(k).parameters()) for k in KINDS}
     assert counts == {k: models[k]["parameters"] for k in KINDS}  # the file describes these models
     assert max(counts.values()) / min(counts.values()) < 1.05  # equal parameter count within 5 %
+
+
+def test_recall_model_and_training_refuse_bad_sizes_and_restore_threads(monkeypatch):
+    from attn_lib import recall
+
+    with pytest.raises(ValueError, match=r"d_model \(30\) must be divisible by num_heads \(4\)"):
+        recall.RecallModel("softmax", d_model=30)
+    with pytest.raises(TypeError, match="num_values must be an int"):
+        recall.RecallModel("linear", num_values=64.0)
+    with pytest.raises(ValueError, match="num_keys must be an int >= 1"):
+        recall.RecallModel("linear", num_keys=0)
+    with pytest.raises(ValueError, match="pair_counts must hold at least one"):
+        recall.train_recall("linear", steps=1, pair_counts=())
+    with pytest.raises(ValueError, match="a pair count must be an int in"):
+        recall.train_recall("linear", steps=1, pair_counts=(4, 500))
+    with pytest.raises(ValueError, match="lr must be a number >= 0"):
+        recall.train_recall("linear", steps=1, lr=-1e-3)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        recall.train_recall("mamba", steps=1)
+    # run_recall_curve trains on one thread and gives the caller's thread count back, even when training fails
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # not 1, so that a lost restore shows
+    seen = []
+
+    def fails(kind, steps):
+        seen.append(torch.get_num_threads())
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(recall, "train_recall", fails)
+    try:
+        with pytest.raises(RuntimeError, match="stop"):
+            recall.run_recall_curve(steps=1)
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
