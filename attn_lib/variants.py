@@ -27,7 +27,7 @@ from torch import nn
 from attn_lib._checks import check_bool, check_int, check_number, check_rope_base, check_scale, check_tensor, shape_of
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.gqa import repeat_kv
-from attn_lib.kv_cache import KVCache
+from attn_lib.kv_cache import KVCache, KVCacheProtocol
 from attn_lib.positional import apply_rope
 from attn_lib.windows import RingKVCache, window_mask_from_positions
 
@@ -93,6 +93,21 @@ def _rms_from_hf(norm: nn.Module, dim: int) -> nn.RMSNorm:
     with torch.no_grad():
         new.weight.copy_(1.0 + weight if name.startswith(("Gemma2", "Gemma3RMS", "GemmaRMS")) else weight)
     return new
+
+
+def _check_shared_kv(shared_kv, B: int, Hkv: int, E: int, min_len: int, x: torch.Tensor) -> None:
+    """shared_kv = (keys, values), each (B, Hkv, S, E) of x's dtype and device, S >= min_len; else TypeError/ValueError."""
+    if not isinstance(shared_kv, (tuple, list)) or len(shared_kv) != 2:
+        raise TypeError(f"shared_kv must be a pair (keys, values) of tensors, got {type(shared_kv).__name__}")
+    for name, t in zip(("shared_kv keys", "shared_kv values"), shared_kv):
+        check_tensor(name, t, floating=True, ndim=4)
+        if t.dtype != x.dtype:
+            raise TypeError(f"{name} must have x's dtype {x.dtype}, got {t.dtype}")
+        if t.device != x.device:
+            raise ValueError(f"{name} must be on x's device {x.device}, got {t.device}")
+        if t.shape[0] != B or t.shape[1] != Hkv or t.shape[3] != E or t.shape[2] < min_len:
+            raise ValueError(f"{name} must be (B, Hkv, S, head_dim) = ({B}, {Hkv}, S >= {min_len}, {E}) "
+                             f"(S covers the cached tokens and the {min_len} queries' positions), got {shape_of(t)}")
 
 
 class VariantAttention(nn.Module):
@@ -209,12 +224,12 @@ class VariantAttention(nn.Module):
         x must have the weights' dtype (float32 by default; float64 in the tests); the output has it too.
 
         Raises:
-            TypeError: x not floating; a flag not a bool. ValueError: x of the wrong width; shared_kv missing for a
-                kv_shared layer (or given to one that is not); and what the cache's ``update`` and
+            TypeError: x not floating or not of the weights' dtype; a flag not a bool; cache not a KV cache;
+                shared_kv not a pair of floating tensors of x's dtype.
+            ValueError: x of the wrong width; shared_kv missing for a kv_shared layer (or given to one that is
+                not); shared_kv's tensors not (B, Hkv, S, head_dim) with S >= cached + L (the queries are the last
+                L of the S positions), on x's device; and what the cache's ``update`` and
                 scaled_dot_product_attention raise.
-            Not checked: ``cache`` and the tensors of ``shared_kv`` (another object raises AttributeError; a
-                shared S < L gives negative query positions without an error); an x of another dtype than the
-                weights (torch's RuntimeError).
         """
         check_tensor("x", x, floating=True, ndim=3)
         check_bool("return_kv", return_kv)
@@ -223,8 +238,16 @@ class VariantAttention(nn.Module):
         if self.kv_shared != (shared_kv is not None):
             raise ValueError("a kv_shared layer needs shared_kv=(keys, values) from the layer it shares with; "
                              f"this layer has kv_shared={self.kv_shared}, got shared_kv={type(shared_kv).__name__}")
+        weight = self.q_proj.weight
+        if x.dtype != weight.dtype:
+            raise TypeError(f"x must have the layer's dtype {weight.dtype}, got {x.dtype}; convert one of them "
+                            f"(x.to({weight.dtype}) or layer.to({x.dtype}))")
+        if cache is not None and not isinstance(cache, (KVCacheProtocol, RingKVCache)):
+            raise TypeError(f"cache must be None, a KVCache or a RingKVCache, got {type(cache).__name__}")
         B, L, _ = x.shape
         past = 0 if cache is None else cache.seq_len
+        if shared_kv is not None:
+            _check_shared_kv(shared_kv, B, self.num_kv_heads, self.head_dim, past + L, x)
         q_pos = torch.arange(past, past + L, device=x.device)
         q = apply_rope(self._heads(x, self.q_proj, self.q_norm, self.num_heads), q_pos, base=self.rope_base)
         if shared_kv is not None:

@@ -120,3 +120,25 @@ def test_sinks_are_one_more_term_in_the_denominator_and_softcap_bounds():
         softcap(s, 0.0)
     with pytest.raises(ValueError, match="num_kv_heads=3 must divide num_heads=4"):
         VariantAttention(8, 4, 3, 2)
+
+
+def test_forward_refuses_a_bad_cache_shared_kv_or_dtype():
+    d, H, Hkv, E = 8, 2, 1, 4
+    m = VariantAttention(d, H, Hkv, E, dtype=torch.float64)
+    shared = VariantAttention(d, H, Hkv, E, kv_shared=True, dtype=torch.float64)
+    x = torch.randn(2, 5, d, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"x must have the layer's dtype torch.float64, got torch.float32"):
+        m(x.float())
+    with pytest.raises(TypeError, match="cache must be None, a KVCache or a RingKVCache, got dict"):
+        m(x, cache={})
+    _, (k, v) = m(x, return_kv=True)
+    assert k.shape == (2, Hkv, 5, E)
+    shared(x, shared_kv=(k, v))  # the right pair is accepted
+    with pytest.raises(TypeError, match="shared_kv must be a pair"):
+        shared(x, shared_kv=k)
+    with pytest.raises(ValueError, match=r"shared_kv keys must be \(B, Hkv, S, head_dim\) = \(2, 1, S >= 5, 4\).*\(2, 1, 3, 4\)"):
+        shared(x, shared_kv=(k[:, :, :3], v[:, :, :3]))  # fewer shared positions than queries
+    with pytest.raises(ValueError, match=r"shared_kv values must be .*got \(1, 1, 5, 4\)"):
+        shared(x, shared_kv=(k, v[:1]))
+    with pytest.raises(TypeError, match="shared_kv keys must have x's dtype torch.float64, got torch.float32"):
+        shared(x, shared_kv=(k.float(), v))
