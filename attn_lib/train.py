@@ -27,6 +27,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 import torch
 import torch.nn.functional as F
 
+from attn_lib._checks import check_int
 from attn_lib.data import (SOURCE_VOCAB, TARGET_VOCAB, DateBatch, DateExample, collate)
 
 __all__ = [
@@ -92,14 +93,18 @@ def endless_batches(examples: Sequence[DateExample], batch_size: int, *, seed: i
         :class:`attn_lib.data.DateBatch`: src (B, S) int64, masks (B, S)/(B, L) bool, tgt_in/tgt_out (B, L) int64.
 
     Raises:
-        ValueError: batch_size or bucket not an int in range (a non-int too: ValueError, not TypeError).
+        TypeError: batch_size, bucket or seed not an int. ValueError: batch_size not in 1..len(examples),
+            bucket < 1. Raised by the call itself, before the first batch is drawn.
 
     Source: the course's own: notebook 07 (bucketing by length as in Vaswani et al. 2017, section 5.1).
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= len(examples):
-        raise ValueError(f"batch_size must be an int in 1..{len(examples)}, got {batch_size!r}")
-    if isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 1:
-        raise ValueError(f"bucket must be an int >= 1, got {bucket!r}")
+    check_int("batch_size", batch_size, minimum=1, maximum=len(examples))
+    check_int("bucket", bucket, minimum=1)
+    check_int("seed", seed)
+    return _endless_batches(examples, batch_size, seed, bucket)  # checked now, not at the first next()
+
+
+def _endless_batches(examples, batch_size: int, seed: int, bucket: int) -> Iterator[DateBatch]:
     g = torch.Generator().manual_seed(seed)
     while True:
         order = torch.randperm(len(examples), generator=g).tolist()

@@ -240,8 +240,12 @@ def test_endless_batches_deterministic_and_bucketed(splits):
     plain = collate(exs[:64]).src_padding_mask.float().mean()
     bucketed = torch.stack([x.src_padding_mask.float().mean() for x in a]).mean()
     assert bucketed > plain, "bucketing by length should waste less on padding"
-    with pytest.raises(ValueError, match="batch_size"):
-        next(endless_batches(exs, 0))
+    with pytest.raises(ValueError, match=rf"batch_size must be an int in \[1, {len(exs)}\], got 0"):
+        endless_batches(exs, 0)  # at the call, not at the first next()
+    with pytest.raises(TypeError, match=r"batch_size must be an int in \[1, \d+\], got float 64.0"):
+        endless_batches(exs, 64.0)
+    with pytest.raises(ValueError, match="bucket must be an int >= 1, got 0"):
+        endless_batches(exs, 64, bucket=0)
 
 
 def test_collate_refuses_an_empty_source_and_bad_entries():
