@@ -14,7 +14,7 @@ Every function here is causal: position i reads positions 0..i.
   ``transformers``' ``mamba2_chunk_scan`` (tests/test_linear.py). :func:`mamba2_mixer_forward` rebuilds a whole
   ``Mamba2Mixer`` around it.
 - :func:`fft_long_conv` / :func:`direct_long_conv`: a causal long convolution (S4's convolution mode, Hyena's filters;
-  Gu et al. 2022 §3.3, Poli et al. 2023 §3) in O(L log L) through the FFT, and the O(L²) direct sum it equals.
+  Gu et al. 2022 §2.4, Poli et al. 2023 §3) in O(L log L) through the FFT, and the O(L²) direct sum it equals.
 - :func:`recurrent_state_bytes`: the memory of a recurrent state, which does not grow with the context.
 """
 
@@ -348,7 +348,7 @@ def direct_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 def fft_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """The same causal convolution in O(L log L): zero-pad both to 2L (so the circular FFT product does not wrap
     around), multiply the spectra, transform back, keep the first L values. S4's convolution mode (Gu et al. 2022,
-    §3.3) and Hyena (Poli et al. 2023, §3.3) compute their long filters this way.
+    §2.4, "the convolutional representation") and Hyena (Poli et al. 2023, §3.3) compute their long filters this way.
 
     Args:
         u: (..., L) signals; k: (..., K) filters with K <= L (a shorter one is zero-padded), leading dims broadcast.

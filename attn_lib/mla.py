@@ -10,7 +10,8 @@ plus one RoPE key of ``qk_rope_head_dim`` features shared by all heads (the deco
     q    = RMSNorm(x W_DQ) W_UQ   (or x W_Q)     (B, H, L, dn + dr), its last dr features rotated
     o    = softmax([q_C, q_R]·[k_C, k_R]ᵀ · scale) v  ->  W_O
 
-The **absorbed** decode (section 2.1.3, "we can absorb W_UK into W_UQ, and W_UV into W_O"): q_C·k_Cᵀ =
+The **absorbed** decode (DeepSeek-V2 §2.1.2: W_UK can be folded into the query's projection and W_UV into W_O, so
+no key or value is ever formed; §2.1.3 keeps that possible under RoPE by rotating separate dr features): q_C·k_Cᵀ =
 (q_C W_UKᵀ)·c_KVᵀ, so each query is moved into the latent space once and attends directly over the cached c_KV; the
 values are c_KV too, and W_UV is applied after the softmax. It is multi-query attention with key dim r + dr and
 value dim r, equal to the plain form (tests/test_mla.py). :func:`mla_decode_cost` states its FLOP/byte trade-off.
