@@ -58,8 +58,9 @@ def _attention(q, k, v, scale=None, bias=None, *, scale_as=None, bias_as=None):
         return torch.softmax(s, dim=-1) @ v
     if bias_as == "after":
         return (torch.softmax(s, dim=-1) + bias) @ v
-    s = {None: lambda: s + bias, "before": lambda: (raw + bias) * used, "transposed": lambda: s + bias.transpose(-2, -1),
-         "ignored": lambda: s, "subtracted": lambda: s - bias, "multiplied": lambda: s * bias}[bias_as]()
+    s = {None: lambda: s + bias, "before": lambda: (raw + bias) * used,
+         "transposed": lambda: s + bias.transpose(-2, -1), "ignored": lambda: s, "subtracted": lambda: s - bias,
+         "multiplied": lambda: s * bias}[bias_as]()
     return torch.softmax(s, dim=-1) @ v
 
 
@@ -90,7 +91,8 @@ def test_check_attention_names_the_scale_mistakes(scale_as, words):
 
 @pytest.mark.parametrize("bias_as, words", [
     ("before", "added the bias before scaling"), ("after", "after the softmax"), ("transposed", "bias is transposed"),
-    ("ignored", "the bias is missing"), ("subtracted", "subtracted the bias"), ("multiplied", "multiplied the scores by the bias")])
+    ("ignored", "the bias is missing"), ("subtracted", "subtracted the bias"),
+    ("multiplied", "multiplied the scores by the bias")])
 def test_check_attention_names_the_bias_mistakes(bias_as, words):
     _fails_with(check_attention(lambda q, k, v, scale=None, bias=None: _attention(q, k, v, scale, bias,
                                                                                    bias_as=bias_as)), words)

@@ -178,7 +178,8 @@ def check_attention(attention) -> CheckResult:
     def trials():
         for trial, (batch, L, S, E, Ev, scale, kind) in enumerate(trials_):
             g = fresh_generator("check_attention", trial)
-            q, k, v = (torch.randn(*batch, n, d, generator=g, dtype=torch.float64) for n, d in ((L, E), (S, E), (S, Ev)))
+            q, k, v = (torch.randn(*batch, n, d, generator=g, dtype=torch.float64)
+                       for n, d in ((L, E), (S, E), (S, Ev)))
             bias = _bias_of(kind, batch, L, S, g)
             inputs = {"query": q, "key": k, "value": v}
             if scale is not _OMIT:
@@ -197,7 +198,8 @@ def check_attention(attention) -> CheckResult:
                     raise Mismatch(HINT_NONE + f" ({type(e.error).__name__}: {text.splitlines()[0]})") from None
                 raise
             if got.shape == w.shape and got.shape != want.shape:
-                raise Mismatch("you returned the weights (..., L, S); multiply them by value to get the output (..., L, d_v).")
+                raise Mismatch("you returned the weights (..., L, S); multiply them by value to get the output "
+                               "(..., L, d_v).")
             expect_close(got, want, what="the attention output", wrong_answers=_attention_variants(q, k, v, used, bias),
                          dtype=q.dtype)
         return len(trials_)
