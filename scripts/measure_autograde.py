@@ -36,7 +36,9 @@ NB = "03_scaled_dot_product_attention"
 WRONG = {  # a typical wrong answer per exercise
     "answer_check_attention_weights": "import math\nimport torch\n\ndef attention_weights(query, key):\n"
                                       "    return torch.softmax(query @ key.transpose(-2, -1), dim=-1)\n",
-    "answer_check_attention": "def attention(query, key, value):\n    return value\n",
+    "answer_check_attention": "import math\nimport torch\n\ndef attention(query, key, value, scale=None, bias=None):\n"
+                              "    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # scale ignored\n"
+                              "    return torch.softmax(scores if bias is None else scores + bias, dim=-1) @ value\n",
 }
 
 

@@ -46,13 +46,82 @@ def test_check_attention_weights():
     _fails_with(check_attention_weights(lambda q, k: torch.softmax(q @ k.t() / math.sqrt(q.shape[-1]), -1)), "raised")
 
 
+def _attention(q, k, v, scale=None, bias=None, *, scale_as=None, bias_as=None):
+    """Exercise 2 of notebook 03, right or with one typical mistake: scale_as / bias_as name how it goes wrong."""
+    raw, default = q @ k.transpose(-2, -1), 1 / math.sqrt(q.shape[-1])
+    used = default if scale is None else scale
+    s = raw * used
+    if scale is not None and scale_as is not None:
+        s = {"ignored": lambda: raw * default, "divides": lambda: raw / scale,
+             "twice": lambda: raw * default * scale, "squared": lambda: raw * scale ** 2}[scale_as]()
+    if bias is None:
+        return torch.softmax(s, dim=-1) @ v
+    if bias_as == "after":
+        return (torch.softmax(s, dim=-1) + bias) @ v
+    s = {None: lambda: s + bias, "before": lambda: (raw + bias) * used,
+         "transposed": lambda: s + bias.transpose(-2, -1), "ignored": lambda: s, "subtracted": lambda: s - bias,
+         "multiplied": lambda: s * bias}[bias_as]()
+    return torch.softmax(s, dim=-1) @ v
+
+
 def test_check_attention():
-    assert check_attention(lambda q, k, v: _weights(q, k) @ v)
-    _fails_with(check_attention(lambda q, k, v: _weights(q, k, scale=1.0) @ v), "missing 1/sqrt(d_k) scale")
-    _fails_with(check_attention(lambda q, k, v: _weights(q, k, dim=-2) @ v), "wrong axis")
-    _fails_with(check_attention(lambda q, k, v: _weights(q, k)), "you returned the weights")
-    _fails_with(check_attention(lambda q, k, v: _weights(q, k) @ k), "over the VALUES")
-    _fails_with(check_attention(lambda q, k, v: _weights(q, k) @ v + 1), "differs from the reference")
+    # right: written out, and torch's own function (the check's reference) with the same arguments
+    assert check_attention(_attention)
+    assert "passed on 5 fresh inputs" in repr(check_attention(
+        lambda q, k, v, scale=None, bias=None: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, scale=scale)))
+    # the mistakes of the 3-argument attention still get their hints (the first trial uses the defaults)
+    _fails_with(check_attention(lambda q, k, v, scale=None, bias=None: _weights(q, k, scale=1.0) @ v),
+                "missing 1/sqrt(d_k) scale")
+    _fails_with(check_attention(lambda q, k, v, scale=None, bias=None: _weights(q, k, dim=-2) @ v), "wrong axis")
+    _fails_with(check_attention(lambda q, k, v, scale=None, bias=None: _weights(q, k)), "you returned the weights")
+    _fails_with(check_attention(lambda q, k, v, scale=None, bias=None: _weights(q, k) @ k), "over the VALUES")
+    _fails_with(check_attention(lambda q, k, v, scale=None, bias=None: _attention(q, k, v, scale, bias) + 1),
+                "differs from the reference")
+    _fails_with(check_attention(_not_written), "not written yet")
+
+
+@pytest.mark.parametrize("scale_as, words", [
+    ("ignored", "although scale was given"), ("divides", "divided the scores by scale"),
+    ("twice", "both 1/sqrt(d_k) and scale"), ("squared", "scale²")])
+def test_check_attention_names_the_scale_mistakes(scale_as, words):
+    _fails_with(check_attention(lambda q, k, v, scale=None, bias=None: _attention(q, k, v, scale, bias,
+                                                                                   scale_as=scale_as)), words)
+
+
+@pytest.mark.parametrize("bias_as, words", [
+    ("before", "added the bias before scaling"), ("after", "after the softmax"), ("transposed", "bias is transposed"),
+    ("ignored", "the bias is missing"), ("subtracted", "subtracted the bias"),
+    ("multiplied", "multiplied the scores by the bias")])
+def test_check_attention_names_the_bias_mistakes(bias_as, words):
+    _fails_with(check_attention(lambda q, k, v, scale=None, bias=None: _attention(q, k, v, scale, bias,
+                                                                                   bias_as=bias_as)), words)
+
+
+def test_check_attention_names_a_missing_default_and_a_none_used_as_a_number():
+    _fails_with(check_attention(lambda q, k, v: _weights(q, k) @ v), "scale=None, bias=None", "takes 3 positional")
+    _fails_with(check_attention(lambda q, k, v, scale, bias: _attention(q, k, v, scale, bias)),
+                "scale=None, bias=None", "missing 2 required")
+    _fails_with(check_attention(lambda q, k, v, scale=None, bias=None: _weights(q, k) @ v + 0 * bias),
+                "used a None argument as a number", "NoneType")
+    _fails_with(check_attention(lambda q, k, v, scale=None, bias=None: torch.softmax(q @ k.mT * scale, -1) @ v),
+                "used a None argument as a number")
+
+
+def test_check_attention_reference_is_torch_with_a_float_mask():
+    # the check's expected output: torch's function with bias as a float attn_mask, the scale multiplying Q·Kᵀ;
+    # equal in float64 to the formula written out, for the kinds of bias the check uses (broadcast from the right)
+    from attn_lib.positional import alibi_bias
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, d, generator=g, dtype=torch.float64) for n, d in ((4, 16), (6, 16), (6, 5)))
+    for scale, bias in ((None, None), (0.25, alibi_bias(3, 4, 6, dtype=torch.float64)),
+                        (2.0, torch.randn(2, 3, 1, 6, generator=g, dtype=torch.float64))):
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+        assert (want - _attention(q, k, v, scale, bias)).abs().max() < 1e-12
+    # and it tells the orders apart: the bias added before the scaling is another answer
+    bias = alibi_bias(3, 4, 6, dtype=torch.float64)
+    assert (_attention(q, k, v, 0.25, bias) - _attention(q, k, v, 0.25, bias, bias_as="before")).abs().max() > 1e-3
 
 
 def test_check_self_attention():

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import attn_lib.exercises as ex
+from attn_lib.exercises import attention as X3
 from attn_lib.exercises import cross_attention as X7
 from attn_lib.exercises import gqa as X8
 from attn_lib.exercises import masking as X4
@@ -140,12 +141,18 @@ def weights_b(q, k):
     return torch.einsum("...ld,...sd->...ls", q * q.shape[-1] ** -0.5, k).softmax(-1)
 
 
-def attention_a(q, k, v):
-    return weights_a(q, k) @ v
+def attention_a(q, k, v, scale=None, bias=None):
+    if scale is None:
+        return weights_a(q, k) @ v if bias is None else torch.softmax(q @ k.mT / math.sqrt(q.shape[-1]) + bias, -1) @ v
+    scores = q @ k.transpose(-2, -1) * scale
+    return torch.softmax(scores if bias is None else scores + bias, dim=-1) @ v
 
 
-def attention_b(q, k, v):
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+def attention_b(q, k, v, scale=None, bias=None):  # NumPy, with the row max subtracted
+    s = q.numpy() @ np.swapaxes(k.numpy(), -1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    s = s + (0 if bias is None else bias.numpy())
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True) @ v.numpy()
 
 
 def self_attention_a(x, wq, wk, wv):
@@ -516,8 +523,12 @@ WRONG = [
     ("check_alibi_slopes", "next power of two, truncated", _slopes_next_pow2, [X2.HINT_NEXT_POW2]),
     ("check_attention_weights", "key.T on a batched key",
      lambda q, k: torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), -1), [HINT_DOT_T, "Your function got query"]),
-    ("check_attention", "float64 out", lambda q, k, v: attention_a(q.double(), k.double(), v.double()),
-     ["dtype torch.float64"]),
+    ("check_attention", "float32 out", lambda q, k, v, scale=None, bias=None: attention_a(q, k, v, scale, bias).float(),
+     ["dtype torch.float32", "expected torch.float64"]),
+    ("check_attention", "bias before the scaling",
+     lambda q, k, v, scale=None, bias=None: attention_a(q, k, v, scale) if bias is None else
+     torch.softmax((q @ k.mT + bias) * (q.shape[-1] ** -0.5 if scale is None else scale), -1) @ v,
+     [X3.HINT_BIAS_BEFORE_SCALE]),
     ("check_causal_mask", "tril(1)", lambda n: torch.ones(n, n, dtype=torch.bool).tril(1),
      ["off by one", "query row 0, key column 1", "expected False, got True"]),
     ("check_causal_mask", "a few wrong cells", lambda n: torch.ones(n, n, dtype=torch.bool).tril() & ~torch.eye(n, dtype=torch.bool).roll(1, 0),

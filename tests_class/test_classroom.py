@@ -37,8 +37,9 @@ MAX = sum(WEIGHTS)
 
 # ---- the students' answers (notebook 03): one string per answer cell
 SOLVED_ATTENTION = '''\
-def attention(query, key, value):
-    w = torch.softmax(query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1]), dim=-1)
+def attention(query, key, value, scale=None, bias=None):
+    scores = query @ key.transpose(-2, -1) * (1 / math.sqrt(query.shape[-1]) if scale is None else scale)
+    w = torch.softmax(scores if bias is None else scores + bias, dim=-1)
     return w @ value
 '''
 SOLVED_SELF = '''\
@@ -49,6 +50,13 @@ def self_attention(x, w_q, w_k, w_v):
 NO_SCALE = '''\
 def attention_weights(query, key):
     return torch.softmax(query @ key.transpose(-2, -1), dim=-1)
+'''
+BIAS_BEFORE_SCALE = '''\
+def attention(query, key, value, scale=None, bias=None):
+    scores = query @ key.transpose(-2, -1)
+    if bias is not None:
+        scores = scores + bias
+    return torch.softmax(scores * (1 / math.sqrt(query.shape[-1]) if scale is None else scale), dim=-1) @ value
 '''
 SCALE_D_MODEL = '''\
 def self_attention(x, w_q, w_k, w_v):
@@ -66,7 +74,7 @@ while True:
     pass
 
 
-def attention(query, key, value):
+def attention(query, key, value, scale=None, bias=None):
     return value
 '''
 PATCHED_CHECK = '''\
@@ -76,7 +84,7 @@ def attention_weights(query, key):
 attn_lib.exercises.check_attention_weights = lambda fn: attn_lib.exercises.CheckResult("x", True, "✅ passed")
 '''
 PATCHED_TORCH = '''\
-def attention(query, key, value):
+def attention(query, key, value, scale=None, bias=None):
     return value
 
 torch.allclose = lambda *args, **kwargs: True
@@ -407,7 +415,7 @@ def graded(course):
                                     "answer_check_attention": IMPORTS + PATCHED_TORCH,
                                     "answer_check_self_attention": IMPORTS + SOLVED_SELF})
     (tmp / "submissions" / "s5_patched" / "notes.ipynb").write_text("{}")  # not a course notebook: ignored
-    wrong = {"answer_check_attention_weights": IMPORTS + NO_SCALE, "answer_check_attention": IMPORTS + "def attention(q, k, v):\n    return v\n",
+    wrong = {"answer_check_attention_weights": IMPORTS + NO_SCALE, "answer_check_attention": IMPORTS + BIAS_BEFORE_SCALE,
              "answer_check_self_attention": IMPORTS + SCALE_D_MODEL}
     # x1: gradebook, classmates' notebooks, grades, parents' command lines; a daemon that outlives grading
     _submission(tmp, "x1_escape", wrong, edit=_edits(_add_cell_after("check_attention_weights", ATTACK_GRADEBOOK),
@@ -550,6 +558,8 @@ def test_feedback_is_escaped_capped_and_names_the_hint(graded):
     page = (tmp / "grades" / "feedback" / "s2_wrong" / "index.html").read_text()
     assert "check_attention_weights</td><td>0 / 3" in page
     assert "missing 1/sqrt(d_k) scale" in page and "1/sqrt(d_model)" in page
+    x1 = (tmp / "grades" / "feedback" / "x1_escape" / "index.html").read_text()  # exercise 2's bias, scaled too
+    assert "check_attention</td><td>0 / 3" in x1 and "you added the bias before scaling" in x1
     s3 = (tmp / "grades" / "feedback" / "s3_raises_loops" / "index.html").read_text()
     assert "I give up" in s3
     flood = tmp / "grades" / "feedback" / "x4_flood" / "index.html"

@@ -28,6 +28,7 @@ from tests_hub.class_hub import TEACHER
 
 NB = "03_scaled_dot_product_attention"
 FULL = PREDICTION_POINTS + 3 * IMPLEMENTATION_POINTS  # notebook 03: one prediction, three implementations
+PARTIAL = PREDICTION_POINTS + IMPLEMENTATION_POINTS  # the partial student: the prediction and exercise 2
 COURSE = "attn-course"
 NBGRADER = REPO_ROOT / ".venv-class" / "bin" / "nbgrader"
 PYTHON = REPO_ROOT / ".venv-class" / "bin" / "python"
@@ -140,10 +141,11 @@ def test_teacher_grades_the_collected_submissions_in_the_sandbox(round_trip):
         open(f"/home/{TEACHER}/grades/gradebook.csv"))}
     assert set(rows) == {good, partial, empty}, (rt["collect"].stdout[-3000:], rt["collect"].stderr[-3000:],
                                                  rt["grade"].stderr[-2000:])
-    assert (rows[good]["total"], rows[partial]["total"], rows[empty]["total"]) == (str(FULL), "1", "0"), rows
-    # partial: the prediction, an unscaled attention_weights (which the solved attention calls), no self_attention
+    assert (rows[good]["total"], rows[partial]["total"], rows[empty]["total"]) == (str(FULL), str(PARTIAL), "0"), rows
+    # partial: the prediction and the solved attention (it stands alone), an unscaled attention_weights, no
+    # self_attention
     assert rows[good]["flags"] == "" and \
-        rows[partial]["failed"] == "check_attention_weights;check_attention;check_self_attention"
+        rows[partial]["failed"] == "check_attention_weights;check_self_attention"
     # the collected files are the teacher's, in nbgrader's layout
     assert (rt["course"] / "submitted" / good / NB / f"{NB}.ipynb").stat().st_uid == rt["teacher"].pw_uid
 
@@ -151,7 +153,7 @@ def test_teacher_grades_the_collected_submissions_in_the_sandbox(round_trip):
 def test_each_student_gets_only_their_own_feedback(round_trip):
     rt = round_trip
     good, partial, empty = rt["students"]
-    for s, total in ((good, FULL), (partial, 1), (empty, 0)):
+    for s, total in ((good, FULL), (partial, PARTIAL), (empty, 0)):
         pages = _feedback_pages(s)
         assert len(pages) == 1, (s, pages, rt["fetched"][s].stdout[-1000:], rt["fetched"][s].stderr[-1000:])
         text = pages[0].read_text()
