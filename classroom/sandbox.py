@@ -127,7 +127,8 @@ def command(library: Path, fd_in: int, fd_out: int, *, uid: int | None) -> list[
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
     for k, v in env.items():
         args += ["--setenv", k, v]
-    python = str((course_venv if course_venv.exists() else venv) / "bin" / "python")
+    # the bound path: a .venv that is a symlink (to a shared virtualenv) is bound at its target, not at ROOT/.venv
+    python = str((course_venv.resolve() if course_venv.exists() else venv) / "bin" / "python")
     inner = [python, "-I", "-c", "import sys; sys.path.insert(0, %r); import classroom.runner as r; "
              "sys.exit(r.main(sys.argv[1:]))" % GRADER_LIB, str(fd_in), str(fd_out)]
     # -I: no user site, no PYTHONPATH, no cwd on sys.path; the runner's path is added explicitly.
