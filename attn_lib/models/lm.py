@@ -407,6 +407,7 @@ class DecoderLM(nn.Module):
                 empty caches, one per layer (``model.new_kv_caches()``): decoding fills them in place, so
                 afterwards they hold the keys and values (after RoPE) of the prompt and of every new token but
                 the last, P + max_new_tokens - 1 positions (notebook 08 compares them with HuggingFace's cache).
+                ``cache_factory`` is then not used.
 
         Returns:
             (B, P + max_new_tokens) int64 (or (P + max_new_tokens,) for a 1-D prompt): prompt then new tokens;
