@@ -16,8 +16,8 @@ Modules (one idea each):
 - ``attn_lib.quantization``   absmax int8/int4 quantization of keys and values, relative_error (08)
 - ``attn_lib.gqa``            MQA/GQA head grouping, grouped_query_attention, MHA -> GQA conversion (08)
 - ``attn_lib.hf``             GQA and KV transforms inside a HuggingFace BERT (MiniLM) (08)
-- ``attn_lib.models``         small encoder-decoder, encoder-only and decoder-only Transformers, and a
-                               HuggingFace Llama with attn_lib attention and KV cache (07, 08)
+- ``attn_lib.models``         small encoder-decoder, encoder-only and decoder-only Transformers; the decoder-only
+                               DecoderLM also copies a HuggingFace Llama (DecoderLM.from_hf) (07, 08, 10)
 - ``attn_lib.train``          training loops and the date task's translate / span_hit_rate (07)
 - ``attn_lib.tiled``          FlashAttention-style tiled attention in PyTorch (notebook 09)
 - ``attn_lib.flash``          the same algorithm as Triton kernels, forward and backward: launch and API (notebook 09)

@@ -9,7 +9,7 @@
 - encoder-only (:class:`~attn_lib.models.EncoderOnly`, BERT-like): 10 ``[MASK]`` slots followed by
   the source, one pass, the slots' outputs are the 10 target characters; :func:`encoder_only_loss`,
   :func:`predict_encoder_only`.
-- decoder-only (:class:`~attn_lib.models.DecoderOnly`, GPT-like): one sequence "source ``<s>`` target
+- decoder-only (:class:`~attn_lib.models.DecoderLM`, GPT-like): one sequence "source ``<s>`` target
   ``</s>``", next-token loss on the target part only; :func:`decoder_only_loss`, :func:`predict_decoder_only`.
 
 Training runs on one CPU thread (``torch.set_num_threads(1)`` during the loop, restored after), so the
@@ -374,7 +374,8 @@ def decoder_only_loss(model, batch: DateBatch) -> torch.Tensor:
     """Next-token cross-entropy on the answer part of ``source <s> target </s>``.
 
     Args:
-        model: an :class:`attn_lib.models.DecoderOnly` (logits (B, L, V), float). batch: a DateBatch (int64 ids).
+        model: an :class:`attn_lib.models.DecoderLM` over SOURCE_VOCAB (``model(ids)`` -> logits (B, L, V), float).
+            batch: a DateBatch (int64 ids).
 
     Returns:
         a 0-dim float tensor: the next-token cross-entropy over the answer positions (labels != -100).
@@ -386,30 +387,44 @@ def decoder_only_loss(model, batch: DateBatch) -> torch.Tensor:
     ignoring label -100.
     """
     ids, labels = decoder_only_inputs(batch)
-    logits = model(ids).logits  # (B, L, V); causal, so padding at the end is never seen by real tokens
+    logits = model(ids)  # (B, L, V); causal, so padding at the end is never seen by real tokens
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
 
 
 @torch.no_grad()
 def predict_decoder_only(model, examples: Sequence[DateExample], *, batch_size: int = 500) -> list[str]:
-    """Greedy continuation of each prompt ``source <s>`` until ``</s>``.
+    """Greedy continuation of each prompt ``source <s>`` until ``</s>`` (at most 11 new tokens).
+
+    The prompts have different lengths; a DecoderLM's ``generate`` takes a (B, P) batch of one length (its KV
+    cache has one position per step for every row), so the prompts of each length are decoded together and each
+    row is cut after its first ``</s>`` (kept, then dropped by ``SOURCE_VOCAB.decode``). The order of
+    ``examples`` is kept.
 
     Args:
-        model: a DecoderOnly (set to eval mode). examples: DateExample items. batch_size: an int.
-        Prompts are lists of int ids (a ragged (B, S) batch); ``model.generate`` returns up to 11 new int ids each, decoded to a str.
+        model: an :class:`attn_lib.models.DecoderLM` over SOURCE_VOCAB (set to eval mode). examples: DateExample
+            items. batch_size: an int; prompts are decoded in chunks of that many examples.
+
+    Returns:
+        one str per example: the decoded answer.
 
     Raises:
-        nothing of its own: ``model.generate``'s TypeError/ValueError (e.g. a prompt longer than max_len).
+        nothing of its own: ``model.generate``'s TypeError/ValueError (e.g. a prompt longer than max_len - 11).
 
-    Source: the course's own: notebook 07 (greedy decoding).
+    Source: the course's own: notebook 07 (greedy decoding, HuggingFace's ``generate(do_sample=False)``).
     """
     model.eval()
     preds = []
+    eos = SOURCE_VOCAB.eos_id
     with single_thread():
         for chunk in _in_batches(examples, batch_size):
             prompts = [SOURCE_VOCAB.encode(ex.source) + [SOURCE_VOCAB.bos_id] for ex in chunk]
-            for out in model.generate(prompts, 11, eos_id=SOURCE_VOCAB.eos_id):
-                preds.append(SOURCE_VOCAB.decode(out))
+            answers: list[str | None] = [None] * len(prompts)
+            for n in sorted({len(p) for p in prompts}):
+                rows = [b for b, p in enumerate(prompts) if len(p) == n]  # the prompts of length n
+                new = model.generate(torch.tensor([prompts[b] for b in rows]), 11)[:, n:]  # (B_n, 11)
+                for b, out in zip(rows, new.tolist()):
+                    answers[b] = SOURCE_VOCAB.decode(out[: out.index(eos) + 1] if eos in out else out)
+            preds += answers
     return preds
 
 

@@ -187,3 +187,39 @@ def test_generate_upper_bound_is_the_models_max_len():
         m.generate([1, 2, 3], 6)
     with pytest.raises(ValueError, match="L=9 tokens, more than the model's max_len=8"):
         m(torch.zeros(1, 9, dtype=torch.long))
+
+
+def test_llama_layout_options():
+    """ffn="swiglu", tie_embeddings=False, head_dim and attn_bias (the options DecoderLM.from_hf uses) build what
+    they say; the defaults build what they did (GELU FFN, tied head, d_model / H per head, no biases)."""
+    from attn_lib.models.blocks import FeedForward, SwiGLU
+
+    torch.manual_seed(0)
+    default = DecoderLM(20, d_model=16, num_heads=2, num_layers=1)
+    assert isinstance(default.layers[0].ffn, FeedForward) and default.lm_head.weight is default.embed.weight
+    assert default.head_dim == 8 and default.layers[0].attn.q_proj.bias is None
+    llama = DecoderLM(20, d_model=16, num_heads=3, num_kv_heads=1, num_layers=1, d_ff=24, ffn="swiglu",
+                      tie_embeddings=False, head_dim=6, attn_bias=True)  # 3 heads of 6 do not divide 16: head_dim=
+    assert isinstance(llama.layers[0].ffn, SwiGLU) and llama.layers[0].ffn.gate_proj.weight.shape == (24, 16)
+    assert llama.lm_head.weight is not llama.embed.weight and llama.head_dim == 6
+    assert llama.layers[0].attn.q_proj.weight.shape == (18, 16) and llama.layers[0].attn.k_proj.weight.shape == (6, 16)
+    assert all(b.abs().sum() == 0 for n, b in llama.named_parameters() if n.endswith("bias"))  # gpt2 init: zero biases
+    assert sum("bias" in n for n, _ in llama.named_parameters()) == 4
+    ids = torch.randint(0, 20, (2, 5))
+    assert llama(ids).shape == (2, 5, 20) and llama.generate(ids, 3).shape == (2, 8)
+    with torch.no_grad():
+        llama.lm_head.weight.zero_()  # untied: the head alone, the embedding stays
+    assert llama.embed.weight.abs().sum() > 0 and llama(ids).abs().max() == 0
+    cases = [
+        (dict(ffn="relu"), ValueError, "ffn must be one of 'gelu', 'swiglu', got 'relu'"),
+        (dict(ffn=None), TypeError, "ffn must be one of 'gelu', 'swiglu', got NoneType"),
+        (dict(tie_embeddings=1), TypeError, "tie_embeddings must be a bool .* got int 1"),
+        (dict(attn_bias="no"), TypeError, "attn_bias must be a bool .* got str 'no'"),
+        (dict(head_dim=8.0), TypeError, "head_dim must be an int >= 1, got float 8.0"),
+        (dict(head_dim=0), ValueError, "head_dim must be an int >= 1, got 0"),
+        (dict(head_dim=7), ValueError, "even"),
+        (dict(num_heads=3), ValueError, "num_heads"),  # 3 does not divide 16 and no head_dim
+    ]
+    for kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            DecoderLM(20, **{"d_model": 16, "num_heads": 2, **kwargs})

@@ -16,7 +16,7 @@ from torch import nn
 from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB
 from attn_lib.masks import causal_mask, padding_mask, to_torch_key_padding_mask
 from attn_lib.mha import MultiHeadAttention
-from attn_lib.models import DecoderBlock, DecoderOnly, EncoderBlock, EncoderOnly, FeedForward, Seq2SeqTransformer
+from attn_lib.models import DecoderBlock, DecoderLM, EncoderBlock, EncoderOnly, FeedForward, Seq2SeqTransformer
 from references import batch, model  # noqa: F401  (the date model and batch fixtures both files use)
 
 D, H, FF = 16, 4, 32
@@ -215,51 +215,50 @@ def test_model_input_errors(model, batch):
 
 
 def test_encoder_only_is_bidirectional_and_decoder_only_causal():
+    """Notebook 07's two single-stack members: BERT-like EncoderOnly sees the last token from the first position;
+    the GPT-like member, DecoderLM, does not (changing a later token never changes an earlier logit), and its
+    weights are zero above the diagonal."""
     torch.manual_seed(0)
     bert = EncoderOnly(20, 7, d_model=16, num_heads=2).eval()
-    gpt = DecoderOnly(20, d_model=16, num_heads=2).eval()
+    gpt = DecoderLM(20, d_model=16, num_heads=2, max_len=64).eval()
     ids = torch.randint(3, 20, (2, 9))
     changed = ids.clone()
     changed[:, -1] = 3 + (changed[:, -1] - 3 + 1) % 17  # change only the last token
     with torch.no_grad():
         assert not torch.allclose(bert(ids).logits[:, 0], bert(changed).logits[:, 0]), "BERT: the first position sees the last"
-        torch.testing.assert_close(gpt(ids).logits[:, :-1], gpt(changed).logits[:, :-1], rtol=0, atol=1e-6)
-        out = gpt(ids, need_weights=True)
-    assert bert(ids).logits.shape == (2, 9, 7) and out.logits.shape == (2, 9, 20)
-    assert len(out.attentions) == 2 and all((w * ~causal_mask(9)).abs().sum() == 0 for w in out.attentions)
-    assert all(b.cross_attn is None for b in gpt.blocks)
+        torch.testing.assert_close(gpt(ids)[:, :-1], gpt(changed)[:, :-1], rtol=0, atol=1e-6)
+        assert not torch.allclose(gpt(ids)[:, -1], gpt(changed)[:, -1])  # the last position does see it
+    weights = gpt.attention_weights(ids)
+    assert bert(ids).logits.shape == (2, 9, 7) and gpt(ids).shape == (2, 9, 20)
+    assert len(weights) == 2 and all((w * ~causal_mask(9)).abs().sum() == 0 for w in weights)
 
 
-def test_decoder_only_generate_equals_one_prompt_at_a_time():
+def test_decoder_lm_right_padding_changes_no_real_position():
+    """The decoder-only framing of the date task right-pads its rows (attn_lib.train.decoder_only_inputs): with causal
+    attention and RoPE's positions counted from the start, the logits of a row's real tokens are the same padded or
+    alone."""
     torch.manual_seed(0)
-    gpt = DecoderOnly(20, d_model=16, num_heads=2).eval()
-    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [4]]
-    together = gpt.generate(prompts, 5, eos_id=2)
-    for p, got in zip(prompts, together):
-        ids = list(p)
-        want = []
-        for _ in range(5):  # plain greedy loop on this prompt alone
-            nxt = int(gpt(torch.tensor([ids])).logits[0, -1].argmax())
-            want.append(nxt)
-            ids.append(nxt)
-            if nxt == 2:
-                break
-        assert got == want
-    with pytest.raises(ValueError, match="max_len"):
-        gpt.generate([[5] * 60], 10)
+    gpt = DecoderLM(20, d_model=16, num_heads=2, max_len=64, init_std=0.3).eval()
+    rows = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [4]]
+    batch = torch.zeros(3, 6, dtype=torch.long)
+    for b, r in enumerate(rows):
+        batch[b, : len(r)] = torch.tensor(r)
+    with torch.no_grad():
+        padded = gpt(batch)
+        for b, r in enumerate(rows):
+            torch.testing.assert_close(padded[b, : len(r)], gpt(torch.tensor([r]))[0], rtol=0, atol=1e-5)
 
 
 def test_decoding_turns_dropout_off_and_restores_the_mode():
     """A model left in training mode with dropout still decodes greedily (the same tokens twice, as in eval mode),
-    and stays in training mode afterwards."""
+    and stays in training mode afterwards; DecoderLM (no dropout) also restores the mode."""
     torch.manual_seed(0)
-    gpt = DecoderOnly(20, d_model=16, num_heads=2, dropout=0.5).train()
+    gpt = DecoderLM(20, d_model=16, num_heads=2).train()
     s2s = Seq2SeqTransformer(12, 12, d_model=16, num_heads=2, dropout=0.5).train()
     src = torch.randint(3, 12, (2, 6), generator=torch.Generator().manual_seed(1))
-    outs = [gpt.generate([[5, 6, 7], [4]], 5, eos_id=2) for _ in range(2)]
+    gpt.generate([[5, 6, 7], [4, 4, 4]], 5)
     decoded = [s2s.generate(src, max_new_tokens=5) for _ in range(2)]
     assert gpt.training and s2s.training
-    assert outs[0] == outs[1] == gpt.eval().generate([[5, 6, 7], [4]], 5, eos_id=2)
     assert torch.equal(decoded[0], decoded[1]) and torch.equal(decoded[0], s2s.eval().generate(src, max_new_tokens=5))
 
 
@@ -276,31 +275,11 @@ def test_pad_id_outside_the_vocabulary_is_a_clear_error():
             Seq2SeqTransformer(10, 10, pad_id=bad)
 
 
-def test_decoder_only_generate_shares_the_decoding_checks():
-    torch.manual_seed(0)
-    m = DecoderOnly(12, d_model=16, num_heads=2, num_layers=1, max_len=8).eval()
-    out = m.generate([[3, 4], [5, 6, 7]], 3)
-    assert [len(o) <= 3 for o in out] == [True, True]
-    assert m.generate([[3, 4]], 0) == [[]]
-    cases = [
-        (([3, 4], 2), TypeError, r"prompts must be a list of prompts, each a list of token ids, e.g. \[\[5, 3, 9\]\]; got list \[3, 4\] \(wrap one prompt"),
-        (([[1.7, 2.2]], 1), TypeError, r"prompts\[0\] must hold int token ids, got float 1.7"),
-        (([[3, 4]], -3), ValueError, "max_new_tokens must be an int >= 0, got -3"),
-        (([[3, 4]], 2.5), TypeError, "max_new_tokens must be an int >= 0, got float 2.5"),
-        (([[3, 4]], 7), ValueError, r"max_new_tokens must be <= max_len - prompt length = 8 - 2 = 6, got 7"),
-        (([[3, 40]], 1), ValueError, r"prompts\[0\] holds id 40, outside the vocabulary \[0, 12\)"),
-        (([], 1), ValueError, "at least one prompt"),
-    ]
-    for args, error, match in cases:
-        with pytest.raises(error, match=match):
-            m.generate(*args)
-
-
 def test_model_sizes_of_the_wrong_type_are_type_errors():
     with pytest.raises(TypeError, match="d_model must be an int >= 1, got float 16.0"):
         Seq2SeqTransformer(10, 10, d_model=16.0)
     with pytest.raises(ValueError, match="num_layers must be an int >= 1, got 0"):
-        DecoderOnly(10, num_layers=0)
+        EncoderOnly(10, 5, num_layers=0)
 
 
 @pytest.mark.parametrize("kwargs, match", [

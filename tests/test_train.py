@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB, load_splits
-from attn_lib.models import DecoderOnly, EncoderOnly, Seq2SeqTransformer
+from attn_lib.models import DecoderLM, EncoderOnly, Seq2SeqTransformer
 from attn_lib.train import (MASK_ID, NUM_SLOTS, decoder_only_inputs, decoder_only_loss, encoder_only_inputs,
                             encoder_only_loss, endless_batches, exact_match, load_model, predict_decoder_only,
                             predict_encoder_only, predict_seq2seq, save_model, seq2seq_loss, span_hit_rate,
@@ -79,7 +79,8 @@ def test_short_training_lowers_each_loss():
          predict_seq2seq),
         (EncoderOnly(len(SOURCE_VOCAB) + 1, len(TARGET_VOCAB), d_model=32, num_heads=4, d_ff=64), encoder_only_loss,
          predict_encoder_only),
-        (DecoderOnly(len(SOURCE_VOCAB), d_model=32, num_heads=4, d_ff=64), decoder_only_loss, predict_decoder_only),
+        (DecoderLM(len(SOURCE_VOCAB), d_model=32, num_heads=4, d_ff=64, max_len=64), decoder_only_loss,
+         predict_decoder_only),
     ]
     for m, loss_fn, predict in cases:
         torch.manual_seed(0)
@@ -89,6 +90,37 @@ def test_short_training_lowers_each_loss():
         assert len(preds) == 20 and all(isinstance(p, str) for p in preds)
         ev = exact_match(exs[:20], preds)
         assert 0.0 <= ev.accuracy <= 1.0 and len(ev.errors) == round(20 * (1 - ev.accuracy))
+
+
+def test_predict_decoder_only_equals_one_prompt_at_a_time():
+    """predict_decoder_only decodes prompts of different lengths (grouped by length, kept in order) and stops at
+    </s>: the same answers as a plain greedy loop over the full forward pass, one prompt at a time. The model gets
+    large random weights so that its tokens depend on the prompt, and a longer </s> vector (embedding and, tied, output
+    row) so that some rows stop: with it doubled, 5 of the 12 rows stop, after 0 to 10 tokens."""
+    torch.manual_seed(0)
+    lm = DecoderLM(len(SOURCE_VOCAB), d_model=32, num_heads=4, d_ff=64, max_len=64, init_std=0.3).eval()
+    exs = load_splits()["test"][:12]
+    eos = SOURCE_VOCAB.eos_id
+    with torch.no_grad():
+        lm.embed.weight[eos] *= 2  # tied: the </s> logit doubles
+    lengths = {len(ex.source) for ex in exs}
+    assert len(lengths) > 2, lengths  # ragged: several groups
+    want, stopped = [], 0
+    for ex in exs:
+        ids = SOURCE_VOCAB.encode(ex.source) + [SOURCE_VOCAB.bos_id]
+        new = []
+        for _ in range(11):
+            with torch.no_grad():
+                nxt = int(lm(torch.tensor([ids]))[0, -1].argmax())
+            new.append(nxt)
+            ids.append(nxt)
+            if nxt == eos:
+                stopped += 1
+                break
+        want.append(SOURCE_VOCAB.decode(new))
+    assert 0 < stopped < len(exs)  # some rows end early at </s>, others run to 11 tokens: both paths are tested
+    assert predict_decoder_only(lm, exs, batch_size=5) == want
+    assert len(set(want)) > 1
 
 
 def test_checkpoint_roundtrip(tmp_path, model, batch):

@@ -29,7 +29,7 @@ from torch import nn
 from attn_lib._checks import check_head_dim, check_int, check_number
 from attn_lib.mha import MultiHeadAttention
 
-__all__ = ["FeedForward", "EncoderBlock", "DecoderBlock"]
+__all__ = ["FeedForward", "SwiGLU", "EncoderBlock", "DecoderBlock"]
 
 _ACTIVATIONS = {"relu": nn.functional.relu, "gelu": nn.functional.gelu}
 
@@ -80,6 +80,43 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # (B, L, D) -> (B, L, d_ff) -> (B, L, D)
         return self.linear2(self.dropout(_ACTIVATIONS[self.activation](self.linear1(x))))
+
+
+class SwiGLU(nn.Module):
+    """The gated feed-forward network of LLaMA: ``down(silu(gate(x)) * up(x))``, applied to each position alone.
+
+    Three bias-free linear maps: ``gate_proj`` and ``up_proj`` (d_model -> d_ff) and ``down_proj`` (d_ff -> d_model),
+    named as in HuggingFace's ``LlamaMLP``. The gate's SiLU (``x * sigmoid(x)``, also called swish) decides, per hidden
+    unit, how much of the ``up_proj`` value passes. It has three weight matrices where :class:`FeedForward` has two,
+    so LLaMA shrinks d_ff to about 8/3 d_model to keep the parameter count.
+
+    Args:
+        d_model: model width D (an int >= 1). d_ff: hidden width (an int >= 1).
+
+    Shapes: x (..., D) -> (..., D), e.g. (B, L, D) -> (B, L, D).
+
+    Dtypes: x floating, of the module's dtype (float32 by default; ``.double()`` for float64); the output has it.
+
+    Raises:
+        TypeError: d_model or d_ff not an int (``16.0``, ``True``).
+        ValueError: d_model or d_ff < 1.
+        ``forward`` raises nothing of its own (torch's ``nn.Linear`` refuses a last dim other than D).
+
+    Source: Shazeer 2020, "GLU Variants Improve Transformer", eq. 6 (FFN_SwiGLU, bias-free); Touvron et al. 2023
+    (LLaMA), section 2.2. Equal to transformers' ``LlamaMLP`` with ``hidden_act="silu"``, ``mlp_bias=False``
+    (tests/test_llama.py copies the weights and compares in float64).
+    """
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        _check_dims(d_model, 1, d_ff, 0.0)
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (B, L, D) -> two (B, L, d_ff): the gate, through SiLU, scales the value unit by unit -> (B, L, D)
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class EncoderBlock(nn.Module):
@@ -155,7 +192,7 @@ class DecoderBlock(nn.Module):
     Vaswani et al. (2017), §3.1 and §3.2.3. Equal to ``torch.nn.TransformerDecoderLayer(d_model,
     num_heads, d_ff, dropout, activation, batch_first=True, norm_first=norm_first)`` called with a
     causal ``tgt_mask``. With ``cross_attention=False`` the middle sub-layer is absent: that is the
-    block of a decoder-only model (GPT; :class:`attn_lib.models.DecoderOnly`).
+    block of a GPT-style decoder-only model.
 
     Args:
         d_model, num_heads, d_ff, dropout, norm_first, activation: as in :class:`EncoderBlock`.

@@ -2,8 +2,9 @@
 
 Greedy decoding appends, ``max_new_tokens`` times, the most likely next token (``argmax`` of the last
 position's logits; ties go to the lowest id, like ``torch.argmax`` and HuggingFace's
-``generate(do_sample=False)``). The three models differ only in how they compute those logits
-(an encoder-decoder re-reads its source, a decoder with a KV cache feeds only the newest token), so
+``generate(do_sample=False)``). The two decoding models, :class:`attn_lib.models.Seq2SeqTransformer` and
+:class:`attn_lib.models.DecoderLM` (also TinyDecoder and a copied Llama), differ only in how they compute those
+logits (an encoder-decoder re-reads its source, a decoder with a KV cache feeds only the newest token), so
 each passes a function to :func:`sample_loop` and the loop itself -- choosing the token, stopping at
 ``eos_id``, padding finished rows -- exists once.
 

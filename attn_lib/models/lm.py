@@ -5,11 +5,14 @@ The layout of LLaMA-style decoders (Touvron et al. 2023, "LLaMA", section 2.2), 
     x = embed(ids)                                        # (B, L, d_model); no position embedding:
     for each layer:                                       #   positions enter through RoPE in attention
         x = x + attn(RMSNorm(x), is_causal=True)          # pre-norm; attn_lib.mha.MultiHeadAttention (GQA)
-        x = x + ffn(RMSNorm(x))                           # attn_lib.models.blocks.FeedForward (GELU)
-    logits = lm_head(RMSNorm(x))                          # (B, L, vocab_size); weights tied to embed
+        x = x + ffn(RMSNorm(x))                           # FeedForward (GELU) or SwiGLU (LLaMA's)
+    logits = lm_head(RMSNorm(x))                          # (B, L, vocab_size); weights tied to embed by default
 
 The capstone's :class:`attn_lib.capstone.TinyDecoder` (notebooks 10, 11) is this class with a small default
-configuration. Options the capstone needs:
+configuration; notebook 07 uses it as the decoder-only (GPT-like) member of its comparison, and
+:meth:`DecoderLM.from_hf` copies a HuggingFace ``LlamaForCausalLM`` into it (``ffn="swiglu"``, an untied head, the
+config's head_dim), which is how notebook 08 and tests/test_llama.py prove its attention, KV cache and decoding
+loop against ``generate``. Options the capstone needs:
 
 - ``forward(..., attention="tiled")``: the attention runs :func:`attn_lib.tiled.tiled_attention` (notebook 09)
   instead of materialising the (L, S) weights; the logits agree to float rounding (tests/test_capstone.py).
@@ -22,7 +25,8 @@ prompt is processed once, then each step feeds only the newest token, whose quer
 cached keys (the causal mask aligned bottom-right). The next token is chosen by
 :func:`attn_lib.models.decoding.sample_loop`, the one decoding loop of attn_lib (greedy at temperature 0,
 else temperature and top-k sampling). tests/test_lm.py checks that the cached logits equal the full forward
-pass to 1e-5 and that greedy output is identical with and without the cache.
+pass to 1e-5 and that greedy output is identical with and without the cache. Pass your own
+``kv_caches=model.new_kv_caches()`` to :meth:`DecoderLM.generate` to read the filled caches afterwards.
 """
 
 from __future__ import annotations
@@ -36,10 +40,10 @@ from attn_lib._checks import (check_bool, check_callable, check_choice, check_in
                               check_rope_base, check_token_ids)
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
 from attn_lib.mha import MultiHeadAttention
-from attn_lib.models.blocks import FeedForward
+from attn_lib.models.blocks import FeedForward, SwiGLU
 from attn_lib.models.decoding import check_max_new_tokens, check_prompts, check_sampling, sample_loop
 
-__all__ = ["DecoderLM", "LMBlock", "ATTENTIONS", "ATTENDS", "INITS"]
+__all__ = ["DecoderLM", "LMBlock", "ATTENTIONS", "ATTENDS", "INITS", "FFNS"]
 
 #: How attention is computed: "naive" builds the (L, S) weights, "tiled" runs tiled_attention (notebook 09).
 ATTENTIONS = ("naive", "tiled")
@@ -47,6 +51,8 @@ ATTENTIONS = ("naive", "tiled")
 ATTENDS = ("causal", "self")
 #: Initialisations: "gpt2" N(0, init_std) for every weight; "torch" PyTorch's defaults, N(0, 0.02) embedding.
 INITS = ("gpt2", "torch")
+#: Feed-forward networks: "gelu" (FeedForward: two linear maps with biases, GELU) or "swiglu" (SwiGLU, LLaMA's).
+FFNS = ("gelu", "swiglu")
 
 
 class LMBlock(nn.Module):
@@ -55,9 +61,12 @@ class LMBlock(nn.Module):
     ``x + attn(norm1(x))`` then ``x + ffn(norm2(x))``; x (B, L, d_model) -> (B, L, d_model).
 
     Args:
-        d_model: width. num_heads: H, must divide d_model. num_kv_heads: Hkv, must divide H. d_ff: feed-forward
-            width (GELU). rope_base: RoPE's base (None: no RoPE; :class:`DecoderLM` refuses None).
-        norm_eps: the two RMSNorms' epsilon (None: torch's default).
+        d_model: width. num_heads: H, must divide d_model unless head_dim is given. num_kv_heads: Hkv, must
+            divide H. d_ff: feed-forward width. rope_base: RoPE's base (None: no RoPE; :class:`DecoderLM`
+            refuses None). norm_eps: the two RMSNorms' epsilon (None: torch's default).
+        ffn: ``"gelu"`` (default: :class:`attn_lib.models.blocks.FeedForward`, GELU) or ``"swiglu"``
+            (:class:`attn_lib.models.blocks.SwiGLU`, LLaMA's). head_dim: E per head (default d_model / H).
+        attn_bias: biases on the four attention projections (default False).
 
     Dtypes: x floating, the module's dtype (float32 by default, float64 after ``.double()``); the output and the
     weights have it.
@@ -65,20 +74,25 @@ class LMBlock(nn.Module):
     Raises:
         TypeError / ValueError: as :class:`attn_lib.mha.MultiHeadAttention` (a size not an int, H not dividing
             d_model, Hkv not dividing H, an odd head_dim with RoPE, rope_base not > 1) and
-            :class:`attn_lib.models.blocks.FeedForward` (d_ff). ``forward``: as ``MultiHeadAttention.forward``
+            :class:`attn_lib.models.blocks.FeedForward` (d_ff); ValueError for an ``ffn`` other than "gelu" or
+            "swiglu". ``forward``: as ``MultiHeadAttention.forward``
             (x not floating of the module's dtype, an unknown backend, a bad cache or mask).
 
     Source: Touvron et al. 2023 (LLaMA), §2.2: pre-normalisation with RMSNorm, rotary embeddings; the FFN is
-    GELU rather than LLaMA's SwiGLU.
+    GELU by default, LLaMA's SwiGLU with ``ffn="swiglu"`` (then the layer equals transformers'
+    ``LlamaDecoderLayer``, tests/test_llama.py).
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, d_ff: int, rope_base: float,
-                 norm_eps: float | None = 1e-6):
+                 norm_eps: float | None = 1e-6, *, ffn: str = "gelu", head_dim: int | None = None,
+                 attn_bias: bool = False):
         super().__init__()
+        check_choice("ffn", ffn, FFNS)
         self.norm1 = nn.RMSNorm(d_model, eps=norm_eps)
-        self.attn = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads, bias=False, rope_base=rope_base)
+        self.attn = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                                       bias=attn_bias, rope_base=rope_base)
         self.norm2 = nn.RMSNorm(d_model, eps=norm_eps)
-        self.ffn = FeedForward(d_model, d_ff, activation="gelu")
+        self.ffn = FeedForward(d_model, d_ff, activation="gelu") if ffn == "gelu" else SwiGLU(d_model, d_ff)
 
     def forward(self, x: torch.Tensor, kv_cache=None, *, attn_mask: torch.Tensor | None = None,
                 backend: str = "naive", tile_size: int = 8, need_weights: bool = False):
@@ -98,8 +112,8 @@ class DecoderLM(nn.Module):
 
     Args:
         vocab_size: number of token ids (int >= 2).
-        d_model: model width (default 128). num_heads: query heads (default 4), must divide d_model,
-            with an even head_dim (RoPE).
+        d_model: model width (default 128). num_heads: query heads (default 4), must divide d_model (unless
+            ``head_dim`` is given), with an even head_dim (RoPE).
         num_kv_heads: key/value heads (default num_heads = MHA; 1 = MQA), must divide num_heads.
         num_layers: decoder layers (default 2). d_ff: feed-forward width (default 4·d_model).
         rope_base: RoPE's base (default 10000.0), a number > 1; RoPE is the model's only position
@@ -113,26 +127,44 @@ class DecoderLM(nn.Module):
         init: ``"gpt2"`` (default: every linear and embedding weight N(0, init_std), zero biases) or
             ``"torch"`` (PyTorch's default init of the linear layers, the embedding N(0, 0.02): TinyDecoder's).
         tile_size: queries and keys per tile of ``forward(attention="tiled")`` (default 8).
+        ffn: ``"gelu"`` (default: :class:`attn_lib.models.blocks.FeedForward`, two linear maps with biases) or
+            ``"swiglu"`` (:class:`attn_lib.models.blocks.SwiGLU`: LLaMA's gated, bias-free network).
+        tie_embeddings: True (default, GPT-2's): the output layer ``lm_head`` reuses the embedding matrix;
+            False: ``lm_head`` has its own (vocab_size, d_model) weight (LLaMA's).
+        head_dim: E, the width of each head (default None: d_model / num_heads); with it, num_heads need not
+            divide d_model (the projections are d_model -> H·E), as in Gemma and Qwen3. Even, for RoPE.
+        attn_bias: biases on the attention's q/k/v/out projections (default False; Llama's ``attention_bias``).
 
-    Shapes: ``forward(input_ids (B, L))`` -> logits (B, L, vocab_size), float32.
+    With the default ``ffn``, ``tie_embeddings``, ``head_dim`` and ``attn_bias`` the modules and their random
+    initialisation are those of the model without these options (notebooks 10 and 11 train it live).
+
+    Shapes: ``forward(input_ids (B, L))`` -> logits (B, L, vocab_size), float32 (float64 after ``.double()``).
 
     Raises:
-        TypeError: a size that is not an int (``d_model=16.0``), rope_base or init_std not a number (None).
+        TypeError: a size that is not an int (``d_model=16.0``), rope_base or init_std not a number (None),
+            tie_embeddings or attn_bias not a bool.
         ValueError: sizes < 1, head counts that do not divide (the message names the numbers),
-            rope_base <= 1, init_std <= 0, an unknown ``attend`` or ``init``.
+            rope_base <= 1, init_std <= 0, an unknown ``attend``, ``init`` or ``ffn``.
 
     Source: Touvron et al. 2023 (LLaMA), section 2.2; GPT-2's tied embeddings and initialisation
-    (Radford et al. 2019); proven against HuggingFace's Llama in tests/test_llama.py (the attention and the
-    decoding loop) and against torch's SDPA in tests/test_capstone.py.
+    (Radford et al. 2019); proven against HuggingFace's Llama in tests/test_llama.py (:meth:`from_hf`: the logits,
+    the KV caches, greedy and sampled decoding against ``generate``) and against torch's SDPA in
+    tests/test_capstone.py.
     """
 
     def __init__(self, vocab_size: int, *, d_model: int = 128, num_heads: int = 4, num_kv_heads: int | None = None,
                  num_layers: int = 2, d_ff: int | None = None, rope_base: float = 10000.0, init_std: float = 0.02,
                  max_len: int = 2048, attend: str = "causal", norm_eps: float | None = 1e-6, init: str = "gpt2",
-                 tile_size: int = 8):
+                 tile_size: int = 8, ffn: str = "gelu", tie_embeddings: bool = True, head_dim: int | None = None,
+                 attn_bias: bool = False):
         super().__init__()
         self.attend = check_choice("attend", attend, ATTENDS)
         check_choice("init", init, INITS)
+        self.ffn_kind = check_choice("ffn", ffn, FFNS)
+        self.tie_embeddings = check_bool("tie_embeddings", tie_embeddings)
+        check_bool("attn_bias", attn_bias)
+        if head_dim is not None:
+            _check_int("head_dim", head_dim, minimum=1)
         self.tile_size = _check_int("tile_size", tile_size, minimum=1)
         if norm_eps is not None:
             norm_eps = check_number("norm_eps", norm_eps, minimum=0.0)
@@ -150,11 +182,13 @@ class DecoderLM(nn.Module):
         self.vocab_size, self.d_model, self.num_layers, self.max_len = vocab_size, d_model, num_layers, max_len
         self.embed = nn.Embedding(vocab_size, d_model)
         self.layers = nn.ModuleList(
-            LMBlock(d_model, num_heads, num_kv_heads, d_ff, rope_base, norm_eps) for _ in range(num_layers)
+            LMBlock(d_model, num_heads, num_kv_heads, d_ff, rope_base, norm_eps, ffn=ffn, head_dim=head_dim,
+                    attn_bias=attn_bias) for _ in range(num_layers)
         )
         self.norm = nn.RMSNorm(d_model, eps=norm_eps)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
-        self.lm_head.weight = self.embed.weight  # tied input and output embeddings (GPT-2)
+        if tie_embeddings:
+            self.lm_head.weight = self.embed.weight  # tied input and output embeddings (GPT-2)
         if init == "torch":  # torch's default for the linear layers; only the (tied) embedding is redrawn
             nn.init.normal_(self.embed.weight, std=0.02)
             return
@@ -164,6 +198,79 @@ class DecoderLM(nn.Module):
                 nn.init.normal_(m.weight, std=float(init_std))
                 if getattr(m, "bias", None) is not None:
                     nn.init.zeros_(m.bias)
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module) -> "DecoderLM":
+        """A DecoderLM with the layout and a copy of the weights of a HuggingFace ``LlamaForCausalLM``.
+
+        The model is built in Llama's layout -- ``ffn="swiglu"`` (gate/up/down, SiLU), the config's
+        ``rms_norm_eps``, ``head_dim`` (which may differ from hidden_size / num_heads), ``rope_theta``,
+        ``attention_bias`` and ``max_position_embeddings``, an untied ``lm_head`` unless
+        ``tie_word_embeddings`` -- and every weight is copied (none is shared, so changing one model leaves the
+        other as it was). Every module then running is attn_lib's: equal logits, KV caches and ``generate``
+        output prove the from-scratch attention, RoPE, cache and decoding loop. The global random generator is
+        left as it was (the throw-away initialisation draws from a forked one). The copy has the HF model's
+        dtype, device and training mode.
+
+        Layer by layer: ``input_layernorm`` -> ``norm1``, ``self_attn.{q,k,v,o}_proj`` -> ``attn.{q,k,v,out}_proj``
+        (as :meth:`attn_lib.mha.MultiHeadAttention.from_hf`), ``post_attention_layernorm`` -> ``norm2``,
+        ``mlp.{gate,up,down}_proj`` -> ``ffn.{gate,up,down}_proj``; then ``model.norm`` -> ``norm`` and
+        ``model.embed_tokens`` / ``lm_head`` -> ``embed`` / ``lm_head``.
+
+        Args:
+            hf_model: a transformers ``LlamaForCausalLM`` (``config.model_type == "llama"``), any dtype.
+
+        Returns:
+            a DecoderLM: ``forward(input_ids (B, L) int64)`` -> logits (B, L, vocab_size) in the HF model's dtype.
+
+        Raises:
+            TypeError: hf_model is not a Llama causal LM (no ``config`` of model_type "llama", no
+                ``model.layers`` / ``lm_head``).
+            ValueError: what DecoderLM cannot copy: a RoPE scaling other than the default (Llama 3's
+                ``rope_scaling``), a ``hidden_act`` other than "silu", ``mlp_bias=True``, a non-zero
+                ``attention_dropout`` (DecoderLM's attention has no dropout).
+
+        Source: Touvron et al. 2023 (LLaMA), section 2.2; the module names of transformers'
+        ``modeling_llama`` (tests/test_llama.py: logits, caches and ``generate`` equal, in float64).
+        """
+        config = getattr(hf_model, "config", None)
+        inner = getattr(hf_model, "model", None)
+        if (getattr(config, "model_type", None) != "llama" or not hasattr(inner, "layers")
+                or not isinstance(getattr(hf_model, "lm_head", None), nn.Linear)):
+            raise TypeError(f"hf_model must be a HuggingFace LlamaForCausalLM (config.model_type 'llama', "
+                            f"model.layers, lm_head), got {type(hf_model).__name__}")
+        for name, value, wanted in (("hidden_act", getattr(config, "hidden_act", "silu"), "silu"),
+                                    ("mlp_bias", bool(getattr(config, "mlp_bias", False)), False),
+                                    ("attention_dropout", float(getattr(config, "attention_dropout", 0.0) or 0.0),
+                                     0.0)):
+            if value != wanted:
+                raise ValueError(f"DecoderLM.from_hf copies Llamas with config.{name}={wanted!r}; got {value!r}")
+        layers = list(inner.layers)
+        # the attention: MultiHeadAttention.from_hf reads (and checks: default RoPE only) the projections and RoPE
+        with torch.random.fork_rng(devices=[]):
+            attns = [MultiHeadAttention.from_hf(layer.self_attn) for layer in layers]
+        a = attns[0]
+        w = inner.embed_tokens.weight  # (vocab_size, d_model)
+        kwargs = dict(d_model=w.shape[1], num_heads=a.num_heads, num_kv_heads=a.num_kv_heads, num_layers=len(layers),
+                      d_ff=layers[0].mlp.gate_proj.weight.shape[0], rope_base=a.rope_base,
+                      max_len=int(config.max_position_embeddings), norm_eps=float(config.rms_norm_eps),
+                      ffn="swiglu", tie_embeddings=bool(config.tie_word_embeddings), head_dim=a.head_dim,
+                      attn_bias=a.q_proj.bias is not None)
+        with torch.random.fork_rng(devices=[]):  # the initial weights are overwritten: draw them from a copy
+            new = cls(w.shape[0], init="torch", **kwargs).to(device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            new.embed.weight.copy_(w)
+            for ours, theirs, attn in zip(new.layers, layers, attns):
+                ours.attn.load_state_dict(attn.state_dict())
+                ours.norm1.weight.copy_(theirs.input_layernorm.weight)
+                ours.norm2.weight.copy_(theirs.post_attention_layernorm.weight)
+                for proj in ("gate_proj", "up_proj", "down_proj"):
+                    getattr(ours.ffn, proj).weight.copy_(getattr(theirs.mlp, proj).weight)
+            new.norm.weight.copy_(inner.norm.weight)
+            if not new.tie_embeddings:
+                new.lm_head.weight.copy_(hf_model.lm_head.weight)
+        new.train(hf_model.training)
+        return new
 
     @property
     def num_heads(self) -> int:
@@ -204,6 +311,22 @@ class DecoderLM(nn.Module):
             raise TypeError(f"cache_factory must return a KV cache (attn_lib.kv_cache.KVCacheProtocol), "
                             f"got {type(caches[0]).__name__}")
         return caches
+
+    def _check_empty_caches(self, kv_caches, use_cache: bool) -> None:
+        """generate's kv_caches: a list/tuple of one empty KVCacheProtocol per layer, and use_cache=True."""
+        if not isinstance(kv_caches, (list, tuple)) or not all(isinstance(c, KVCacheProtocol) for c in kv_caches):
+            raise TypeError(f"kv_caches must be a list of KV caches, one per layer (model.new_kv_caches()), got "
+                            f"{type(kv_caches).__name__}"
+                            + ("" if not isinstance(kv_caches, (list, tuple)) else
+                               f" of {sorted({type(c).__name__ for c in kv_caches})}"))
+        if not use_cache:
+            raise ValueError("kv_caches needs use_cache=True (use_cache=False decodes without any cache)")
+        if len(kv_caches) != len(self.layers):
+            raise ValueError(f"kv_caches must hold one cache per layer ({len(self.layers)}), got {len(kv_caches)}")
+        filled = [c.seq_len for c in kv_caches]
+        if any(filled):
+            raise ValueError(f"kv_caches must be empty (generate runs the prompt from position 0); they hold "
+                             f"{filled} positions")
 
     def forward(self, input_ids: torch.Tensor, kv_caches: Sequence | None = None, *,
                 attention: str = "naive") -> torch.Tensor:
@@ -258,7 +381,8 @@ class DecoderLM(nn.Module):
     @torch.no_grad()
     def generate(self, prompt_ids, max_new_tokens: int, use_cache: bool = True, *,
                  cache_factory: Callable[[], object] = KVCache, temperature: float = 0.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None, attention: str = "naive", return_logits: bool = False):
+                 generator: torch.Generator | None = None, attention: str = "naive", return_logits: bool = False,
+                 kv_caches: Sequence | None = None):
         """Continue the prompt ``max_new_tokens`` times: greedy (temperature 0, the default) or sampled.
 
         With ``use_cache=True`` the prompt is run once, filling one cache per layer, and each later
@@ -279,6 +403,11 @@ class DecoderLM(nn.Module):
                 likeliest tokens). generator: a ``torch.Generator`` for the draws (None: torch's global one).
             attention: ``"naive"`` or ``"tiled"``, as :meth:`forward`.
             return_logits: also return the logits each new token was chosen from.
+            kv_caches: None (default: the caches are made with ``cache_factory`` and dropped), or your own
+                empty caches, one per layer (``model.new_kv_caches()``): decoding fills them in place, so
+                afterwards they hold the keys and values (after RoPE) of the prompt and of every new token but
+                the last, P + max_new_tokens - 1 positions (notebook 08 compares them with HuggingFace's cache).
+                ``cache_factory`` is then not used.
 
         Returns:
             (B, P + max_new_tokens) int64 (or (P + max_new_tokens,) for a 1-D prompt): prompt then new tokens;
@@ -286,9 +415,11 @@ class DecoderLM(nn.Module):
 
         Raises:
             TypeError: a float or bool prompt; max_new_tokens or top_k not an int; use_cache not a bool;
-                cache_factory not callable (None, or a cache instance); temperature not a number.
+                cache_factory not callable (None, or a cache instance); temperature not a number; kv_caches
+                not a list or tuple of KV caches (:class:`attn_lib.kv_cache.KVCacheProtocol`).
             ValueError: ragged prompts, ids outside the vocabulary, max_new_tokens < 0 or
-                P + max_new_tokens > max_len; temperature < 0, top_k < 1; an unknown ``attention``.
+                P + max_new_tokens > max_len; temperature < 0, top_k < 1; an unknown ``attention``;
+                kv_caches with ``use_cache=False``, not one per layer, or not empty.
         """
         one_d = (isinstance(prompt_ids, torch.Tensor) and prompt_ids.dim() == 1) or (
             isinstance(prompt_ids, (list, tuple)) and not any(isinstance(p, (list, tuple)) for p in prompt_ids))
@@ -302,8 +433,10 @@ class DecoderLM(nn.Module):
         check_bool("return_logits", return_logits)
         check_sampling(temperature, top_k, generator)
         check_choice("attention", attention, ATTENTIONS)
+        if kv_caches is not None:
+            self._check_empty_caches(kv_caches, use_cache)
         ids = ids.to(self.embed.weight.device)
-        caches = self.new_kv_caches(cache_factory) if use_cache else None
+        caches = None if not use_cache else kv_caches if kv_caches is not None else self.new_kv_caches(cache_factory)
         was_training = self.training
         self.eval()
         step_logits = []

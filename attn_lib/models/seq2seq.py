@@ -1,38 +1,40 @@
-"""Three Transformer architectures built from the same blocks (notebook 07).
+"""Two of the three Transformer families of notebook 07, built from the 2017 blocks.
 
 - :class:`Seq2SeqTransformer` -- encoder-decoder (Vaswani et al. 2017; also T5, Raffel et al. 2020):
   the encoder reads the whole source with bidirectional self-attention, the decoder writes the
   target one token at a time with masked self-attention and reads the source through cross-attention.
 - :class:`EncoderOnly` -- BERT-like (Devlin et al. 2019): a stack of :class:`EncoderBlock`; every
   position sees every other one; one prediction per position, all in a single pass.
-- :class:`DecoderOnly` -- GPT-like (Radford et al. 2018): a stack of :class:`DecoderBlock` without
-  cross-attention; causal, so it continues a prompt one token at a time.
 
-All three take token ids (long tensors) and bool padding masks (True = real token), and give
+The third family, decoder-only (GPT-like, Radford et al. 2018), is attn_lib's one decoder-only language model,
+:class:`attn_lib.models.lm.DecoderLM` (LLaMA's layout: pre-norm RMSNorm, RoPE, no cross-attention); its date-task
+framing is :func:`attn_lib.train.decoder_only_inputs`.
+
+Both take token ids (long tensors) and bool padding masks (True = real token), and give
 logits. The models know nothing of any task: the date task's text-in, text-out path
 (:func:`attn_lib.train.translate`) and its attention measure (:func:`attn_lib.train.span_hit_rate`)
 live in :mod:`attn_lib.train`.
 
-Why one module of (just) over 400 lines: the three architectures of notebook 07 are built from the same
-blocks and compared in one table; they are read together.
+The two architectures are built from the same blocks and compared in one table of notebook 07; they are read
+together.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from attn_lib._checks import check_choice, check_int, check_padding_mask, check_token_ids
 from attn_lib.models.blocks import DecoderBlock, EncoderBlock
-from attn_lib.models.decoding import check_max_new_tokens, check_prompts, greedy_loop
+from attn_lib.models.decoding import check_max_new_tokens, greedy_loop
 from attn_lib.positional import LearnedPositionalEmbedding, sinusoidal_positional_encoding
 
 __all__ = [
-    "Seq2SeqTransformer", "Seq2SeqOutput", "EncoderOnly", "DecoderOnly", "ModelOutput",
+    "Seq2SeqTransformer", "Seq2SeqOutput", "EncoderOnly", "ModelOutput",
 ]
 
 
@@ -278,9 +280,9 @@ class Seq2SeqTransformer(nn.Module):
                                device=memory.device)
 
 
-# --------------------------------------------------------------------------- encoder-only and decoder-only
+# --------------------------------------------------------------------------- encoder-only
 class ModelOutput(NamedTuple):
-    """What :class:`EncoderOnly` and :class:`DecoderOnly` return.
+    """What :class:`EncoderOnly` returns.
 
     Attributes:
         logits: (B, L, num_outputs) one score vector per position.
@@ -299,7 +301,7 @@ class ModelOutput(NamedTuple):
 
 
 class _Stack(nn.Module):
-    """Embedding -> blocks -> (final norm) -> linear head; shared by EncoderOnly and DecoderOnly."""
+    """Embedding -> blocks -> (final norm) -> linear head: EncoderOnly's stack (``_block`` runs one block)."""
 
     def __init__(self, block_cls, vocab_size, num_outputs, d_model, num_heads, num_layers, d_ff, dropout,
                  max_len, positional, norm_first, pad_id, block_kw):
@@ -370,92 +372,3 @@ class EncoderOnly(_Stack):
     @staticmethod
     def _block(block, x, padding_mask, need_weights):
         return block(x, padding_mask, need_weights=need_weights)  # bidirectional self-attention
-
-
-class DecoderOnly(_Stack):
-    """A GPT-like decoder-only Transformer: causal self-attention, predicts the next token.
-
-    GPT (Radford et al. 2018) is a stack of decoder blocks *without* cross-attention (there is no
-    encoder to read), with learned positions. A task is written as one sequence, prompt then
-    answer; position t sees positions 0..t only, and generation appends one token at a time.
-
-    This is notebook 07's decoder-only member of the 2017 family (post-norm LayerNorm blocks, learned
-    positions, an untied output layer), kept so that the three architectures of that notebook differ
-    only in their attention. attn_lib's decoder-only *language model* is
-    :class:`attn_lib.models.lm.DecoderLM` (LLaMA's layout: RoPE, GQA, a KV cache); both decode through
-    the one loop, :func:`attn_lib.models.decoding.sample_loop`.
-
-    Args:
-        vocab_size: ids 0 .. vocab_size-1, also the size of the output (next-token logits).
-        d_model, num_heads, num_layers, d_ff, dropout, max_len, positional, norm_first, pad_id:
-            as in :class:`EncoderOnly`.
-
-    Shapes: ``forward(ids (B, L))`` -> :class:`ModelOutput` with logits (B, L, vocab_size) (row t scores the
-    token after position t) and, with ``need_weights``, per layer (B, H, L, L) causal weights. Dtypes: int64 (or
-    any integer) ids, bool or 0/1 masks; float32 logits (the parameters' dtype).
-
-    Raises:
-        TypeError / ValueError: as :class:`EncoderOnly` (the constructor and ``forward``).
-
-    Source: Radford et al. 2018 (GPT), the decoder of Vaswani et al. 2017, §3.1, without cross-attention.
-    """
-
-    def __init__(self, vocab_size: int, *, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
-                 d_ff: int | None = None, dropout: float = 0.0, max_len: int = 64, positional: str = "learned",
-                 norm_first: bool = False, pad_id: int = 0):
-        super().__init__(DecoderBlock, vocab_size, vocab_size, d_model, num_heads, num_layers, d_ff, dropout,
-                         max_len, positional, norm_first, pad_id, {"cross_attention": False})
-
-    @staticmethod
-    def _block(block, x, padding_mask, need_weights):
-        y, w, _ = block(x, None, padding_mask=padding_mask, need_weights=need_weights)  # causal self-attention
-        return y, w
-
-    @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, eos_id: int = 2) -> list[list[int]]:
-        """Greedy continuation of prompts of different lengths.
-
-        The prompts are right-padded into one (B, L) buffer; since attention is causal, the logits at
-        position ``len(prompt_b) - 1 + k`` depend only on the tokens up to there, so each sequence is
-        continued in place at its own position (no padding mask needed).
-
-        Args:
-            prompts: a list of B prompts, each a non-empty list of int ids (lengths may differ).
-            max_new_tokens: int >= 0 with longest prompt + max_new_tokens <= max_len.
-            eos_id: the id that ends a sequence.
-
-        Returns:
-            per prompt, a list of the generated int ids, without the prompt (stopping after ``eos_id``, which
-            is kept).
-
-        Raises:
-            TypeError: prompts not a list of lists of ints (a flat list, float or bool ids);
-                max_new_tokens or eos_id not an int.
-            ValueError: no prompt or an empty one, an id outside the vocabulary, max_new_tokens < 0,
-                or prompt + max_new_tokens longer than max_len.
-        """
-        prompts = check_prompts("prompts", prompts, self.vocab_size, ragged=True)
-        lens = [len(p) for p in prompts]
-        check_max_new_tokens(max_new_tokens, prompt_len=max(lens), max_len=self.max_len)
-        check_int("eos_id", eos_id, minimum=0, maximum=self.vocab_size - 1)
-        B = len(prompts)
-        device = next(self.parameters()).device
-        buf = torch.full((B, max(lens) + max_new_tokens), self.pad_id, dtype=torch.long, device=device)
-        for b, p in enumerate(prompts):
-            buf[b, : len(p)] = torch.tensor(p, dtype=torch.long)
-        start = torch.tensor(lens, device=device) - 1  # (B,) position whose logits give the first new token
-        rows = torch.arange(B, device=device)
-
-        def next_logits(new: torch.Tensor) -> torch.Tensor:
-            t = new.shape[1]
-            if t:
-                buf[rows, start + t] = new[:, -1]  # each row continues in place, after its own prompt
-            pos = start + t
-            return self(buf[:, : int(pos.max()) + 1]).logits[rows, pos]  # (B, V)
-
-        with _evaluating(self):  # dropout off while decoding, the mode restored after
-            new = greedy_loop(next_logits, B, max_new_tokens, eos_id=eos_id, pad_id=self.pad_id, device=device)
-        out = []
-        for row in new.tolist():
-            out.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
-        return out
