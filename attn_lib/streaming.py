@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import check_int, check_tensor, shape_of
+from attn_lib._checks import check_int, check_tensor, check_token_ids, shape_of
 from attn_lib.capstone import TinyDecoder
 from attn_lib.gqa import grouped_query_attention
 from attn_lib.kv_cache import _check_chunk
@@ -188,10 +188,10 @@ def train_sink_model(*, seed: int = 0, steps: int = 200, seq_len: int = 64, d_mo
     return model.eval(), stream, bos
 
 
-def _check_model(model, ids):
+def _check_model(model, ids, name: str = "ids") -> torch.Tensor:
     if not isinstance(model, TinyDecoder):
         raise TypeError(f"model must be an attn_lib.capstone.TinyDecoder, got {type(model).__name__}")
-    check_tensor("ids", ids, ndim=2)
+    return check_token_ids(name, ids, vocab_size=model.vocab_size, max_len=model.max_len)  # int64 (B, L)
 
 
 def _attend(attn, h, positions, kv_fn):
@@ -223,17 +223,19 @@ def masked_logits(model: TinyDecoder, ids: torch.Tensor, mask: torch.Tensor) -> 
     logits in the model's dtype (float32 from :func:`train_sink_model`, float64 after ``.double()``).
 
     Raises:
-        TypeError: model not a TinyDecoder; ids not a tensor. ValueError: ids not 2-D; mask not a bool (L, L)
-            tensor (a mask of another type or dtype is a ValueError too). Ids of a floating dtype or outside the
-            vocabulary are not checked: the embedding raises RuntimeError / IndexError.
+        TypeError: model not a TinyDecoder; ids not a tensor of integer ids; mask not a bool tensor.
+        ValueError: ids not (B, L) with L >= 1 and L <= the model's max_len, or ids outside the vocabulary;
+            mask not (L, L).
 
     Source: the course's own; the masks it is run with are StreamingLLM's (Xiao et al. 2023, §3.2).
     """
-    _check_model(model, ids)
+    ids = _check_model(model, ids)
     L = ids.shape[1]
-    if not isinstance(mask, torch.Tensor) or mask.shape != (L, L) or mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool (L, L) = ({L}, {L}) tensor, got "
-                         f"{shape_of(mask) if isinstance(mask, torch.Tensor) else type(mask).__name__}")
+    check_tensor("mask", mask)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+    if mask.shape != (L, L):
+        raise ValueError(f"mask must be (L, L) = ({L}, {L}), got {shape_of(mask)}")
     return _run(model, ids, torch.arange(L), [lambda k, v: (k, v, mask)] * len(model.blocks))
 
 
@@ -255,7 +257,7 @@ def streaming_logits(model: TinyDecoder, ids: torch.Tensor, *, window: int, num_
     Source: Xiao et al. 2023 (StreamingLLM), §3.2: decoding with attention sinks and a rolling cache (keys at their
     true positions, see :class:`SinkRingKVCache`).
     """
-    _check_model(model, ids)
+    ids = _check_model(model, ids)
     caches = [SinkRingKVCache(window, num_sinks) for _ in model.blocks]
     steps, peak = [], 0
     for t in range(ids.shape[1]):
@@ -287,16 +289,18 @@ def window_losses(model: TinyDecoder, ids: torch.Tensor, targets: torch.Tensor, 
 
     Raises:
         TypeError / ValueError: model and ids as :func:`masked_logits`; window or num_sinks not an int; targets
-            not a tensor of ids' shape (a ValueError); window not in [num_sinks + 1, L - 1]; num_sinks < 0.
+            not integer ids in the vocabulary or not of ids' shape; window not in [num_sinks + 1, L - 1];
+            num_sinks < 0.
 
     Source: Xiao et al. 2023 (StreamingLLM), §3.1: window attention against sinks plus a window, on one model.
     """
-    _check_model(model, ids)
+    ids = _check_model(model, ids)
     L = ids.shape[1]
     check_int("num_sinks", num_sinks, minimum=0)
     check_int("window", window, minimum=num_sinks + 1, maximum=L - 1)
-    if not isinstance(targets, torch.Tensor) or targets.shape != ids.shape:
-        raise ValueError(f"targets must be a tensor of ids' shape {shape_of(ids)}")
+    targets = check_token_ids("targets", targets, vocab_size=model.vocab_size)
+    if targets.shape != ids.shape:
+        raise ValueError(f"targets must have ids' shape {shape_of(ids)}, got {shape_of(targets)}")
     masks = {"full": causal_mask(L), "window": streaming_mask(L, window=window, num_sinks=0),
              "sinks": streaming_mask(L, window=window - num_sinks, num_sinks=num_sinks)}
     out = {}

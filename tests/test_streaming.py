@@ -42,3 +42,15 @@ def test_evicting_the_first_token_hurts_and_keeping_it_does_not():
         window_losses(model, x, y, window=64)
     with pytest.raises(TypeError, match="TinyDecoder"):
         masked_logits(torch.nn.Linear(2, 2), x, causal_mask(64))
+    with pytest.raises(ValueError, match=rf"ids holds ids \[{bos + 1}\] outside the vocabulary 0..{bos}"):
+        masked_logits(model, torch.full_like(x, bos + 1), causal_mask(64))
+    with pytest.raises(TypeError, match="ids must hold integer token ids"):
+        streaming_logits(model, x.float(), window=8, num_sinks=1)
+    with pytest.raises(TypeError, match="mask must be a bool tensor .*got dtype torch.int64"):
+        masked_logits(model, x, causal_mask(64).long())
+    with pytest.raises(ValueError, match=r"mask must be \(L, L\) = \(64, 64\), got \(8, 8\)"):
+        masked_logits(model, x, causal_mask(8))
+    with pytest.raises(ValueError, match=r"targets must have ids' shape \(64, 64\), got \(64, 63\)"):
+        window_losses(model, x, y[:, 1:], window=16)
+    with pytest.raises(ValueError, match="targets holds ids"):
+        window_losses(model, x, y - 1000, window=16)
