@@ -161,6 +161,12 @@ def test_constructor_and_generate_refuse_bad_input_with_named_errors():
         DecoderLM(10, d_model=16.0)
     with pytest.raises(TypeError, match="rope_base must be a number, got NoneType None"):
         DecoderLM(10, rope_base=None)  # RoPE is the model's only position information
+    from attn_lib.models.lm import LMBlock
+
+    with pytest.raises(ValueError, match="norm_eps must be a number >= 0.0, got -1e-06"):
+        LMBlock(16, 2, 2, 32, 10000.0, norm_eps=-1e-6)  # the block alone refuses it, as DecoderLM does
+    with pytest.raises(TypeError, match="norm_eps must be None or a number"):
+        LMBlock(16, 2, 2, 32, 10000.0, norm_eps="small")
     m = _model()
     with pytest.raises(ValueError, match=r"prompt_ids must be prompts of one length .* got lengths \[1, 2\]"):
         m.generate([[1], [2, 3]], 2)

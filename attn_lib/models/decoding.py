@@ -118,9 +118,7 @@ def check_sampling(temperature, top_k, generator=None) -> tuple[float, int | Non
 
     Source: the course's own; the arguments of HuggingFace's ``generate(do_sample=True, temperature, top_k)``.
     """
-    temperature = check_number("temperature", temperature, minimum=0.0)
-    if temperature != temperature or temperature == float("inf"):
-        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
+    temperature = check_number("temperature", temperature, minimum=0.0)  # NaN and inf refused there (finite=True)
     if top_k is not None:
         check_int("top_k", top_k, minimum=1)
     if generator is not None and not isinstance(generator, torch.Generator):

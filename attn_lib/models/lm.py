@@ -75,7 +75,7 @@ class LMBlock(nn.Module):
         TypeError / ValueError: as :class:`attn_lib.mha.MultiHeadAttention` (a size not an int, H not dividing
             d_model, Hkv not dividing H, an odd head_dim with RoPE, rope_base not > 1) and
             :class:`attn_lib.models.blocks.FeedForward` (d_ff); ValueError for an ``ffn`` other than "gelu" or
-            "swiglu". ``forward``: as ``MultiHeadAttention.forward``
+            "swiglu" and for a norm_eps < 0 (TypeError if not a number or None). ``forward``: as ``MultiHeadAttention.forward``
             (x not floating of the module's dtype, an unknown backend, a bad cache or mask).
 
     Source: Touvron et al. 2023 (LLaMA), §2.2: pre-normalisation with RMSNorm, rotary embeddings; the FFN is
@@ -88,6 +88,7 @@ class LMBlock(nn.Module):
                  attn_bias: bool = False):
         super().__init__()
         check_choice("ffn", ffn, FFNS)
+        norm_eps = check_number("norm_eps", norm_eps, minimum=0.0, allow_none=True)
         self.norm1 = nn.RMSNorm(d_model, eps=norm_eps)
         self.attn = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                                        bias=attn_bias, rope_base=rope_base)
