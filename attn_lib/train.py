@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from attn_lib._checks import check_int
 from attn_lib.data import (SOURCE_VOCAB, TARGET_VOCAB, DateBatch, DateExample, collate)
+from attn_lib.models.decoding import _evaluating
 
 __all__ = [
     "train_loop", "TrainResult", "single_thread", "endless_batches", "seq2seq_loss", "predict_seq2seq", "exact_match", "Evaluation",
@@ -649,19 +650,14 @@ def translate(model, texts: str | Sequence[str], src_vocab=None, tgt_vocab=None,
     src = torch.full(mask.shape, src_vocab.pad_id, dtype=torch.long)
     for b, i in enumerate(ids):
         src[b, : len(i)] = torch.tensor(i, dtype=torch.long)
-    was_training = model.training
-    model.eval()
-    try:
+    with _evaluating(model):  # dropout off, no autograd; the caller's mode restored after
         out = model.generate(src, mask, max_new_tokens=max_new_tokens,
-                                  bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id)  # (B, L)
+                             bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id)  # (B, L)
         cross = None
         if return_attentions:
             tgt_in = torch.cat([torch.full((len(texts), 1), tgt_vocab.bos_id), out], dim=1)[:, :-1]
-            with torch.no_grad():
-                cross = model(src, tgt_in, mask, need_weights=True).cross_attentions
+            cross = model(src, tgt_in, mask, need_weights=True).cross_attentions
             cross = torch.stack(cross, dim=1)  # (B, layers, H, T, S)
-    finally:
-        model.train(was_training)
     results = []
     for b, text in enumerate(texts):
         row = out[b].tolist()

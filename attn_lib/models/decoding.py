@@ -22,6 +22,7 @@ is an int >= 0 (0 returns the prompt unchanged / nothing new), and the whole seq
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
@@ -252,3 +253,18 @@ def greedy_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size:
     Source: greedy search, HuggingFace's ``generate(do_sample=False)``: ties go to the lowest id (``torch.argmax``).
     """
     return sample_loop(next_logits, batch_size, max_new_tokens, eos_id=eos_id, pad_id=pad_id, device=device)
+
+
+@contextlib.contextmanager
+def _evaluating(module: torch.nn.Module):
+    """Decode in eval mode (dropout off, so greedy decoding is deterministic) and without autograd; restore after.
+
+    The one eval-mode guard of attn_lib's decoders (Seq2SeqTransformer.generate, DecoderLM.generate, translate).
+    """
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        module.train(was_training)

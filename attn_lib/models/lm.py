@@ -41,7 +41,7 @@ from attn_lib._checks import (check_bool, check_callable, check_choice, check_in
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
 from attn_lib.mha import MultiHeadAttention
 from attn_lib.models.blocks import FeedForward, SwiGLU
-from attn_lib.models.decoding import check_max_new_tokens, check_prompts, check_sampling, sample_loop
+from attn_lib.models.decoding import _evaluating, check_max_new_tokens, check_prompts, check_sampling, sample_loop
 
 __all__ = ["DecoderLM", "LMBlock", "ATTENTIONS", "ATTENDS", "INITS", "FFNS"]
 
@@ -438,8 +438,6 @@ class DecoderLM(nn.Module):
             self._check_empty_caches(kv_caches, use_cache)
         ids = ids.to(self.embed.weight.device)
         caches = None if not use_cache else kv_caches if kv_caches is not None else self.new_kv_caches(cache_factory)
-        was_training = self.training
-        self.eval()
         step_logits = []
 
         def next_logits(new: torch.Tensor) -> torch.Tensor:
@@ -450,12 +448,10 @@ class DecoderLM(nn.Module):
             step_logits.append(logits)
             return logits
 
-        try:
+        with _evaluating(self):  # dropout-free and without autograd; the caller's mode restored after
             new = sample_loop(next_logits, ids.shape[0], max_new_tokens, temperature=temperature, top_k=top_k,
                               generator=generator, device=ids.device)
-            ids = torch.cat([ids, new], dim=1)
-        finally:
-            self.train(was_training)
+        ids = torch.cat([ids, new], dim=1)
         out = ids[0] if one_d else ids
         if not return_logits:
             return out

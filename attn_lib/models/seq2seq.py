@@ -21,7 +21,6 @@ together.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import NamedTuple
 
@@ -30,7 +29,7 @@ from torch import nn
 
 from attn_lib._checks import check_choice, check_int, check_padding_mask, check_token_ids
 from attn_lib.models.blocks import DecoderBlock, EncoderBlock
-from attn_lib.models.decoding import check_max_new_tokens, greedy_loop
+from attn_lib.models.decoding import _evaluating, check_max_new_tokens, greedy_loop
 from attn_lib.positional import LearnedPositionalEmbedding, sinusoidal_positional_encoding
 
 __all__ = [
@@ -39,18 +38,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- input checks
-@contextlib.contextmanager
-def _evaluating(module: nn.Module):
-    """Decode in eval mode (dropout off, so greedy decoding is deterministic) and without autograd; restore after."""
-    was_training = module.training
-    module.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        module.train(was_training)
-
-
 def _check_mask(name: str, mask, ids: torch.Tensor) -> torch.Tensor | None:
     return None if mask is None else check_padding_mask(name, mask, ids.shape)  # the one rule, in _checks
 
