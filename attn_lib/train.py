@@ -207,6 +207,7 @@ def seq2seq_loss(model, batch: DateBatch) -> torch.Tensor:
 
 
 def _in_batches(examples, batch_size):
+    check_int("batch_size", batch_size, minimum=1)
     for i in range(0, len(examples), batch_size):
         yield examples[i:i + batch_size]
 
@@ -220,7 +221,7 @@ def predict_seq2seq(model, examples: Sequence[DateExample], *, batch_size: int =
         batch_size: an int: examples per batch of (B, S) int64 source ids.
 
     Raises:
-        nothing of its own: collate's and ``model.generate``'s TypeError/ValueError.
+        TypeError / ValueError: batch_size not an int >= 1; collate's and ``model.generate``'s.
 
     Source: the course's own: notebook 07 (greedy decoding, up to 12 new tokens).
     """
@@ -324,7 +325,7 @@ def predict_encoder_only(model, examples: Sequence[DateExample], *, batch_size: 
         Logits (B, 10 + S, V_tgt) float; the slots' arg-max (B, 10) int64 is decoded into one str per example.
 
     Raises:
-        nothing of its own: collate's and the model's TypeError/ValueError.
+        TypeError / ValueError: batch_size not an int >= 1; collate's and the model's.
 
     Source: the course's own: notebook 07.
     """
@@ -409,7 +410,8 @@ def predict_decoder_only(model, examples: Sequence[DateExample], *, batch_size: 
         one str per example: the decoded answer.
 
     Raises:
-        nothing of its own: ``model.generate``'s TypeError/ValueError (e.g. a prompt longer than max_len - 11).
+        TypeError / ValueError: batch_size not an int >= 1; ``model.generate``'s (e.g. a prompt longer than
+            max_len - 11).
 
     Source: the course's own: notebook 07 (greedy decoding, HuggingFace's ``generate(do_sample=False)``).
     """

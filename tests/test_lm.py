@@ -229,3 +229,12 @@ def test_llama_layout_options():
     for kwargs, error, match in cases:
         with pytest.raises(error, match=match):
             DecoderLM(20, **{"d_model": 16, "num_heads": 2, **kwargs})
+
+
+def test_forward_names_a_single_cache_passed_for_the_list():
+    m = _model()
+    with pytest.raises(TypeError, match=r"kv_caches must be None or a list of KV caches, one per layer .*got KVCache"):
+        m(torch.tensor([[1, 2]]), KVCache())  # a cache, not a list of them (was "not subscriptable")
+    from attn_lib.models import LMBlock  # the name notebook 07 uses is importable from the package
+
+    assert LMBlock is type(m.layers[0])

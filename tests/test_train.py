@@ -121,6 +121,11 @@ def test_predict_decoder_only_equals_one_prompt_at_a_time():
     assert 0 < stopped < len(exs)  # some rows end early at </s>, others run to 11 tokens: both paths are tested
     assert predict_decoder_only(lm, exs, batch_size=5) == want
     assert len(set(want)) > 1
+    for predict in (predict_decoder_only, predict_seq2seq, predict_encoder_only):  # before any model is called
+        with pytest.raises(ValueError, match="batch_size must be an int >= 1, got -1"):
+            predict(lm, exs, batch_size=-1)  # range() would have returned no batch: no prediction, no error
+        with pytest.raises(TypeError, match="batch_size must be an int >= 1, got bool True"):
+            predict(lm, exs, batch_size=True)
 
 
 def test_checkpoint_roundtrip(tmp_path, model, batch):

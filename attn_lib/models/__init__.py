@@ -21,6 +21,7 @@ _LAZY = {
     "Seq2SeqTransformer": "attn_lib.models.seq2seq",
     "EncoderOnly": "attn_lib.models.seq2seq",
     "DecoderLM": "attn_lib.models.lm",
+    "LMBlock": "attn_lib.models.lm",
 }
 
 

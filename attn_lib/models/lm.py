@@ -1,4 +1,4 @@
-"""attn_lib's one decoder-only language model: RoPE, grouped-query attention, a KV cache (notebooks 08, 10, 11).
+"""attn_lib's one decoder-only language model: RoPE, grouped-query attention, a KV cache (notebooks 07, 08, 10, 11).
 
 The layout of LLaMA-style decoders (Touvron et al. 2023, "LLaMA", section 2.2), shrunk:
 
@@ -143,9 +143,10 @@ class DecoderLM(nn.Module):
 
     Raises:
         TypeError: a size that is not an int (``d_model=16.0``), rope_base or init_std not a number (None),
-            tie_embeddings or attn_bias not a bool.
-        ValueError: sizes < 1, head counts that do not divide (the message names the numbers),
-            rope_base <= 1, init_std <= 0, an unknown ``attend``, ``init`` or ``ffn``.
+            norm_eps neither None nor a number, tie_embeddings or attn_bias not a bool.
+        ValueError: sizes < 1, head counts that do not divide (the message names the numbers), an odd head_dim
+            (RoPE rotates pairs of features), rope_base <= 1, init_std <= 0, norm_eps < 0, an unknown ``attend``,
+            ``init`` or ``ffn``.
 
     Source: Touvron et al. 2023 (LLaMA), section 2.2; GPT-2's tied embeddings and initialisation
     (Radford et al. 2019); proven against HuggingFace's Llama in tests/test_llama.py (:meth:`from_hf`: the logits,
@@ -208,8 +209,9 @@ class DecoderLM(nn.Module):
         ``rms_norm_eps``, ``head_dim`` (which may differ from hidden_size / num_heads), ``rope_theta``,
         ``attention_bias`` and ``max_position_embeddings``, an untied ``lm_head`` unless
         ``tie_word_embeddings`` -- and every weight is copied (none is shared, so changing one model leaves the
-        other as it was). Every module then running is attn_lib's: equal logits, KV caches and ``generate``
-        output prove the from-scratch attention, RoPE, cache and decoding loop. The global random generator is
+        other as it was). The attention, RoPE, SwiGLU, KV cache and decoding loop that then run are attn_lib's
+        (the norms, embedding and head are torch's ``nn.RMSNorm`` / ``nn.Embedding`` / ``nn.Linear`` in place of
+        HF's): equal logits, KV caches and ``generate`` output prove the from-scratch parts. The global random generator is
         left as it was (the throw-away initialisation draws from a forked one). The copy has the HF model's
         dtype, device and training mode.
 
@@ -345,8 +347,8 @@ class DecoderLM(nn.Module):
             logits (B, L, vocab_size): row i scores the token after position i.
 
         Raises:
-            TypeError / ValueError: ids not int64 (B, L) within the vocabulary; wrong number of caches;
-                an unknown ``attention``.
+            TypeError / ValueError: ids not int64 (B, L) within the vocabulary; kv_caches not a list of KV
+                caches (a single cache), or not one per layer; an unknown ``attention``.
         """
         return self._run(input_ids, kv_caches, attention, need_weights=False)[0]
 
@@ -363,6 +365,10 @@ class DecoderLM(nn.Module):
     def _run(self, input_ids, kv_caches, attention, *, need_weights):
         check_choice("attention", attention, ATTENTIONS)
         input_ids = check_token_ids("input_ids", input_ids, vocab_size=self.vocab_size, max_len=self.max_len)
+        if kv_caches is not None and (not isinstance(kv_caches, (list, tuple))
+                                      or not all(isinstance(c, KVCacheProtocol) for c in kv_caches)):
+            raise TypeError(f"kv_caches must be None or a list of KV caches, one per layer (model.new_kv_caches()), "
+                            f"got {type(kv_caches).__name__}")
         if kv_caches is not None and len(kv_caches) != len(self.layers):
             raise ValueError(f"kv_caches must hold one cache per layer ({len(self.layers)}), got {len(kv_caches)}")
         if kv_caches is not None and kv_caches[0].seq_len + input_ids.shape[1] > self.max_len:
@@ -407,7 +413,8 @@ class DecoderLM(nn.Module):
             kv_caches: None (default: the caches are made with ``cache_factory`` and dropped), or your own
                 empty caches, one per layer (``model.new_kv_caches()``): decoding fills them in place, so
                 afterwards they hold the keys and values (after RoPE) of the prompt and of every new token but
-                the last, P + max_new_tokens - 1 positions (notebook 08 compares them with HuggingFace's cache).
+                the last, P + max_new_tokens - 1 positions (none with max_new_tokens = 0; notebook 08 compares
+                them with HuggingFace's cache).
                 ``cache_factory`` is then not used.
 
         Returns:
