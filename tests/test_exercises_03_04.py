@@ -98,6 +98,26 @@ def test_check_attention_names_the_bias_mistakes(bias_as, words):
                                                                                    bias_as=bias_as)), words)
 
 
+@pytest.mark.parametrize("dim, words", [(("value", -1), "used d_v = value.shape[-1]"),
+                                        (("query", -2), "the number of queries L")])
+def test_check_attention_names_d_k_taken_from_the_wrong_dimension(dim, words):
+    def wrong(q, k, v, scale=None, bias=None):
+        n = {"value": v, "query": q}[dim[0]].shape[dim[1]]
+        return _attention(q, k, v, 1 / math.sqrt(n) if scale is None else scale, bias)
+
+    _fails_with(check_attention(wrong), words)
+
+
+def test_check_attention_catches_a_given_scale_ignored_on_every_biased_trial():
+    # the ALiBi trial's scale (0.3) differs from its 1/sqrt(d_k) = 0.25 (it was 0.25, so that trial tested no
+    # scale): an answer that ignores the given scale only with a per-head (H, L, S) bias fails there
+    def ignores_scale_with_bias(q, k, v, scale=None, bias=None):
+        per_head = bias is not None and bias.dim() == 3 and bias.shape[-2] > 1  # the ALiBi trial only
+        return _attention(q, k, v, None if per_head else scale, bias)
+
+    _fails_with(check_attention(ignores_scale_with_bias), "although scale was given")
+
+
 def test_check_attention_names_a_missing_default_and_a_none_used_as_a_number():
     _fails_with(check_attention(lambda q, k, v: _weights(q, k) @ v), "scale=None, bias=None", "takes 3 positional")
     _fails_with(check_attention(lambda q, k, v, scale, bias: _attention(q, k, v, scale, bias)),

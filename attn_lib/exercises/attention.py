@@ -36,6 +36,10 @@ HINT_SCALE_IGNORED = ("you used 1/sqrt(d_k) although scale was given: scale=None
                       "given replaces it, as in torch's scaled_dot_product_attention(..., scale=scale).")
 HINT_SCALE_DIVIDES = ("you divided the scores by scale; scale MULTIPLIES them, Q·Kᵀ·scale (its default is the "
                       "factor 1/sqrt(d_k), not the divisor sqrt(d_k)).")
+HINT_DK_FROM_VALUE = ("the default scale used d_v = value.shape[-1]; it is 1/sqrt(d_k) with d_k = query.shape[-1], "
+                      "the size of the vectors in the dot products.")
+HINT_DK_FROM_LENGTH = ("the default scale used query.shape[-2], the number of queries L; d_k is the LAST dimension, "
+                       "query.shape[-1].")
 HINT_SCALE_TWICE = ("you applied both 1/sqrt(d_k) and scale; a given scale replaces the 1/sqrt(d_k), it does not "
                     "come on top of it.")
 HINT_SCALE_SQUARED = ("the scores were multiplied by scale twice (scale²): did you scale both query and key? "
@@ -124,6 +128,11 @@ def _attention_variants(q, k, v, scale, bias):
         wrong = [(ww @ v, hint) for ww, hint in _weights_wrong_answers(q, k)]
     else:
         wrong = [(out(raw + b), HINT_NOT_SCALED), (out(raw * used + b, dim=-2), HINT_WRONG_AXIS)]
+    if scale is None:  # the default 1/sqrt(d_k) taken from the wrong dimension
+        if v.shape[-1] != q.shape[-1]:
+            wrong.append((out(raw / math.sqrt(v.shape[-1]) + b), HINT_DK_FROM_VALUE))
+        if q.shape[-2] != q.shape[-1]:
+            wrong.append((out(raw / math.sqrt(q.shape[-2]) + b), HINT_DK_FROM_LENGTH))
     if scale is not None:
         wrong += [(out(raw * default + b), HINT_SCALE_IGNORED), (out(raw / scale + b), HINT_SCALE_DIVIDES),
                   (out(raw * default * scale + b), HINT_SCALE_TWICE), (out(raw * scale ** 2 + b), HINT_SCALE_SQUARED)]
@@ -163,7 +172,7 @@ def check_attention(attention) -> CheckResult:
     ``torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=scale)`` with a
     float ``attn_mask``, which gives the expected output (in float64). Tried on 5 fresh inputs: once with three
     arguments (the defaults), then with a scale, an (L, S) bias, notebook 02's ALiBi bias (H, L, S) for a batch of
-    heads, and a bias (B, 1, S) per sequence and key. The hints name the typical mistakes: a scale ignored,
+    heads, and a bias (B, 1, S) per sequence and key (scores (B, L, S); with heads it would be (B, 1, 1, S)). The hints name the typical mistakes: a scale ignored,
     divided by, applied on top of 1/sqrt(d_k) or twice; a bias added before the scaling, after the softmax,
     transposed, subtracted or multiplied.
     """
@@ -171,7 +180,7 @@ def check_attention(attention) -> CheckResult:
         ((), 3, 5, 16, 16, _OMIT, None),
         ((), 4, 6, 8, 3, 0.5, None),
         ((), 5, 5, 8, 4, None, "random"),
-        ((2, 3), 4, 6, 16, 5, 0.25, "alibi"),
+        ((2, 3), 4, 6, 16, 5, 0.3, "alibi"),  # 0.3, not 1/sqrt(16) = 0.25: a scale ignored must show
         ((2,), 3, 7, 8, 2, 2.0, "keys"),
     ]
 
@@ -208,7 +217,8 @@ def check_attention(attention) -> CheckResult:
                      "scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=scale).",
                      shape_mistakes=SHAPE_MISTAKES + " The output weights @ value is (..., L, d_v). A bias is added as "
                      "it is: bias[..., i, j] belongs to query i and key j, like the scores (..., L, S); "
-                     "it broadcasts against them from the right, as (L, S), (H, L, S) or (B, 1, S).")
+                     "it broadcasts against them from the right, as (L, S), (H, L, S) for scores (..., H, L, S), or (B, 1, S) "
+                     "for scores (B, L, S).")
 
 
 def check_self_attention(self_attention) -> CheckResult:
