@@ -100,8 +100,9 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         ValueError: query, key or value not 4-D; log_decay or beta not 3-D or not (B, H, L); query and key of
             different shapes or value not (B, H, L, Ev); NaN or infinity in query, key, value, log_decay, beta
             or initial_state (a gate that forgets everything is a very negative log_decay, not -inf: the
-            chunked form subtracts cumulative sums, and -inf - -inf is NaN); log_decay > 0 somewhere; initial_state not (B, H, E, Ev); tensors on different devices; an unknown
-            form; chunk_size < 1; scale NaN, infinite or <= 0.
+            chunked form subtracts cumulative sums, and -inf - -inf is NaN); log_decay > 0 somewhere;
+            initial_state not (B, H, E, Ev); tensors on different devices; an unknown form; chunk_size < 1; scale
+            NaN, infinite or <= 0.
 
     Source: Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks", §3; the chunked form is their chunkwise
     algorithm, the WY representation of Yang et al. 2024, "Parallelizing Linear Transformers with the Delta

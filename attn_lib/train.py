@@ -231,7 +231,7 @@ def predict_seq2seq(model, examples: Sequence[DateExample], *, batch_size: int =
         for chunk in _in_batches(examples, batch_size):
             b = collate(chunk)
             out = model.generate(b.src, b.src_padding_mask, max_new_tokens=12,
-                                      bos_id=TARGET_VOCAB.bos_id, eos_id=TARGET_VOCAB.eos_id)
+                                 bos_id=TARGET_VOCAB.bos_id, eos_id=TARGET_VOCAB.eos_id)
             preds += [TARGET_VOCAB.decode(row) for row in out]
     return preds
 

@@ -13,6 +13,7 @@ import json
 from tests_browser.conftest import ROOT
 from tests_browser.driver import NotebookPage
 from tests_browser.expectations import read_notebook
+from tests_browser.views import VIEW_GEOMETRY_JS
 
 NB06 = ROOT / "notebooks" / "06_heads_in_a_real_model.ipynb"
 
@@ -23,41 +24,12 @@ def _code_cells(path):
 # Every bertviz view of the page: drawn? how wide, and can the learner reach its right edge?
 _VIEWS_JS = r"""
 () => {
+  const geometry = """ + VIEW_GEOMETRY_JS + r""";
   const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
   const prompts = Array.from(panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')).map(e => e.textContent.trim());
   const views = Array.from(panel.querySelectorAll('[id^="bertviz-"]')).map(root => {
-    const svg = root.querySelector('#vis svg');
     const area = root.closest('.jp-OutputArea-output');
-    let scroller = null;  // the nearest ancestor inside the output that scrolls sideways
-    for (let e = svg; e && e !== area.parentElement; e = e.parentElement) {
-      const o = getComputedStyle(e).overflowX;
-      if ((o === 'auto' || o === 'scroll') && e.scrollWidth > e.clientWidth) { scroller = e; break; }
-    }
-    let box = svg ? svg.getBoundingClientRect() : null;
-    if (svg) {  // what the view draws, not the SVG element's box: its content can be wider than the element
-      let right = box.right;
-      for (const e of svg.querySelectorAll('rect, text, line')) right = Math.max(right, e.getBoundingClientRect().right);
-      box = {left: box.left, right: right, width: right - box.left};
-    }
-    const visible = area.getBoundingClientRect();
-    return {
-      elements: svg ? svg.querySelectorAll('*').length : 0,
-      lines: svg ? svg.querySelectorAll('line').length : 0,
-      thumbnails: svg ? svg.querySelectorAll('rect.attn_background').length : 0,
-      width: box ? box.width : 0,
-      fits: box ? box.right <= visible.right + 1 && box.left >= visible.left - 1 : false,
-      scrolls: !!scroller,
-      scrollRange: scroller ? scroller.scrollWidth - scroller.clientWidth : 0,
-      reach: (() => {  // scrolled to the far right, the view's right edge is inside the scrolling box
-        if (!scroller) return false;
-        scroller.scrollLeft = scroller.scrollWidth;
-        let right = 0;
-        for (const e of svg.querySelectorAll('rect, text, line')) right = Math.max(right, e.getBoundingClientRect().right);
-        const inside = right <= scroller.getBoundingClientRect().right + 1;
-        scroller.scrollLeft = 0;
-        return inside;
-      })(),
-    };
+    return geometry(root, area, area.getBoundingClientRect());
   });
   return {prompts, views};
 }

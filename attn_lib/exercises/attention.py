@@ -172,8 +172,9 @@ def check_attention(attention) -> CheckResult:
     ``torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=scale)`` with a
     float ``attn_mask``, which gives the expected output (in float64). Tried on 5 fresh inputs: once with three
     arguments (the defaults), then with a scale, an (L, S) bias, notebook 02's ALiBi bias (H, L, S) for a batch of
-    heads, and a bias (B, 1, S) per sequence and key (scores (B, L, S); with heads it would be (B, 1, 1, S)). The hints name the typical mistakes: a scale ignored,
-    divided by, applied on top of 1/sqrt(d_k) or twice; a bias added before the scaling, after the softmax,
+    heads, and a bias (B, 1, S) per sequence and key (scores (B, L, S); with heads it would be (B, 1, 1, S)). The
+    hints name the typical mistakes: a scale ignored, divided by, applied on top of 1/sqrt(d_k) or twice; the
+    default 1/sqrt(d_k) taken from the wrong dimension; a bias added before the scaling, after the softmax,
     transposed, subtracted or multiplied.
     """
     trials_ = [  # (batch dims, L, S, d_k, d_v, scale, kind of bias)

@@ -75,8 +75,9 @@ class LMBlock(nn.Module):
         TypeError / ValueError: as :class:`attn_lib.mha.MultiHeadAttention` (a size not an int, H not dividing
             d_model, Hkv not dividing H, an odd head_dim with RoPE, rope_base not > 1) and
             :class:`attn_lib.models.blocks.FeedForward` (d_ff); ValueError for an ``ffn`` other than "gelu" or
-            "swiglu" and for a norm_eps < 0 (TypeError if not a number or None). ``forward``: as ``MultiHeadAttention.forward``
-            (x not floating of the module's dtype, an unknown backend, a bad cache or mask).
+            "swiglu" and for a norm_eps < 0 (TypeError if not a number or None). ``forward``: as
+            ``MultiHeadAttention.forward`` (x not floating of the module's dtype, an unknown backend, a bad cache or
+            mask).
 
     Source: Touvron et al. 2023 (LLaMA), §2.2: pre-normalisation with RMSNorm, rotary embeddings; the FFN is
     GELU by default, LLaMA's SwiGLU with ``ffn="swiglu"`` (then the layer equals transformers'
@@ -168,8 +169,7 @@ class DecoderLM(nn.Module):
         if head_dim is not None:
             _check_int("head_dim", head_dim, minimum=1)
         self.tile_size = _check_int("tile_size", tile_size, minimum=1)
-        if norm_eps is not None:
-            norm_eps = check_number("norm_eps", norm_eps, minimum=0.0)
+        norm_eps = check_number("norm_eps", norm_eps, minimum=0.0, allow_none=True)
         _check_int("vocab_size", vocab_size, minimum=2)
         _check_int("d_model", d_model, minimum=1)
         _check_int("num_layers", num_layers, minimum=1)
@@ -211,9 +211,9 @@ class DecoderLM(nn.Module):
         ``tie_word_embeddings`` -- and every weight is copied (none is shared, so changing one model leaves the
         other as it was). The attention, RoPE, SwiGLU, KV cache and decoding loop that then run are attn_lib's
         (the norms, embedding and head are torch's ``nn.RMSNorm`` / ``nn.Embedding`` / ``nn.Linear`` in place of
-        HF's): equal logits, KV caches and ``generate`` output prove the from-scratch parts. The global random generator is
-        left as it was (the throw-away initialisation draws from a forked one). The copy has the HF model's
-        dtype, device and training mode.
+        HF's): equal logits, KV caches and ``generate`` output prove the from-scratch parts. The global random
+        generator is left as it was (the throw-away initialisation draws from a forked one). The copy has the HF
+        model's dtype, device and training mode.
 
         Layer by layer: ``input_layernorm`` -> ``norm1``, ``self_attn.{q,k,v,o}_proj`` -> ``attn.{q,k,v,out}_proj``
         (as :meth:`attn_lib.mha.MultiHeadAttention.from_hf`), ``post_attention_layernorm`` -> ``norm2``,
@@ -315,17 +315,21 @@ class DecoderLM(nn.Module):
                             f"got {type(caches[0]).__name__}")
         return caches
 
-    def _check_empty_caches(self, kv_caches, use_cache: bool) -> None:
-        """generate's kv_caches: a list/tuple of one empty KVCacheProtocol per layer, and use_cache=True."""
+    def _check_cache_list(self, kv_caches, *, none_ok: bool) -> None:
+        """kv_caches: a list/tuple of one KVCacheProtocol per layer (forward and generate share this rule)."""
         if not isinstance(kv_caches, (list, tuple)) or not all(isinstance(c, KVCacheProtocol) for c in kv_caches):
-            raise TypeError(f"kv_caches must be a list of KV caches, one per layer (model.new_kv_caches()), got "
-                            f"{type(kv_caches).__name__}"
+            raise TypeError(f"kv_caches must be {'None or ' if none_ok else ''}a list of KV caches, one per layer "
+                            f"(model.new_kv_caches()), got {type(kv_caches).__name__}"
                             + ("" if not isinstance(kv_caches, (list, tuple)) else
                                f" of {sorted({type(c).__name__ for c in kv_caches})}"))
-        if not use_cache:
-            raise ValueError("kv_caches needs use_cache=True (use_cache=False decodes without any cache)")
         if len(kv_caches) != len(self.layers):
             raise ValueError(f"kv_caches must hold one cache per layer ({len(self.layers)}), got {len(kv_caches)}")
+
+    def _check_empty_caches(self, kv_caches, use_cache: bool) -> None:
+        """generate's kv_caches: a list/tuple of one empty KVCacheProtocol per layer, and use_cache=True."""
+        if not use_cache:
+            raise ValueError("kv_caches needs use_cache=True (use_cache=False decodes without any cache)")
+        self._check_cache_list(kv_caches, none_ok=False)
         filled = [c.seq_len for c in kv_caches]
         if any(filled):
             raise ValueError(f"kv_caches must be empty (generate runs the prompt from position 0); they hold "
@@ -365,12 +369,8 @@ class DecoderLM(nn.Module):
     def _run(self, input_ids, kv_caches, attention, *, need_weights):
         check_choice("attention", attention, ATTENTIONS)
         input_ids = check_token_ids("input_ids", input_ids, vocab_size=self.vocab_size, max_len=self.max_len)
-        if kv_caches is not None and (not isinstance(kv_caches, (list, tuple))
-                                      or not all(isinstance(c, KVCacheProtocol) for c in kv_caches)):
-            raise TypeError(f"kv_caches must be None or a list of KV caches, one per layer (model.new_kv_caches()), "
-                            f"got {type(kv_caches).__name__}")
-        if kv_caches is not None and len(kv_caches) != len(self.layers):
-            raise ValueError(f"kv_caches must hold one cache per layer ({len(self.layers)}), got {len(kv_caches)}")
+        if kv_caches is not None:
+            self._check_cache_list(kv_caches, none_ok=True)
         if kv_caches is not None and kv_caches[0].seq_len + input_ids.shape[1] > self.max_len:
             raise ValueError(f"the caches hold {kv_caches[0].seq_len} tokens; {input_ids.shape[1]} more exceed the "
                              f"model's max_len={self.max_len}")
