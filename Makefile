@@ -69,7 +69,7 @@ lab: install
 
 test: install
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
-		--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 120 tests notebooks
+		--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 600 tests notebooks
 
 # Strict nbval over every notebook and solution (no tests/), twice: with PyTorch's plain C++ kernels
 # (ATEN_CPU_CAPABILITY=default) and with the widest SIMD kernels this CPU has (avx512 where the CPU has
@@ -83,7 +83,7 @@ test-portable: install
 		if [ $$cap = default ]; then plain="MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41"; else plain=; fi; \
 		echo "== strict nbval with ATEN_CPU_CAPABILITY=$$cap $$plain"; \
 		env $$plain ATEN_CPU_CAPABILITY=$$cap $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
-			--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 120 notebooks || status=1; \
+			--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout 600 notebooks || status=1; \
 	done; exit $$status
 
 # Re-run notebooks and save their outputs (the outputs nbval checks).

@@ -1,9 +1,14 @@
-"""Root pytest plugin: report how long each notebook takes under nbval, and fail a slow one.
+"""Root pytest plugin: report how long each notebook takes under nbval; never fail on time alone.
 
-The course promises that every notebook executes in under 60 s on 2 CPU cores. `make test` runs two
-pytest workers on such a machine, so a notebook shares the CPU with the other worker; the limit
-enforced here (NOTEBOOK_SECONDS_LIMIT, default 90) leaves room for that. Per-notebook times
-measured alone are in the README (`python scripts/notebook_times.py`).
+The course promises that every notebook executes in under 60 s on 2 idle CPU cores (PROMISE_S). A slow or busy
+machine (an older laptop, a shared CI runner) must not turn that promise into a failing test, so time is
+*reported*: the table of seconds, then one line per notebook over the promise. Nothing here fails the run.
+
+The hang guard is nbval's per-cell timeout (the Makefile's ``--nbval-cell-timeout 600``: the longest cell takes
+about 20 s idle, so 30 times that). nbval also waits a fixed 5 s for a cell's output messages after the kernel has
+replied; on a machine three times slower that wait failed a training cell with "Timeout of 5 seconds exceeded
+waiting for output", so it is raised to OUTPUT_WAIT_S here.
+Per-notebook times measured alone are in the README (`python scripts/notebook_times.py`).
 """
 
 from __future__ import annotations
@@ -13,15 +18,16 @@ from collections import defaultdict
 
 _seconds: dict[str, float] = defaultdict(float)
 
+# The course's promise, in seconds per notebook on 2 idle cores (README). Reported against, never enforced.
+PROMISE_S = float(os.environ.get("NOTEBOOK_PROMISE_S", "60"))
+# How long nbval waits for a cell's output messages once the kernel has answered (nbval's own value is 5 s).
+OUTPUT_WAIT_S = 300.0
 
-# Notebook 07 trains its encoder-decoder live (issue #15 gives it 80 s instead of 60 s on 2 cores), so its guard
-# is scaled the same way: 90 s x 80/60 = 120 s.
-_LONGER = {"07_cross_attention.ipynb": 80 / 60}
 
-
-def _limit(path: str = "") -> float:
-    base = float(os.environ.get("NOTEBOOK_SECONDS_LIMIT", "90"))
-    return base * _LONGER.get(os.path.basename(path), 1.0)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if hasattr(item, "output_timeout"):  # nbval's IPyNbCell
+            item.output_timeout = OUTPUT_WAIT_S
 
 
 def pytest_runtest_logreport(report):
@@ -30,20 +36,22 @@ def pytest_runtest_logreport(report):
         _seconds[path] += report.duration
 
 
+def over_promise(seconds: dict[str, float], promise: float = PROMISE_S) -> dict[str, float]:
+    """The notebooks that took longer than ``promise`` seconds (a report, not a failure)."""
+    return {p: s for p, s in seconds.items() if s > promise}
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not _seconds:
         return
     terminalreporter.section("notebook execution seconds (nbval)")
     for path, secs in sorted(_seconds.items()):
-        flag = "  <-- over the limit" if secs > _limit(path) else ""
-        terminalreporter.write_line(f"{secs:7.1f}  {path}{flag}")
-
-
-def pytest_sessionfinish(session, exitstatus):
-    slow = {p: s for p, s in _seconds.items() if s > _limit(p)}
-    if slow and exitstatus == 0:
-        session.exitstatus = 1
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            for path, secs in slow.items():
-                reporter.write_line(f"FAILED (too slow): {path} took {secs:.0f} s > {_limit(path):.0f} s", red=True)
+        terminalreporter.write_line(f"{secs:7.1f}  {path}")
+    slow = over_promise(_seconds)
+    if slow:
+        terminalreporter.section(f"notebooks over the course's {PROMISE_S:.0f} s promise (reported, not failed)")
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        for path, secs in sorted(slow.items()):
+            terminalreporter.write_line(f"{secs:7.1f}  {path}")
+        terminalreporter.write_line(f"(load average at the end: {load:.1f}; the promise is for 2 idle cores, "
+                                    "two pytest workers share them)")

@@ -3,7 +3,7 @@
 Environment:
     HUB_STUDENTS   students in the load run (default 20, as make test-hub); one more logs in through Chromium.
     HUB_PORT       first of the ~40 loopback ports the test uses (default 18100).
-    HUB_LIMIT_S    time limit of the class run (default 600 s).
+    HUB_LIMIT_S    hang guard of the class run (default 1800 s; the whole make test-hub took 6 min idle).
 Results: test-results/hub/loadtest.json and loadtest.md (the table printed at the end).
 """
 
@@ -46,7 +46,7 @@ def class_run(class_hub):
     """The load run: all students at once (the browser student, the last name, stays out of it)."""
     names = class_hub.names[: class_hub.n]
     t0 = time.monotonic()
-    runs, sampler = run_class(class_hub, names, limit_s=float(os.environ.get("HUB_LIMIT_S", "600")))
+    runs, sampler = run_class(class_hub, names, limit_s=float(os.environ.get("HUB_LIMIT_S", "1800")))
     rep = report(runs, sampler, time.monotonic() - t0)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "loadtest.json").write_text(json.dumps(rep, indent=2))
