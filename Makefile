@@ -65,7 +65,7 @@ $(STAMP): requirements.txt pyproject.toml | $(BIN)/python
 install: check-python $(STAMP)
 
 lab: install
-	$(BIN)/python -m attn_lib.lab
+	$(BIN)/python -m attn_lib.course.lab
 
 test: install
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
@@ -100,14 +100,14 @@ clean:
 # (deterministic, one CPU thread, several minutes).
 .PHONY: train-dates
 train-dates: install
-	$(BIN)/python -m attn_lib.data
-	$(BIN)/python -m attn_lib.train
+	$(BIN)/python -m attn_lib.course.data
+	$(BIN)/python -m attn_lib.course.train
 
 # Notebook 12: train the four associative-recall models (softmax, linear, Gated DeltaNet, hybrid; 600 steps each,
 # one CPU thread, about 2 minutes of CPU time) and rewrite data/recall_curve.json, the curve the notebook plots.
 .PHONY: train-recall
 train-recall: install
-	OMP_NUM_THREADS=1 $(BIN)/python -m attn_lib.recall
+	OMP_NUM_THREADS=1 $(BIN)/python -m attn_lib.course.recall
 
 # The course as a learner sees it: JupyterLab in headless Chromium, driven by Playwright (tests_browser/).
 # Needs the system Chromium (Debian/Ubuntu: apt-get install chromium). The network is cut: only the local

@@ -32,7 +32,7 @@ CAUSAL_ALIGNS = ("top_left", "bottom_right")  # the values of masks.causal_mask'
 
 # Default tiles on the CPU. The loop body is a handful of whole-tile tensor operations, so bigger tiles
 # mean fewer Python-level steps; 256 x 512 float32 scores for 8 heads is 4 MiB, small next to the output
-# at long lengths. Measured with `python -m attn_lib.bench cpu` (docs/benchmarks.md).
+# at long lengths. Measured with `python -m attn_lib.course.bench cpu` (docs/benchmarks.md).
 BLOCK_Q = 256
 BLOCK_K = 512
 

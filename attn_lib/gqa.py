@@ -12,11 +12,11 @@
   and value projection heads of each group (GQA paper, section 2.1), and :func:`model_to_gqa` does it
   for every attention layer of a model. The paper then "uptrains" for about 5% of the pre-training
   steps (section 3.1): notebook 08 measures the drop on MiniLM, and the drop and the recovery on the
-  course's own date model (``attn_lib.train.GQA_UPTRAIN_CONFIG``).
+  course's own date model (``attn_lib.course.train.GQA_UPTRAIN_CONFIG``).
 
 What the cache costs and how to shrink it further live beside this module: :mod:`attn_lib.kv_cache`
 (the caches and their size) and :mod:`attn_lib.quantization` (8- and 4-bit keys and values);
-the same conversion for a HuggingFace BERT is in :mod:`attn_lib.hf`. Shapes use the legend of
+the same conversion for a HuggingFace BERT is in :mod:`attn_lib.course.hf`. Shapes use the legend of
 :mod:`attn_lib.attention` (B, H, Hkv, L, S, E, Ev). tests/test_gqa.py checks every function against
 torch's or HuggingFace's own code.
 """
@@ -41,7 +41,6 @@ __all__ = [
     "mean_pool_kv_heads",
     "to_gqa",
     "model_to_gqa",
-    "plot_groups",
 ]
 
 
@@ -333,48 +332,3 @@ def model_to_gqa(model: nn.Module, num_kv_heads: int) -> nn.Module:
         except ValueError as e:
             raise ValueError(f"layer {name!r}: {e}") from None
     return new
-
-
-# ---------------------------------------------------------------------------------------------
-# Figure: which query heads share which key/value head
-# ---------------------------------------------------------------------------------------------
-
-
-def plot_groups(num_heads: int, num_kv_heads: int, *, ax=None):
-    """Draw query heads (top row) connected to the key/value head they read (bottom row), coloured by group.
-
-    The picture of the GQA paper's Figure 2 (Ainslie et al. 2023) for any H and Hkv, colours from viridis
-    (colour-blind safe).
-
-    Args:
-        num_heads: H. num_kv_heads: Hkv, dividing H. ax: a matplotlib Axes, or None for a new figure.
-
-    Returns:
-        the matplotlib Axes.
-
-    Raises:
-        TypeError / ValueError: as :func:`kv_head_for_query_head`.
-
-    No tensors: two ints in, a matplotlib Axes out.
-    """
-    import matplotlib.pyplot as plt
-
-    owner = kv_head_for_query_head(num_heads, num_kv_heads)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(max(6.0, num_heads * 0.28), 2.4))
-    cmap = plt.get_cmap("viridis")
-    colour = [cmap(h / max(1, num_kv_heads - 1) * 0.9) for h in range(num_kv_heads)]
-    kv_x = [(h + 0.5) * num_heads / num_kv_heads - 0.5 for h in range(num_kv_heads)]
-    for j, h in enumerate(owner):
-        ax.plot([j, kv_x[h]], [1, 0], color=colour[h], lw=1, alpha=0.8)
-    ax.scatter(range(num_heads), [1] * num_heads, c=[colour[h] for h in owner], s=60, marker="s", zorder=3)
-    ax.scatter(kv_x, [0] * num_kv_heads, c=colour, s=120, marker="o", zorder=3, edgecolors="black")
-    ax.set_yticks([0, 1], [f"{num_kv_heads} KV head{'s' if num_kv_heads > 1 else ''}", f"{num_heads} query heads"])
-    ax.set_xticks([])
-    ax.set_ylim(-0.4, 1.4)
-    name = "MHA" if num_kv_heads == num_heads else "MQA" if num_kv_heads == 1 else "GQA"
-    G = num_heads // num_kv_heads
-    ax.set_title(f"{name}: {num_heads} query heads, {num_kv_heads} KV head{'s' if num_kv_heads > 1 else ''} (groups of {G})")
-    for side in ("top", "right", "bottom", "left"):
-        ax.spines[side].set_visible(False)
-    return ax

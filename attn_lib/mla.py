@@ -199,7 +199,7 @@ class MultiHeadLatentAttention(nn.Module):
         Weights are shared by copy: q (or q_a, q_a_layernorm, q_b), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
         o_proj; the scores' ``scaling`` and ``rope_interleave`` come from the module and its config. The RoPE
         angles (and any YaRN scaling of them) are computed outside the module by transformers: feed it the
-        default-RoPE angles of ``rope_base`` (:func:`attn_lib.hf_equal.hf_cos_sin`) to compare.
+        default-RoPE angles of ``rope_base`` (:func:`attn_lib.course.hf_equal.hf_cos_sin`) to compare.
 
         Raises:
             TypeError: module is not an MLA block (no kv_a_proj_with_mqa / kv_b_proj).

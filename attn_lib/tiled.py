@@ -29,8 +29,8 @@ Test Long" (ALiBi, 2022).
 
 The functions below the main one (:func:`online_softmax_update`, :func:`online_softmax_trace`,
 :func:`causal_tiles`, :func:`window_tiles`, :func:`skipped_tiles`) are the small pieces notebook 09 explains
-and its widget and exercises use; the widget's figure is :func:`attn_lib.viz.plot_online_softmax_step` and
-the memory measurement :func:`attn_lib.bench.measure_peak_memory` (both still importable from here).
+and its widget and exercises use; the widget's figure is :func:`attn_lib.course.viz.plot_online_softmax_step` and
+the memory measurement :func:`attn_lib.course.bench.measure_peak_memory`.
 
 Why one module of over 400 lines: the tiled algorithm, its backward pass and the small pieces notebook 09
 teaches with it (one online-softmax update, causal tiles, memory) are one idea, read side by side.
@@ -435,7 +435,7 @@ def tiled_attention(
         compile_tile: run each tile's online-softmax step (max, subtract-exp, row sum, rescale, P V) under
             ``torch.compile`` (:func:`compiled_tile_step`): Inductor fuses what eager runs as separate passes over
             the tile. The first call of each tile shape compiles (seconds; needs a C++ compiler on the CPU); the
-            backward is unchanged. The CPU lesson on fusion of notebook 09 and ``python -m attn_lib.bench cpu``.
+            backward is unchanged. The CPU lesson on fusion of notebook 09 and ``python -m attn_lib.course.bench cpu``.
 
     Returns:
         ``output`` (..., H, L, Ev) in query's dtype, or ``(output, lse)`` when ``return_lse``; lse is
@@ -737,15 +737,3 @@ def skipped_tiles(q_len: int, kv_len: int, block_q: int, block_k: int, **kwargs)
     done = window_tiles(q_len, kv_len, block_q, block_k, **kwargs)
     return math.ceil(q_len / block_q) * math.ceil(kv_len / block_k) - len(done)
 
-
-# Moved out of the math (issue 23): the figure to attn_lib.viz, the memory measurement to attn_lib.bench.
-# Both old paths keep working; the import happens on first use, so tiled never imports plotting.
-_MOVED = {"plot_online_softmax_step": "attn_lib.viz", "measure_peak_memory": "attn_lib.bench"}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module 'attn_lib.tiled' has no attribute {name!r}")

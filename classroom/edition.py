@@ -10,7 +10,7 @@
 
 It holds no solution (no ``notebooks/solutions/``, no solution cell, no ``### BEGIN SOLUTION``), no hidden test
 (there are none: the grader runs the checks in its own process) and no prediction answer: each
-``attn_lib/exercises/predict_questions.py`` keeps its questions' prompts and choices but not the answer, the hints (a hint
+``attn_lib/course/exercises/predict_questions.py`` keeps its questions' prompts and choices but not the answer, the hints (a hint
 for every wrong choice names the right one by elimination) or the explanation; ``check_prediction`` then records a
 valid answer and says the answer is discussed in class. Notebooks sit one per folder, as nbgrader's exchange hands
 them out, so the links between notebooks are written ``../04_masking/04_masking.ipynb`` (:func:`fix_links`) and
@@ -70,12 +70,12 @@ def course_notebooks(notebooks_dir: Path) -> list[str]:
 
 def withheld_predictions() -> dict[str, str]:
     """predict_questions.py -> the same module with every question's answer, hints and explanation left out."""
-    from attn_lib.exercises import concepts
+    from attn_lib.course.exercises import concepts
 
     concepts._load_all()
     lines = ['"""Every notebook\'s "predict, then check" questions, as the student edition ships them: the answers are '
-             'withheld\n(your teacher discusses them in class; see attn_lib.exercises.concepts)."""', "",
-             "from attn_lib.exercises.concepts import Question, register", ""]
+             'withheld\n(your teacher discusses them in class; see attn_lib.course.exercises.concepts)."""', "",
+             "from attn_lib.course.exercises.concepts import Question, register", ""]
     for q in concepts.QUESTIONS.values():
         lines.append(f"register(Question(id={q.id!r}, prompt={q.prompt!r}, choices={dict(q.choices)!r}, "
                      "answer=None, explanation=''))")
@@ -133,7 +133,7 @@ lab: install
 \t$(BIN)/python -m jupyter lab --ServerApp.root_dir=$(CURDIR) notebooks/00_welcome/00_welcome.ipynb
 
 test: install
-\t$(BIN)/python -c "import attn_lib, torch, transformers; from attn_lib.exercises import check_prediction; \\
+\t$(BIN)/python -c "import attn_lib, torch, transformers; from attn_lib.course.exercises import check_prediction; \\
 \t\tprint('attn_lib', attn_lib.__file__, '| torch', torch.__version__, '|', check_prediction('03.scale_by_dk', 'b'))"
 """
 
@@ -160,7 +160,7 @@ def build_edition(release_dir: Path, out: Path, notebooks_dir: Path = ROOT / "no
             shutil.copy2(glossary, dest / "glossary.md")
     shutil.copytree(ROOT / "attn_lib", out / "attn_lib", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for fname, text in withheld_predictions().items():
-        (out / "attn_lib" / "exercises" / fname).write_text(text)
+        (out / "attn_lib" / "course" / "exercises" / fname).write_text(text)
     shutil.copytree(ROOT / "data", out / "data", ignore=shutil.ignore_patterns("__pycache__"))
     # environment.yml + postBuild: repo2docker builds the Zero to JupyterHub user image from this folder
     for f in ("requirements.txt", "pyproject.toml", "environment.yml", "postBuild"):

@@ -2,7 +2,7 @@
 
 For each graded check cell of the release, in notebook order, the runner in the sandbox (:mod:`classroom.runner`)
 stops after the cells before it; the grader asks for the check's arguments there (a function comes back as a
-handle), calls the pristine ``attn_lib.exercises.check_*`` of this process with a :class:`RemoteFunction` in place
+handle), calls the pristine ``attn_lib.course.exercises.check_*`` of this process with a :class:`RemoteFunction` in place
 of the student's function, and so makes the inputs, sends them, gets the outputs back as arrays and compares them
 here. The expected values never leave this process. The inputs are drawn from other seeds than the notebook's
 visible checks (:data:`SALT`).
@@ -85,10 +85,10 @@ def _split_args(args: str) -> list[str]:
 def _salt_checks() -> None:
     import sys
 
-    import attn_lib.exercises  # noqa: F401 - every check module
+    import attn_lib.course.exercises  # noqa: F401 - every check module
 
     for name, mod in list(sys.modules.items()):
-        if name.startswith("attn_lib.exercises") and mod is not None and hasattr(mod, "fresh_generator") \
+        if name.startswith("attn_lib.course.exercises") and mod is not None and hasattr(mod, "fresh_generator") \
                 and not getattr(mod.fresh_generator, "_salted", False):
             original = mod.fresh_generator
 
@@ -129,7 +129,7 @@ class RemoteFunction:
         self.box, self.number, self.__name__ = box, number, name
 
     def __call__(self, *args):
-        from attn_lib.exercises import _core
+        from attn_lib.course.exercises import _core
 
         if self.box.dead:
             raise SandboxGone("your notebook's process had stopped")
@@ -172,7 +172,7 @@ def _apply_in_place(original, now) -> None:
 
 
 def prediction_completion(question_id, answer) -> tuple[bool, str]:
-    from attn_lib.exercises.concepts import QUESTIONS, _load_all, check_prediction
+    from attn_lib.course.exercises.concepts import QUESTIONS, _load_all, check_prediction
 
     _load_all()
     q = QUESTIONS.get(question_id)
@@ -191,7 +191,7 @@ def prediction_completion(question_id, answer) -> tuple[bool, str]:
 
 
 def grade_check(box, name: str, args: str) -> tuple[bool, str]:
-    import attn_lib.exercises as exercises
+    import attn_lib.course.exercises as exercises
 
     box.send({"op": "values", "args": _split_args(args)})
     try:

@@ -71,7 +71,7 @@ def prepare_library(dest: Path) -> Path:
     src = ROOT / "attn_lib"
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for p in (dest / "exercises").glob("predict_*.py"):
+    for p in (dest / "course" / "exercises").glob("predict_*.py"):
         p.write_text('"""Withheld while grading: the answers of the predictions are not available here."""\n')
     for d, _, files in os.walk(dest):
         os.chmod(d, 0o755)

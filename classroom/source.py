@@ -5,13 +5,13 @@ One source of truth: a course notebook ``notebooks/NN_x.ipynb`` gives the text, 
 
 How exercises are found (by structure; no list of today's cells):
 
-- An **exercise cell** is a code cell of the course notebook with a call ``attn_lib.exercises.check_NAME(...)``.
+- An **exercise cell** is a code cell of the course notebook with a call ``attn_lib.course.exercises.check_NAME(...)``.
   The lines before the first such statement are the **stub** (what the student completes); the check statements
   are the **check**.
 - Its **solution** is the code cell of the solutions notebook that makes the same call (same check name and the
   same literal arguments, e.g. the question id of ``check_prediction("03.scale_by_dk", answer)``); the lines
   before its check statement are the solution. A ``check_prediction`` question with no solution cell takes its
-  answer from the question registry (``attn_lib.exercises.concepts``): ``<variable> = <answer>``.
+  answer from the question registry (``attn_lib.course.exercises.concepts``): ``<variable> = <answer>``.
 - Every other cell is explanatory.
 
 What the source notebook gets (nbgrader cell metadata in brackets):
@@ -45,7 +45,7 @@ from pathlib import Path
 # most of a notebook's exercise time, while a prediction takes a minute and is graded on completion.
 PREDICTION_POINTS = 1
 IMPLEMENTATION_POINTS = 3
-CHECK_PREFIX = "attn_lib.exercises.check_"
+CHECK_PREFIX = "attn_lib.course.exercises.check_"
 SCHEMA = 3
 
 
@@ -55,7 +55,7 @@ class SourceError(ValueError):
 
 @dataclass(frozen=True)
 class Check:
-    """One ``attn_lib.exercises.check_*`` statement of a cell."""
+    """One ``attn_lib.course.exercises.check_*`` statement of a cell."""
 
     name: str  # "check_attention_weights"
     args: str  # source of the arguments, "attention_weights"
@@ -90,7 +90,7 @@ def _slug(value) -> str:
 
 
 def find_checks(source: str) -> list[Check]:
-    """The top-level statements of a cell that call ``attn_lib.exercises.check_*``, in order."""
+    """The top-level statements of a cell that call ``attn_lib.course.exercises.check_*``, in order."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -99,7 +99,7 @@ def find_checks(source: str) -> list[Check]:
     for stmt in tree.body:
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call) and (_dotted(node.func) or "").startswith(CHECK_PREFIX):
-                name = _dotted(node.func)[len("attn_lib.exercises."):]
+                name = _dotted(node.func)[len("attn_lib.course.exercises."):]
                 literals = [a.value for a in node.args if isinstance(a, ast.Constant)]
                 key = "_".join([name] + [_slug(v) for v in literals if _slug(v)])
                 args = ", ".join(ast.get_source_segment(source, a) for a in [*node.args, *node.keywords])
@@ -133,7 +133,7 @@ def _registry_solution(check: Check, stub: str) -> str | None:
     if check.name != "check_prediction":
         return None
     try:
-        from attn_lib.exercises import concepts
+        from attn_lib.course.exercises import concepts
     except ImportError:
         return None
     call = ast.parse(f"f({check.args})").body[0].value
@@ -218,7 +218,7 @@ def test_source(ex: Exercise) -> str:
             out.append(rest[i])
             i += 1
             continue
-        out += [f"_check_result = attn_lib.exercises.{check.name}({check.args})",
+        out += [f"_check_result = attn_lib.course.exercises.{check.name}({check.args})",
                 "assert _check_result, str(_check_result)"]
         i = check.last_line - offset + 1
     while out and not out[-1].strip():

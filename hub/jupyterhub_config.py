@@ -143,9 +143,9 @@ import subprocess  # noqa: E402
 subprocess.run([str(SERVER_VENV / "bin" / "python"), "-c", "import matplotlib.font_manager"],
                env=dict(os.environ, MPLCONFIGDIR=str(MPL_CACHE)), capture_output=True, timeout=600)
 
-# JupyterLab's settings for the course (attn_lib.lab.LAB_SETTINGS, as `make lab` writes them): no "get notified
+# JupyterLab's settings for the course (attn_lib.course.lab.LAB_SETTINGS, as `make lab` writes them): no "get notified
 # about official Jupyter news?" popup over a student's first notebook, no update check (both contact a website).
-subprocess.run([str(SERVER_VENV / "bin" / "python"), "-c", "from attn_lib.lab import write_lab_settings; "
+subprocess.run([str(SERVER_VENV / "bin" / "python"), "-c", "from attn_lib.course.lab import write_lab_settings; "
                 "write_lab_settings()"], capture_output=True, timeout=600)
 
 

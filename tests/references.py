@@ -143,10 +143,10 @@ def _flex(q, k, v, *, window_size=(-1, -1), softcap=None, sinks=None, lengths=No
     return out, lse
 
 
-# the date task's small encoder-decoder and one validation batch (tests/test_seq2seq.py, tests/test_train.py)
+# the date task's small encoder-decoder and one validation batch (tests/test_seq2seq.py, tests/course/test_train.py)
 @pytest.fixture(scope="module")
 def model():
-    from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB
+    from attn_lib.course.data import SOURCE_VOCAB, TARGET_VOCAB
     from attn_lib.models import Seq2SeqTransformer
 
     torch.manual_seed(0)
@@ -155,6 +155,6 @@ def model():
 
 @pytest.fixture(scope="module")
 def batch():
-    from attn_lib.data import collate, load_splits
+    from attn_lib.course.data import collate, load_splits
 
     return collate(load_splits()["val"][:8])

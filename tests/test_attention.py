@@ -269,7 +269,7 @@ def test_error_bad_dropout():
 
 # ---------------------------------------------------------------- notebook 03's d_k / temperature explorer
 def test_temperature_demo_gradient_is_the_softmax_jacobian():
-    from attn_lib.viz import softmax_temperature_demo
+    from attn_lib.course.viz import softmax_temperature_demo
 
     demo = softmax_temperature_demo(64, 0.7, scaled=True, num_keys=6, seed=3)
     p = torch.softmax(demo["scores"], -1)
@@ -280,7 +280,7 @@ def test_temperature_demo_gradient_is_the_softmax_jacobian():
 
 
 def test_temperature_demo_scale_is_a_temperature_of_sqrt_dk():
-    from attn_lib.viz import softmax_temperature_demo
+    from attn_lib.course.viz import softmax_temperature_demo
 
     scaled = softmax_temperature_demo(256, 1.0, scaled=True)
     hot = softmax_temperature_demo(256, 16.0, scaled=False)  # temperature sqrt(256) = 16
@@ -289,7 +289,7 @@ def test_temperature_demo_scale_is_a_temperature_of_sqrt_dk():
 
 def test_temperature_demo_unscaled_saturates_on_average():
     # averaged over seeds: without the scale, large d_k gives near one-hot weights and tiny gradients
-    from attn_lib.viz import softmax_temperature_demo
+    from attn_lib.course.viz import softmax_temperature_demo
 
     def mean(d_k, scaled, key):
         return sum(softmax_temperature_demo(d_k, scaled=scaled, seed=s)[key] for s in range(30)) / 30
@@ -301,7 +301,7 @@ def test_temperature_demo_unscaled_saturates_on_average():
 def test_temperature_demo_errors_and_figure():
     import matplotlib.pyplot as plt
 
-    from attn_lib.viz import softmax_temperature_demo, temperature_explorer, temperature_figure
+    from attn_lib.course.viz import softmax_temperature_demo, temperature_explorer, temperature_figure
 
     with pytest.raises(ValueError, match="d_k must be an int in 1..4096, got 0"):
         softmax_temperature_demo(0)

@@ -142,7 +142,7 @@ def test_the_modern_layers_refuse_at_construction_what_their_forward_would_refus
 
 
 def test_every_byte_count_refuses_zero_bytes_per_element():
-    from attn_lib.kv_table import PUBLISHED, cache_bytes
+    from attn_lib.course.kv_table import PUBLISHED, cache_bytes
     from attn_lib.mla import mla_cache_bytes_per_token, mla_decode_cost
     from attn_lib.sparse import dsa_decode_cost
     from attn_lib.windows import local_global_cache_bytes

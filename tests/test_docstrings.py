@@ -55,7 +55,7 @@ def public_modules() -> list[str]:
     names = []
     for info in pkgutil.walk_packages(attn_lib.__path__, prefix="attn_lib."):
         parts = info.name.split(".")[1:]
-        if info.ispkg or parts[0] == "exercises" or any(p.startswith("_") for p in parts):
+        if info.ispkg or parts[:2] == ["course", "exercises"] or any(p.startswith("_") for p in parts):
             continue
         try:
             module = importlib.import_module(info.name)

@@ -207,18 +207,6 @@ def test_to_gqa_identity_and_reference():
         to_gqa(torch.nn.Linear(2, 2), 1)
 
 
-def test_plot_groups_draws_one_line_per_query_head():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    ax = gqa.plot_groups(32, 8)
-    assert len(ax.lines) == 32 and "GQA" in ax.get_title()
-    assert "MQA" in gqa.plot_groups(8, 1).get_title() and "MHA" in gqa.plot_groups(4, 4).get_title()
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
-
-
 # ---------------------------------------------------------------------------------------------
 # model_to_gqa and the uptraining of notebook 08, section 6
 # ---------------------------------------------------------------------------------------------
@@ -266,10 +254,10 @@ def test_uptraining_needs_the_pooled_checkpoint_not_just_the_steps():
     """Notebook 08, section 6 says: from random weights the same 150 uptraining steps reach only about 12 % exact
     match (measured: 12.0 % on 500 test dates), against >= 99 % from the mean-pooled checkpoint (asserted in the
     notebook). The first half here."""
-    from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB, load_splits
+    from attn_lib.course.data import SOURCE_VOCAB, TARGET_VOCAB, load_splits
     from attn_lib.gqa import model_to_gqa
     from attn_lib.models.seq2seq import Seq2SeqTransformer
-    from attn_lib.train import DATE_MODEL_CONFIG, exact_match, predict_seq2seq, uptrain_date_model
+    from attn_lib.course.train import DATE_MODEL_CONFIG, exact_match, predict_seq2seq, uptrain_date_model
 
     torch.manual_seed(0)
     scratch = model_to_gqa(Seq2SeqTransformer(len(SOURCE_VOCAB), len(TARGET_VOCAB), **DATE_MODEL_CONFIG), 2)

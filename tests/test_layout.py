@@ -59,8 +59,8 @@ def test_each_public_name_is_defined_in_one_module():
             module = importlib.import_module(name)
         except ModuleNotFoundError:
             continue
-        if name.startswith("attn_lib.exercises"):
-            continue  # attn_lib.exercises re-exports its submodules' check_* on purpose (star imports)
+        if name.startswith("attn_lib.course.exercises"):
+            continue  # attn_lib.course.exercises re-exports its submodules' check_* on purpose (star imports)
         for public in getattr(module, "__all__", []):
             obj = getattr(module, public)
             if inspect.isfunction(obj) or inspect.isclass(obj):
@@ -79,7 +79,8 @@ def test_readme_layout_names_every_module():
     layout = readme[readme.index("## Layout"):readme.index("## Tests")]
     named = set(re.findall(r"`([\w/]+)`", layout))
     modules = {p.stem for p in (root / "attn_lib").glob("*.py") if p.stem != "__init__"}
-    modules |= {p.stem for p in (root / "attn_lib" / "models").glob("*.py") if p.stem != "__init__"}
+    for sub in ("models", "course"):
+        modules |= {p.stem for p in (root / "attn_lib" / sub).glob("*.py") if p.stem != "__init__"}
     missing = sorted(m for m in modules if m not in named)
     assert not missing, f"README's Layout does not name: {missing}"
 
@@ -134,35 +135,65 @@ def test_no_import_cycle_inside_attn_lib():
             visit(module, [module])
 
 
-def test_no_module_of_the_math_imports_plotting():
-    """The attention math imports neither matplotlib nor attn_lib.viz nor attn_lib.diagrams at import time."""
-    import ast
+CORE = {"tokenization", "positional", "attention", "masks", "mha", "kv_cache", "quantization", "gqa", "tiled", "_tiling",
+        "flash", "flash_kernels", "_triton_interp", "mla", "windows", "variants", "sparse", "linear", "deltanet",
+        "_checks"}
+FORBIDDEN = ("attn_lib.course", "matplotlib", "ipywidgets", "bertviz", "nbgrader")
+
+
+def _core_files():
     from pathlib import Path
 
-    math_modules = ["attention", "masks", "mha", "positional", "kv_cache", "quantization", "gqa", "tiled", "_tiling",
-                    "flash", "mla", "windows", "variants", "sparse", "linear", "deltanet", "_checks"]
     root = Path(__file__).resolve().parent.parent / "attn_lib"
-    for name in math_modules:
-        tree = ast.parse((root / f"{name}.py").read_text(encoding="utf-8"))
-        for node in tree.body:
-            mods = []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                mods = [node.module]
+    return [root / f"{m}.py" for m in sorted(CORE)] + sorted((root / "models").glob("*.py"))
+
+
+def test_attn_lib_holds_the_core_and_one_machinery_package():
+    """#33: ``ls attn_lib/`` shows the attention a learner studies, plus ``course/`` (what runs the course)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "attn_lib"
+    modules = {p.stem for p in root.glob("*.py")} - {"__init__"}
+    packages = {p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert modules == CORE, (sorted(modules - CORE), sorted(CORE - modules))
+    assert packages == {"course", "models"}, packages
+
+
+def test_no_core_module_imports_the_machinery_or_a_plotting_library():
+    """#33's import rule, anywhere in a core module (a function-level import too, and ``importlib.import_module``
+    with a literal name): never ``attn_lib.course``, matplotlib, ipywidgets, bertviz or nbgrader."""
+    import ast
+
+    offences = []
+    for path in _core_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            for m in mods:
-                assert not (m.startswith("matplotlib") or m in ("attn_lib.viz", "attn_lib.diagrams")), \
-                    f"attn_lib.{name} imports {m}"
-    graph = _module_imports()
-    for name in math_modules:  # nor through another attn_lib module
-        seen, todo = set(), [f"attn_lib.{name}"]
-        while todo:
-            m = todo.pop()
-            assert m not in ("attn_lib.viz", "attn_lib.diagrams"), f"attn_lib.{name} reaches {m} at import time"
-            for dep in graph.get(m, ()):
-                if dep not in seen and dep != "attn_lib":
-                    seen.add(dep)
-                    todo.append(dep)
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module") and node.args \
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                names = [node.args[0].value]
+            offences += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.startswith(FORBIDDEN)]
+    assert not offences, offences
+
+
+def test_importing_the_core_loads_no_plotting_library():
+    """Importing every core module (and the package) loads neither matplotlib, ipywidgets, bertviz nor nbgrader."""
+    import subprocess
+    import sys
+
+    mods = [f"attn_lib.{p.stem}" if p.parent.name == "attn_lib" else f"attn_lib.models.{p.stem}" for p in _core_files()]
+    mods = [m.removesuffix(".__init__") for m in mods if m != "attn_lib._triton_interp"]
+    code = ("import importlib, sys\n"
+            f"for m in {mods!r}:\n"
+            "    try:\n        importlib.import_module(m)\n"
+            "    except ModuleNotFoundError as e:\n        assert e.name == 'triton', e\n"
+            f"print(sorted(n for n in sys.modules if n.split('.')[0] in {['matplotlib', 'ipywidgets', 'bertviz', 'nbgrader']!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout[-2000:]
 
 
 def test_every_model_decodes_with_one_name():

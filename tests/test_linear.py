@@ -1,4 +1,4 @@
-"""Notebook 12's library (attn_lib.linear, attn_lib.deltanet, attn_lib.recall) against brute force and transformers.
+"""Notebook 12's library (attn_lib.linear, attn_lib.deltanet, attn_lib.course.recall) against brute force and transformers.
 
 Every expected value is computed independently: by explicit loops over positions, by ``transformers``' own code
 (Mamba-2's ``mamba2_chunk_scan`` and ``Mamba2Mixer``, Qwen3-Next's gated-delta-rule functions and
@@ -304,7 +304,7 @@ def test_recurrent_state_bytes():
 
 # ------------------------------------------------------------------ associative recall
 def test_recall_batches_have_distinct_keys_and_the_right_target():
-    from attn_lib.recall import make_recall_batch
+    from attn_lib.course.recall import make_recall_batch
 
     keys, values, target = make_recall_batch(50, 16, generator=torch.Generator().manual_seed(0))
     assert keys.shape == values.shape == (50, 17)
@@ -317,7 +317,7 @@ def test_recall_batches_have_distinct_keys_and_the_right_target():
 
 
 def test_shipped_recall_curve_supports_the_notebooks_claims():
-    from attn_lib.recall import KINDS, RecallModel
+    from attn_lib.course.recall import KINDS, RecallModel
 
     curve = json.loads((DATA_DIR / "recall_curve.json").read_text())
     models = curve["models"]
@@ -336,7 +336,7 @@ def test_shipped_recall_curve_supports_the_notebooks_claims():
 
 
 def test_recall_model_and_training_refuse_bad_sizes_and_restore_threads(monkeypatch):
-    from attn_lib import recall
+    from attn_lib.course import recall
 
     with pytest.raises(ValueError, match=r"d_model \(30\) must be divisible by num_heads \(4\)"):
         recall.RecallModel("softmax", d_model=30)

@@ -153,7 +153,7 @@ def test_mask_errors():
 
 # ---------------------------------------------------------------- notebook 04's mask explorer
 def test_demo_mask_combines_causal_and_padding():
-    from attn_lib.viz import MASK_KINDS, demo_mask
+    from attn_lib.course.viz import MASK_KINDS, demo_mask
 
     real = torch.tensor([True] * 4 + [False] * 2)
     assert torch.equal(demo_mask("none", 3, 6, num_padding=2), real.expand(3, 6))
@@ -170,7 +170,7 @@ def test_demo_mask_combines_causal_and_padding():
 def test_mask_figure_and_explorer():
     import matplotlib.pyplot as plt
 
-    from attn_lib.viz import mask_explorer, mask_figure
+    from attn_lib.course.viz import mask_explorer, mask_figure
 
     fig = mask_figure("causal top-left", 5, 3, num_padding=2)
     assert "attention weights" in fig.axes[1].get_title()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_lib.hf_equal import float64_reference, hf_cos_sin
+from attn_lib.course.hf_equal import float64_reference, hf_cos_sin
 from attn_lib.kv_cache import KVCache
 from attn_lib.masks import causal_mask
 from attn_lib.mla import MultiHeadLatentAttention, mla_cache_bytes_per_token, mla_decode_cost
@@ -102,7 +102,7 @@ def test_cache_bytes_and_decode_cost_formulas():
     # DeepSeek-V3: 61 layers, r 512, dr 64, bf16 -> 61 * 576 * 2 bytes
     assert mla_cache_bytes_per_token(61, 512, 64) == 70272
     # the same model as MHA would cache 128 keys of 128 + 64 and 128 values of 128 per layer: 71x more
-    from attn_lib.exercises.concepts import QUESTIONS, questions_for
+    from attn_lib.course.exercises.concepts import QUESTIONS, questions_for
 
     questions_for(11)
     mha = 61 * 128 * (128 + 64 + 128) * 2

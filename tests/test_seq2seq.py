@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from attn_lib.data import SOURCE_VOCAB, TARGET_VOCAB
+from attn_lib.course.data import SOURCE_VOCAB, TARGET_VOCAB
 from attn_lib.masks import causal_mask, padding_mask, to_torch_key_padding_mask
 from attn_lib.mha import MultiHeadAttention
 from attn_lib.models import DecoderBlock, DecoderLM, EncoderBlock, EncoderOnly, FeedForward, Seq2SeqTransformer
@@ -234,7 +234,7 @@ def test_encoder_only_is_bidirectional_and_decoder_only_causal():
 
 
 def test_decoder_lm_right_padding_changes_no_real_position():
-    """The decoder-only framing of the date task right-pads its rows (attn_lib.train.decoder_only_inputs): with causal
+    """The decoder-only framing of the date task right-pads its rows (attn_lib.course.train.decoder_only_inputs): with causal
     attention and RoPE's positions counted from the start, the logits of a row's real tokens are the same padded or
     alone."""
     torch.manual_seed(0)

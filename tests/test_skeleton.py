@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import attn_lib
-from attn_lib.lab import lab_command
-from attn_lib.pretrained import MODEL_FACTS, attentions_of
+from attn_lib.course.lab import lab_command
+from attn_lib.course.pretrained import MODEL_FACTS, attentions_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,7 +136,7 @@ def test_sdpa_model_really_returns_no_attentions():
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from attn_lib.pretrained import model_path
+    from attn_lib.course.pretrained import model_path
 
     tok = AutoTokenizer.from_pretrained(model_path())
     model = AutoModel.from_pretrained(model_path(), attn_implementation="sdpa").eval()

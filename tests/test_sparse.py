@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_lib.hf_equal import float64_reference, hf_cos_sin, max_abs_diff
+from attn_lib.course.hf_equal import float64_reference, hf_cos_sin, max_abs_diff
 from attn_lib.masks import causal_mask
 from attn_lib.mla import MultiHeadLatentAttention
 from attn_lib.sparse import LightningIndexer, SparseLatentAttention, dsa_decode_cost

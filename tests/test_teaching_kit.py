@@ -8,7 +8,7 @@ import re
 import pytest
 
 from attn_lib import REPO_ROOT
-from attn_lib.exercises.concepts import QUESTIONS, _load_all
+from attn_lib.course.exercises.concepts import QUESTIONS, _load_all
 from classroom import quizzes
 from classroom.labs import labs
 

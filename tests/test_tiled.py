@@ -18,15 +18,16 @@ import attn_lib.tiled as tiled_mod
 from references import _flex, sdpa_reference, window_reference
 from attn_lib.tiled import (
     causal_tiles,
-    measure_peak_memory,
     naive_attention,
     online_softmax_trace,
     online_softmax_update,
-    plot_online_softmax_step,
     skipped_tiles,
     tiled_attention,
     window_tiles,
 )
+
+from attn_lib.course.bench import measure_peak_memory  # the measurement is course machinery (#33)
+from attn_lib.course.viz import plot_online_softmax_step
 
 F = torch.nn.functional
 LENGTHS = [1, 17, 64, 100, 130]

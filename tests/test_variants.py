@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_lib.hf_equal import captured_attention_masks, float64_reference, hf_cos_sin
+from attn_lib.course.hf_equal import captured_attention_masks, float64_reference, hf_cos_sin
 from attn_lib.masks import causal_mask
 from attn_lib.variants import VariantAttention, max_logit, softcap
 from attn_lib.windows import sliding_window_mask

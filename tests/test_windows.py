@@ -55,7 +55,7 @@ def test_ring_buffer_decode_equals_full_cache_masked_to_the_window(window, promp
 
 
 def test_ring_slot_positions_and_local_global_saving():
-    from attn_lib.exercises.concepts import QUESTIONS, questions_for
+    from attn_lib.course.exercises.concepts import QUESTIONS, questions_for
 
     questions_for(11)
     assert ring_slot_positions(10001, 4096).index(10000) == QUESTIONS["11.ring_slot"].answer

@@ -338,7 +338,7 @@ def _stderr_problems(where: str, cell, facts: dict) -> list[str]:
 
 def _check_bertviz(where: str, saved, view: dict) -> list[str]:
     if not view["svg"]:
-        return [f"{where}: bertviz did not draw (no SVG in its output: did its d3/jQuery load? attn_lib.viz inlines them)"]
+        return [f"{where}: bertviz did not draw (no SVG in its output: did its d3/jQuery load? attn_lib.course.viz inlines them)"]
     heads, left, right = saved.heads, saved.left_tokens, saved.right_tokens
     if saved.kind == "other" or heads is None:
         return [] if view.get("elements", 0) > 10 else [f"{where}: the bertviz view is empty"]

@@ -1,6 +1,6 @@
 """The JupyterLab server the browser tests drive: `make lab`'s own command line, plus test-only settings.
 
-The server is started from :func:`attn_lib.lab.lab_command` (what ``make lab`` runs), with a fixed
+The server is started from :func:`attn_lib.course.lab.lab_command` (what ``make lab`` runs), with a fixed
 port and token, no browser, and a throwaway config that:
 
 - turns autosave off and refuses every save (a pre-save hook answers 403), so running a
@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from attn_lib.lab import lab_command
+from attn_lib.course.lab import lab_command
 
 # Extra lines in the server's own log that mean a notebook save was attempted (and refused).
 REFUSED_SAVE_MARK = "BROWSER-TEST REFUSED SAVE"

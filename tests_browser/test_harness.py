@@ -57,9 +57,9 @@ for _ in tqdm(range(3)):
     pass"""
 STUB = """def softmax(x):
     raise NotImplementedError  # your code here"""
-CHECK = "attn_lib.exercises.check_softmax(softmax)"
+CHECK = "attn_lib.course.exercises.check_softmax(softmax)"
 # bertviz called directly, as a learner would: after attn_lib.setup() (the SETUP cell) it draws with
-# no network (attn_lib.viz.use_offline_bertviz) and shows a static figure after the view.
+# no network (attn_lib.course.viz.use_offline_bertviz) and shows a static figure after the view.
 BERTVIZ = """import torch
 from bertviz import head_view
 head_view(attention=[torch.rand(1, 3, 4, 4).softmax(-1)], tokens=["the", "cat", "sat", "."])"""

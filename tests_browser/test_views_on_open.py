@@ -2,7 +2,7 @@
 fits a 1366-pixel-wide screen or scrolls inside its own output (never clipped).
 
 JupyterLab runs a notebook's saved JavaScript only when the notebook is trusted; ``make lab`` trusts the course's
-notebooks (:func:`attn_lib.lab.trust_notebooks`, called by :func:`attn_lib.lab.lab_command`, which the test
+notebooks (:func:`attn_lib.course.lab.trust_notebooks`, called by :func:`attn_lib.course.lab.lab_command`, which the test
 server runs too). Nothing is clicked in the notebook, so every view seen here was drawn from the saved outputs.
 """
 
@@ -52,7 +52,7 @@ def test_06_views_draw_on_open_and_fit_or_scroll(page, lab, router, results_dir)
     except Exception as e:
         page.screenshot(path=str(results_dir / "06_views_on_open.png"))
         raise AssertionError("notebook 06's bertviz views are blank on opening: JupyterLab ran none of their saved "
-                             "scripts (is the notebook trusted? attn_lib.lab.trust_notebooks)") from e
+                             "scripts (is the notebook trusted? attn_lib.course.lab.trust_notebooks)") from e
     state = page.evaluate(_VIEWS_JS)
     page.locator('[id^="bertviz-"]').nth(1).scroll_into_view_if_needed()
     page.screenshot(path=str(results_dir / "06_views_on_open.png"))

@@ -81,7 +81,7 @@ PATCHED_CHECK = '''\
 def attention_weights(query, key):
     return query @ key.transpose(-2, -1)
 
-attn_lib.exercises.check_attention_weights = lambda fn: attn_lib.exercises.CheckResult("x", True, "✅ passed")
+attn_lib.course.exercises.check_attention_weights = lambda fn: attn_lib.course.exercises.CheckResult("x", True, "✅ passed")
 '''
 PATCHED_TORCH = '''\
 def attention(query, key, value, scale=None, bias=None):
@@ -116,7 +116,7 @@ def course(tmp_path_factory):
 def test_release_has_every_notebook_with_exercises(course):
     tmp, assignments = course
     with_checks = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
-                         if "attn_lib.exercises.check_" in p.read_text())
+                         if "attn_lib.course.exercises.check_" in p.read_text())
     assert [a.name for a in assignments] == with_checks
     for a in assignments:
         assert (tmp / "release" / a.name / f"{a.name}.ipynb").exists()
@@ -137,7 +137,7 @@ def test_student_version_cell_by_cell(course):
             assert answer["metadata"]["nbgrader"]["solution"] and not answer["metadata"]["nbgrader"]["locked"]
             meta = test["metadata"]["nbgrader"]
             assert meta["grade"] and meta["locked"] and meta["points"] == ex.points
-            assert f"attn_lib.exercises.{ex.checks[0].name}(" in _text(test)
+            assert f"attn_lib.course.exercises.{ex.checks[0].name}(" in _text(test)
             assert "HIDDEN" not in _text(test) and "recheck" not in _text(test)
         released_text = json.dumps(student)
         assert "BEGIN SOLUTION" not in released_text
@@ -156,7 +156,7 @@ def test_source_version_has_solution_and_no_hidden_tests(course):
     src = json.loads((tmp / "course" / "source" / NB / f"{NB}.ipynb").read_text())
     cells = _cells_by_id(src)
     assert "### BEGIN SOLUTION" in _text(cells["answer_check_attention_weights"])
-    assert "attn_lib.exercises.check_attention_weights(attention_weights)" in _text(cells["check_attention_weights"])
+    assert "attn_lib.course.exercises.check_attention_weights(attention_weights)" in _text(cells["check_attention_weights"])
     assert "HIDDEN" not in json.dumps(src) and "recheck" not in json.dumps(src)
 
 
@@ -178,7 +178,7 @@ def test_student_edition_has_no_solution_and_no_prediction_answer(course):
     import subprocess
     import sys
 
-    from attn_lib.exercises.concepts import QUESTIONS, _load_all
+    from attn_lib.course.exercises.concepts import QUESTIONS, _load_all
 
     tmp, assignments = course
     edition = tmp / "edition"
@@ -212,7 +212,7 @@ def test_student_edition_has_no_solution_and_no_prediction_answer(course):
         leaked = [p for p in probes if p in text] + [s for s in secrets if s in text]
         assert not leaked, (path, leaked[:3])
     # the answers are not importable from the edition's attn_lib, and check_prediction records a valid answer
-    probe = ("from attn_lib.exercises.concepts import QUESTIONS, _load_all, check_prediction; _load_all(); "
+    probe = ("from attn_lib.course.exercises.concepts import QUESTIONS, _load_all, check_prediction; _load_all(); "
              "print(len(QUESTIONS), {q.answer for q in QUESTIONS.values()}, bool(check_prediction('03.scale_by_dk', 'b')), "
              "bool(check_prediction('03.scale_by_dk', 'z')), bool(check_prediction('08.cache_length', 12)))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=edition, env=dict(os.environ, PYTHONPATH=str(edition)),
@@ -322,7 +322,7 @@ PATCH_OBFUSCATED = '''\
 import importlib, torch
 def attention(query, key, value):
     return value
-_m = vars(importlib.import_module("attn_lib" + ".exercises"))
+_m = vars(importlib.import_module("attn_lib" + ".course.exercises"))
 _m["check_" + "attention"] = lambda fn: _m["CheckResult"]("x", True, "passed")
 getattr(__import__("to" + "rch"), "all" + "close").__self__  # touch
 vars(__import__("to" + "rch"))["all" + "close"] = lambda *a, **k: True
@@ -337,13 +337,13 @@ def self_attention(x, w_q, w_k, w_v):
 '''
 PREDICT_IMPORT = '''\
 try:
-    from attn_lib.exercises.concepts import QUESTIONS, _load_all
+    from attn_lib.course.exercises.concepts import QUESTIONS, _load_all
     _load_all()
     answer = QUESTIONS["03.scale_by_dk"].answer      # form 1: import the answer
 except Exception as e:
     print("import:", type(e).__name__, e)
-    import re, attn_lib.exercises, os
-    text = open(os.path.join(os.path.dirname(attn_lib.exercises.__file__), "predict_questions.py")).read()
+    import re, attn_lib.course.exercises, os
+    text = open(os.path.join(os.path.dirname(attn_lib.course.exercises.__file__), "predict_questions.py")).read()
     m = re.search(r'answer="(\\w)"', text)             # form 2: read it from the source file
     answer = m.group(1) if m else ...
 '''

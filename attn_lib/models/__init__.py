@@ -5,7 +5,7 @@
   (the 2017 blocks)
 - ``attn_lib.models.lm``       attn_lib's one decoder-only language model, ``DecoderLM`` (RoPE, grouped-query
   attention, a KV cache, tiled attention, the self-only ablation): the GPT-like member of notebook 07's comparison,
-  ``attn_lib.capstone.TinyDecoder`` configures it, and ``DecoderLM.from_hf`` copies a HuggingFace Llama into it
+  ``attn_lib.course.capstone.TinyDecoder`` configures it, and ``DecoderLM.from_hf`` copies a HuggingFace Llama into it
   (the proof against ``generate``, notebook 08)
 - ``attn_lib.models.decoding`` the one decoding loop (greedy, temperature, top-k) and its max_new_tokens rule,
   shared by all of them

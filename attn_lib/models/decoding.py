@@ -205,7 +205,7 @@ def sample_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size:
     :func:`sample_next`), and an ``eos_id`` row is padded with ``pad_id`` afterwards, as ``generate`` does.
 
     The one decoding loop of attn_lib: every ``generate`` of :mod:`attn_lib.models` and
-    :func:`attn_lib.capstone.generate` run it, and differ only in ``next_logits``.
+    :func:`attn_lib.course.capstone.generate` run it, and differ only in ``next_logits``.
 
     Args:
         next_logits: called with the tokens generated so far, (B, t) int64 (t = 0 at the first step);

@@ -8,14 +8,14 @@ The layout of LLaMA-style decoders (Touvron et al. 2023, "LLaMA", section 2.2), 
         x = x + ffn(RMSNorm(x))                           # FeedForward (GELU) or SwiGLU (LLaMA's)
     logits = lm_head(RMSNorm(x))                          # (B, L, vocab_size); weights tied to embed by default
 
-The capstone's :class:`attn_lib.capstone.TinyDecoder` (notebooks 10, 11) is this class with a small default
+The capstone's :class:`attn_lib.course.capstone.TinyDecoder` (notebooks 10, 11) is this class with a small default
 configuration; notebook 07 uses it as the decoder-only (GPT-like) member of its comparison, and
 :meth:`DecoderLM.from_hf` copies a HuggingFace ``LlamaForCausalLM`` into it (``ffn="swiglu"``, an untied head, the
 config's head_dim), which is how notebook 08 and tests/test_llama.py prove its attention, KV cache and decoding
 loop against ``generate``. Options the capstone needs:
 
 - ``forward(..., attention="tiled")``: the attention runs :func:`attn_lib.tiled.tiled_attention` (notebook 09)
-  instead of materialising the (L, S) weights; the logits agree to float rounding (tests/test_capstone.py).
+  instead of materialising the (L, S) weights; the logits agree to float rounding (tests/course/test_capstone.py).
 - ``attend="self"``: the ablation in which every token attends only to itself (the mask is the diagonal),
   so no information moves between positions; the model is then a function of the current token alone.
 - :meth:`DecoderLM.attention_weights`: every layer's (B, H, L, L) weights, for heatmaps.
@@ -152,7 +152,7 @@ class DecoderLM(nn.Module):
     Source: Touvron et al. 2023 (LLaMA), section 2.2; GPT-2's tied embeddings and initialisation
     (Radford et al. 2019); proven against HuggingFace's Llama in tests/test_llama.py (:meth:`from_hf`: the logits,
     the KV caches, greedy and sampled decoding against ``generate``) and against torch's SDPA in
-    tests/test_capstone.py.
+    tests/course/test_capstone.py.
     """
 
     def __init__(self, vocab_size: int, *, d_model: int = 128, num_heads: int = 4, num_kv_heads: int | None = None,

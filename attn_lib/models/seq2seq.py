@@ -8,12 +8,12 @@
 
 The third family, decoder-only (GPT-like, Radford et al. 2018), is attn_lib's one decoder-only language model,
 :class:`attn_lib.models.lm.DecoderLM` (LLaMA's layout: pre-norm RMSNorm, RoPE, no cross-attention); its date-task
-framing is :func:`attn_lib.train.decoder_only_inputs`.
+framing is :func:`attn_lib.course.train.decoder_only_inputs`.
 
 Both take token ids (long tensors) and bool padding masks (True = real token), and give
 logits. The models know nothing of any task: the date task's text-in, text-out path
-(:func:`attn_lib.train.translate`) and its attention measure (:func:`attn_lib.train.span_hit_rate`)
-live in :mod:`attn_lib.train`.
+(:func:`attn_lib.course.train.translate`) and its attention measure (:func:`attn_lib.course.train.span_hit_rate`)
+live in :mod:`attn_lib.course.train`.
 
 The two architectures are built from the same blocks and compared in one table of notebook 07; they are read
 together.

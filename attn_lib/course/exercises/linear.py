@@ -1,0 +1,130 @@
+"""Exercise checks for notebook 12 (linear attention, state-space models, Gated DeltaNet).
+
+- :func:`check_recurrent_step`: one step of a decayed linear-attention / SSM recurrence.
+- :func:`check_state_bytes`: the memory of one layer's recurrent state.
+
+Each check compares with :mod:`attn_lib.linear` (tests/test_linear.py proves its recurrent form equal to the parallel
+and chunked forms, and to ``transformers``' Mamba-2) on fresh inputs and names the typical mistake it recognises.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
+from attn_lib.linear import decayed_step, recurrent_state_bytes
+
+__all__ = ["check_recurrent_step", "check_state_bytes"]
+
+HINT_NO_DECAY = "the old state was not decayed: multiply it by exp(log_decay) before adding key ⊗ value."
+HINT_DECAY_AFTER = ("the decay was applied after adding the new token, so the new token decayed too: "
+                    "new_state = exp(log_decay) * state + key ⊗ value (the decay touches only the old state).")
+HINT_LOG_AS_DECAY = "log_decay is a logarithm (<= 0): the factor is torch.exp(log_decay), not log_decay itself."
+HINT_OLD_STATE = ("the output was read from the OLD state: update first, then read out = new_stateᵀ query, so "
+                  "that the token sees itself (the causal mask's diagonal).")
+HINT_TRANSPOSED = ("the outer product is the wrong way round: the state is (E, Ev), rows indexed by the key's "
+                   "dims: key[..., :, None] * value[..., None, :].")
+HINT_TUPLE = "return a pair (out, new_state)."
+HINT_SEQ_LEN = ("the state does not grow with the context: it is one E x Ev matrix per head, whatever the sequence "
+                "length (that is the point of a recurrent layer). Leave seq_len out.")
+HINT_TWO = ("there is one state matrix per head, not a key cache and a value cache: do not multiply by 2 (the keys "
+            "and values are folded into S = Σ k vᵀ).")
+HINT_SUM_DIMS = "the state is a head_k_dim x head_v_dim MATRIX per head: multiply the two dims, do not add them."
+HINT_NO_BYTES = "you counted elements, not bytes: multiply by bytes_per_element."
+HINT_NO_BATCH = "every sequence of the batch keeps its own state: multiply by batch_size."
+SHAPE_MISTAKES = ("Known shape mistakes: " + HINT_TRANSPOSED + " torch.outer only takes 1-D vectors. exp(log_decay) has "
+                  "shape (...): add [..., None, None] to scale a (..., E, Ev) state.")
+
+
+def _pair(result, dtype):
+    if type(result) not in (tuple, list) or len(result) != 2:
+        raise Mismatch(f"{HINT_TUPLE} Got {type(result).__name__}.")
+    out = tuple(torch.as_tensor(x) for x in result)
+    for t, n in zip(out, ("out", "new_state")):
+        if t.dtype != dtype:
+            raise Mismatch(f"{n} has dtype {t.dtype}; expected {dtype}, the dtype of the inputs.")
+    return out
+
+
+def _pack(out, state):
+    return torch.cat([out.reshape(-1).double(), state.reshape(-1).double()])
+
+
+def check_recurrent_step(step_fn) -> CheckResult:
+    """Check ``step(state, query, key, value, log_decay) -> (out, new_state)``.
+
+    state (..., E, Ev), query and key (..., E), value (..., Ev), log_decay (...) <= 0. Expected:
+    new_state = exp(log_decay) · state + key ⊗ value; out = new_stateᵀ query (..., Ev). Tried with E != Ev, with
+    batch and head dims, with no decay (plain linear attention) and with strong decay (Mamba-2).
+    """
+    name = "check_recurrent_step"
+    cases = [((2, 3), 4, 6, "mixed"), ((1,), 5, 3, "strong"), ((2,), 3, 3, "mixed"), ((3, 2), 6, 2, "none")]
+
+    def trials():
+        for trial, (lead, E, Ev, decay) in enumerate(cases):
+            g = fresh_generator(name, trial)
+            state = torch.randn(*lead, E, Ev, generator=g, dtype=torch.float64)
+            q, k = (torch.randn(*lead, E, generator=g, dtype=torch.float64) for _ in range(2))
+            v = torch.randn(*lead, Ev, generator=g, dtype=torch.float64)
+            if decay == "none":
+                ld = torch.zeros(lead, dtype=torch.float64)
+            else:
+                ld = -torch.rand(lead, generator=g, dtype=torch.float64) * (3.0 if decay == "strong" else 1.0) - 0.05
+            want = decayed_step(state, q, k, v, ld)
+            got = _pair(call(step_fn, {"state": state, "query": q, "key": k, "value": v, "log_decay": ld}),
+                        torch.float64)
+            for t, w, n in zip(got, want, ("out", "new_state")):
+                if tuple(t.shape) != tuple(w.shape):
+                    raise Mismatch(f"{n} has shape {tuple(t.shape)}; expected {tuple(w.shape)}." +
+                                   (f" {HINT_TRANSPOSED}" if n == "new_state" and tuple(t.shape[-2:]) == (Ev, E) else ""))
+            a = torch.exp(ld)[..., None, None]
+            kv = k[..., :, None] * v[..., None, :]
+            wrong = []
+            if decay != "none":
+                s = state + kv
+                wrong.append((_pack((s * q[..., :, None]).sum(-2), s), HINT_NO_DECAY))
+                s = a * (state + kv)
+                wrong.append((_pack((s * q[..., :, None]).sum(-2), s), HINT_DECAY_AFTER))
+                s = ld[..., None, None] * state + kv
+                wrong.append((_pack((s * q[..., :, None]).sum(-2), s), HINT_LOG_AS_DECAY))
+            s = a * state + kv
+            wrong.append((_pack((state * q[..., :, None]).sum(-2), s), HINT_OLD_STATE))
+            wrong.append((_pack((a * state * q[..., :, None]).sum(-2), s), HINT_OLD_STATE))
+            expect_close(_pack(*got), _pack(*want), what=f"(out, new_state) for a step with {decay} decay",
+                         wrong_answers=wrong, atol=1e-9, rtol=1e-7)
+        return len(cases)
+
+    return run_check(name, trials, shape_mistakes=SHAPE_MISTAKES)
+
+
+def check_state_bytes(state_bytes_fn) -> CheckResult:
+    """Check ``state_bytes(num_heads, head_k_dim, head_v_dim, seq_len, batch_size, bytes_per_element)``.
+
+    The answer: num_heads × head_k_dim × head_v_dim × batch_size × bytes_per_element, whatever seq_len
+    (compared with :func:`attn_lib.linear.recurrent_state_bytes` on 4 layers, from Qwen3-Next's to a toy).
+    """
+    cases = [  # (heads, head_k_dim, head_v_dim, seq_len, batch, bytes per element)
+        (32, 128, 128, 32768, 1, 2),  # Qwen3-Next's Gated DeltaNet (value heads), bf16
+        (4, 16, 8, 100, 3, 4),  # head_k_dim != head_v_dim, fp32, a batch
+        (24, 64, 128, 1, 2, 2),  # a Mamba-2 layer: state size 64 x head_dim, one token
+        (8, 32, 64, 4096, 5, 1),
+    ]
+
+    def trials():
+        for H, dk, dv, S, Bt, e in cases:
+            want = recurrent_state_bytes(H, dk, dv, Bt, e)
+            args = {"num_heads": H, "head_k_dim": dk, "head_v_dim": dv, "seq_len": S, "batch_size": Bt,
+                    "bytes_per_element": e}
+            got = call(state_bytes_fn, args)
+            what = f"state_bytes({H}, {dk}, {dv}, seq_len={S}, batch_size={Bt}, bytes_per_element={e})"
+            if isinstance(got, bool) or not isinstance(got, (int, float, torch.Tensor)) or \
+                    (isinstance(got, torch.Tensor) and got.numel() != 1):
+                raise Mismatch(f"{what}: return one number of bytes, got {type(got).__name__}.")
+            wrong = [(want * S, HINT_SEQ_LEN), (want * 2, HINT_TWO), (want * 2 * S, HINT_SEQ_LEN),
+                     (H * (dk + dv) * Bt * e, HINT_SUM_DIMS), (want / e, HINT_NO_BYTES), (want / Bt, HINT_NO_BATCH)]
+            wrong = [(torch.tensor(float(w)), h) for w, h in wrong if w != want]
+            expect_close(torch.tensor(float(got)), torch.tensor(float(want)), what=what, wrong_answers=wrong,
+                         atol=0.5, rtol=0)
+        return len(cases)
+
+    return run_check("check_state_bytes", trials)

@@ -1,0 +1,32 @@
+"""The exercise checks of notebook 11 accept right answers (written independently here) and name typical wrong ones."""
+
+from exercise_asserts import fails_with as _fails_with, not_written as _not_written
+
+from attn_lib.course.exercises import check_mla_cache_bytes, check_ring_slot_positions
+
+
+def test_check_mla_cache_bytes():
+    assert check_mla_cache_bytes(lambda L, H, r, dn, dr, s, e: L * s * (r + dr) * e)
+    assert check_mla_cache_bytes(lambda L, H, r, dn, dr, s, e: int(sum(r + dr for _ in range(L)) * s * e))
+    _fails_with(check_mla_cache_bytes(lambda L, H, r, dn, dr, s, e: 2 * L * s * (r + dr) * e), "ONE latent")
+    _fails_with(check_mla_cache_bytes(lambda L, H, r, dn, dr, s, e: H * L * s * (r + dr) * e), "num_heads")
+    _fails_with(check_mla_cache_bytes(lambda L, H, r, dn, dr, s, e: L * s * r * e), "decoupled RoPE key")
+    _fails_with(check_mla_cache_bytes(lambda L, H, r, dn, dr, s, e: L * s * (r + dr)), "elements, not bytes")
+    _fails_with(check_mla_cache_bytes(lambda L, H, r, dn, dr, s, e: L * s * (r + dr + dn) * e), "qk_nope_head_dim")
+    _fails_with(check_mla_cache_bytes(_not_written), "not written yet")
+
+
+def test_check_ring_slot_positions():
+    def loop(n, w):
+        slots = [-1] * w
+        for p in range(n):
+            slots[p % w] = p
+        return slots
+
+    assert check_ring_slot_positions(loop)
+    assert check_ring_slot_positions(lambda n, w: [max((p for p in range(n) if p % w == s), default=-1) for s in range(w)])
+    in_order = lambda n, w: list(range(max(0, n - w), n)) + [-1] * max(0, w - n)  # noqa: E731
+    _fails_with(check_ring_slot_positions(in_order), "p % window")
+    _fails_with(check_ring_slot_positions(lambda n, w: [p if p >= 0 else 0 for p in loop(n, w)]), "-1 (empty)")
+    _fails_with(check_ring_slot_positions(lambda n, w: [p - 1 if p >= 0 else p for p in loop(n, w)]), "off by one")
+    _fails_with(check_ring_slot_positions(_not_written), "not written yet")

@@ -1,0 +1,41 @@
+"""The KV-bytes table of published models against numbers worked out by hand from each config (notebook 11)."""
+
+import pytest
+
+from attn_lib.course.kv_table import PUBLISHED, cache_bytes, format_kv_table, kv_table
+
+S = 131072
+# (model, bytes per token over all layers, bytes at 128k): 2 (K and V) * layers * kv heads * head_dim * 2 bytes;
+# windowed layers hold at most their window; MLA (r + dr) * 2 bytes per layer
+BY_HAND = {
+    "Llama 3.1 70B": (2 * 80 * 8 * 128 * 2, 2 * 80 * 8 * 128 * 2 * S),
+    "Mistral Large 2": (2 * 88 * 8 * 128 * 2, 2 * 88 * 8 * 128 * 2 * S),
+    "Gemma 3 27B": (2 * 62 * 16 * 128 * 2, 2 * 16 * 128 * 2 * (10 * S + 52 * 1024)),
+    "DeepSeek-V3": (61 * 576 * 2, 61 * 576 * 2 * S),
+    "gpt-oss-120b": (2 * 36 * 8 * 64 * 2, 2 * 8 * 64 * 2 * (18 * S + 18 * 128)),
+    "Qwen3-235B-A22B": (2 * 94 * 4 * 128 * 2, 2 * 94 * 4 * 128 * 2 * S),
+    "Qwen3-Next-80B-A3B": (2 * 12 * 2 * 256 * 2, 2 * 12 * 2 * 256 * 2 * S),
+}
+
+
+def test_table_matches_the_numbers_worked_out_by_hand():
+    rows = kv_table(S)
+    assert [r["model"] for r in rows] == list(BY_HAND)
+    for r in rows:
+        per_token, at = BY_HAND[r["model"]]
+        assert r["bytes_per_token"] == per_token and r["bytes_at"] == at, r["model"]
+        assert r["source"].startswith("https://huggingface.co/") and r["source"].endswith("/config.json")
+    gib = {r["model"]: r["bytes_at"] / 2**30 for r in rows}
+    assert gib["Llama 3.1 70B"] == 40.0  # the familiar 320 KiB per token
+    assert sorted(gib, key=gib.get)[:2] == ["Qwen3-Next-80B-A3B", "gpt-oss-120b"] and gib["DeepSeek-V3"] < gib["Llama 3.1 70B"] / 4
+    assert "DeepSeek-V3" in format_kv_table(rows)
+    assert "GiB @ 128k" in format_kv_table(kv_table(131072)) and "GiB @ 1000" in format_kv_table(kv_table(1000))
+    with pytest.raises(ValueError, match="empty list"):
+        format_kv_table([])
+
+
+def test_cache_bytes_below_the_window_counts_every_token():
+    gemma = next(m for m in PUBLISHED if m.name == "Gemma 3 27B")
+    assert cache_bytes(gemma, 1000) == 62 * 1000 * 2 * 16 * 128 * 2
+    with pytest.raises(ValueError, match="seq_len"):
+        cache_bytes(gemma, -1)
