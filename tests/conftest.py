@@ -34,7 +34,7 @@ def pretrained():
 def one_thread():
     """Tiny matrices: one thread avoids OpenMP start-up costs that dominate on a busy 2-core machine.
 
-    Use it with ``pytestmark = pytest.mark.usefixtures("one_thread")`` (tests/test_gqa.py, tests/test_lm.py).
+    Use it with ``pytestmark = pytest.mark.usefixtures("one_thread")`` (tests/test_gqa.py, tests/models/test_lm.py).
     """
     import torch
 

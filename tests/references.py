@@ -143,7 +143,7 @@ def _flex(q, k, v, *, window_size=(-1, -1), softcap=None, sinks=None, lengths=No
     return out, lse
 
 
-# the date task's small encoder-decoder and one validation batch (tests/test_seq2seq.py, tests/course/test_train.py)
+# the date task's small encoder-decoder and one validation batch (tests/models/test_seq2seq.py, tests/course/test_train.py)
 @pytest.fixture(scope="module")
 def model():
     from attn_lib.course.data import SOURCE_VOCAB, TARGET_VOCAB

@@ -1,5 +1,5 @@
 """attn_lib.mha: MultiHeadAttention.from_hf equals HuggingFace's BERT, GPT-2 and Llama attention; head_dim,
-average_attn_weights and the argument errors of the module (the decoding Llama is in tests/test_llama.py).
+average_attn_weights and the argument errors of the module (the decoding Llama is in tests/models/test_lm_from_hf.py).
 
 Tiny random-initialised models built from transformers configs (no download), in float64.
 """

@@ -231,7 +231,7 @@ def generate(model: DecoderLM, prompt: torch.Tensor, max_new_tokens: int, *, use
     Raises:
         TypeError / ValueError: as DecoderLM.generate (max_new_tokens must be >= 1 here).
 
-    Source: HuggingFace's ``generate`` (do_sample, temperature, top_k), which tests/test_llama.py matches
+    Source: HuggingFace's ``generate`` (do_sample, temperature, top_k), which tests/models/test_lm_from_hf.py matches
     (DecoderLM.from_hf of a random Llama).
     """
     check_tensor("prompt", prompt, ndim=2)

@@ -7,7 +7,7 @@ residual connection followed by layer normalisation ("Add & Norm")::
     x = x + Dropout(Sublayer(LayerNorm(x)))          # norm_first=True: GPT-2, T5, most LLMs ("pre-norm")
 
 The blocks compute exactly what ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``
-compute (``batch_first=True``, same ``norm_first``); ``tests/test_seq2seq.py`` copies weights
+compute (``batch_first=True``, same ``norm_first``); ``tests/models/test_seq2seq.py`` copies weights
 between them and compares. The attention inside is attn_lib's own
 :class:`attn_lib.mha.MultiHeadAttention` (True = may attend / real token, attn_lib's one mask convention).
 
@@ -104,7 +104,7 @@ class SwiGLU(nn.Module):
 
     Source: Shazeer 2020, "GLU Variants Improve Transformer", eq. 6 (FFN_SwiGLU, bias-free); Touvron et al. 2023
     (LLaMA), section 2.2. Equal to transformers' ``LlamaMLP`` with ``hidden_act="silu"``, ``mlp_bias=False``
-    (tests/test_llama.py copies the weights and compares in float64).
+    (tests/models/test_lm_from_hf.py copies the weights and compares in float64).
     """
 
     def __init__(self, d_model: int, d_ff: int):

@@ -10,7 +10,7 @@ each passes a function to :func:`sample_loop` and the loop itself -- choosing th
 
 Sampling (:func:`sample_next`) draws the next token from ``softmax(logits / temperature)`` after keeping
 only the ``top_k`` largest logits: HuggingFace's ``TemperatureLogitsWarper`` then ``TopKLogitsWarper`` and
-``torch.multinomial``, the order ``generate(do_sample=True)`` applies them in (tests/test_lm.py compares
+``torch.multinomial``, the order ``generate(do_sample=True)`` applies them in (tests/models/test_lm.py compares
 the warpers value for value and the sampled tokens with HF ``generate`` on a random Llama). Temperature 0
 is greedy decoding (the limit T -> 0 of the softmax puts all mass on the argmax); :func:`greedy_loop` is
 :func:`sample_loop` with temperature 0.

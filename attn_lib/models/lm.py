@@ -11,7 +11,7 @@ The layout of LLaMA-style decoders (Touvron et al. 2023, "LLaMA", section 2.2), 
 The capstone's :class:`attn_lib.course.capstone.TinyDecoder` (notebooks 10, 11) is this class with a small default
 configuration; notebook 07 uses it as the decoder-only (GPT-like) member of its comparison, and
 :meth:`DecoderLM.from_hf` copies a HuggingFace ``LlamaForCausalLM`` into it (``ffn="swiglu"``, an untied head, the
-config's head_dim), which is how notebook 08 and tests/test_llama.py prove its attention, KV cache and decoding
+config's head_dim), which is how notebook 08 and tests/models/test_lm_from_hf.py prove its attention, KV cache and decoding
 loop against ``generate``. Options the capstone needs:
 
 - ``forward(..., attention="tiled")``: the attention runs :func:`attn_lib.tiled.tiled_attention` (notebook 09)
@@ -24,7 +24,7 @@ Decoding with :meth:`DecoderLM.generate` keeps one :class:`attn_lib.kv_cache.KVC
 prompt is processed once, then each step feeds only the newest token, whose query attends over all
 cached keys (the causal mask aligned bottom-right). The next token is chosen by
 :func:`attn_lib.models.decoding.sample_loop`, the one decoding loop of attn_lib (greedy at temperature 0,
-else temperature and top-k sampling). tests/test_lm.py checks that the cached logits equal the full forward
+else temperature and top-k sampling). tests/models/test_lm.py checks that the cached logits equal the full forward
 pass to 1e-5 and that greedy output is identical with and without the cache. Pass your own
 ``kv_caches=model.new_kv_caches()`` to :meth:`DecoderLM.generate` to read the filled caches afterwards.
 """
@@ -81,7 +81,7 @@ class LMBlock(nn.Module):
 
     Source: Touvron et al. 2023 (LLaMA), §2.2: pre-normalisation with RMSNorm, rotary embeddings; the FFN is
     GELU by default, LLaMA's SwiGLU with ``ffn="swiglu"`` (then the layer equals transformers'
-    ``LlamaDecoderLayer``, tests/test_llama.py).
+    ``LlamaDecoderLayer``, tests/models/test_lm_from_hf.py).
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, d_ff: int, rope_base: float,
@@ -150,7 +150,7 @@ class DecoderLM(nn.Module):
             ``init`` or ``ffn``.
 
     Source: Touvron et al. 2023 (LLaMA), section 2.2; GPT-2's tied embeddings and initialisation
-    (Radford et al. 2019); proven against HuggingFace's Llama in tests/test_llama.py (:meth:`from_hf`: the logits,
+    (Radford et al. 2019); proven against HuggingFace's Llama in tests/models/test_lm_from_hf.py (:meth:`from_hf`: the logits,
     the KV caches, greedy and sampled decoding against ``generate``) and against torch's SDPA in
     tests/course/test_capstone.py.
     """
@@ -234,7 +234,7 @@ class DecoderLM(nn.Module):
                 ``attention_dropout`` (DecoderLM's attention has no dropout).
 
         Source: Touvron et al. 2023 (LLaMA), section 2.2; the module names of transformers'
-        ``modeling_llama`` (tests/test_llama.py: logits, caches and ``generate`` equal, in float64).
+        ``modeling_llama`` (tests/models/test_lm_from_hf.py: logits, caches and ``generate`` equal, in float64).
         """
         config = getattr(hf_model, "config", None)
         inner = getattr(hf_model, "model", None)
@@ -394,7 +394,7 @@ class DecoderLM(nn.Module):
 
         With ``use_cache=True`` the prompt is run once, filling one cache per layer, and each later
         step runs only the newest token (its keys and values are appended). With ``use_cache=False``
-        each step runs the whole sequence again -- the same tokens come out (tests/test_lm.py), only
+        each step runs the whole sequence again -- the same tokens come out (tests/models/test_lm.py), only
         slower. The token is chosen by :func:`attn_lib.models.decoding.sample_next`: the argmax at
         temperature 0 (ties to the lowest id, ``torch.argmax``), else a draw from
         ``softmax(top_k_filter(logits / temperature, top_k))`` (HuggingFace's warpers, in HF's order).

@@ -7,7 +7,7 @@
 Each compares with attn_lib on fresh inputs: the block with :class:`attn_lib.models.lm.LMBlock` itself (proven
 against torch's SDPA in tests/course/test_capstone.py), the step with a reference step on a copy of the model, the
 sampler with :func:`attn_lib.models.decoding.sample_next` (proven against HuggingFace's warpers in
-tests/test_sampling.py) and with the exact probabilities; and names typical mistakes.
+tests/models/test_decoding.py) and with the exact probabilities; and names typical mistakes.
 """
 
 from __future__ import annotations

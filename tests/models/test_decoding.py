@@ -5,7 +5,7 @@
 - ``sample_next`` at temperature 0 is the argmax; with a temperature it draws from the warped softmax
   (frequencies against the exact probabilities), never outside the top k, reproducibly with a generator;
 - ``sample_loop`` at temperature 0 is ``greedy_loop``; DecoderLM.generate samples the same way.
-The sampled tokens equal HF ``generate(do_sample=True)`` on a random Llama in tests/test_llama.py.
+The sampled tokens equal HF ``generate(do_sample=True)`` on a random Llama in tests/models/test_lm_from_hf.py.
 """
 
 from __future__ import annotations
