@@ -121,7 +121,7 @@ $(VENV)/.browser-installed: requirements-browser.txt | $(STAMP)
 	touch $@
 
 test-browser: install $(VENV)/.browser-installed
-	$(BIN)/python -m pytest tests_browser -v --durations=0 --timeout=900 $(if $(BROWSER_NB),--notebooks $(BROWSER_NB))
+	$(BIN)/python -m pytest tests_browser -v --durations=0 --timeout=1800 $(if $(BROWSER_NB),--notebooks $(BROWSER_NB))
 
 # The course as a website: build/book/ (Sphinx + myst-nb, sphinx-book-theme) from the executed notebooks'
 # saved outputs, offline; its packages (requirements-book.txt) go into .venv on first use.

@@ -418,8 +418,8 @@ def _exercise_widgets(nbpage: NotebookPage, where: str, index: int, timeout_s: f
     return problems
 
 
-def run_notebook(page, lab, nb: NotebookExpectation, screenshot: Path, *, open_timeout_s: float = 180,
-                 run_timeout_s: float = 600, widget_timeout_s: float = 20) -> RunResult:
+def run_notebook(page, lab, nb: NotebookExpectation, screenshot: Path, *, open_timeout_s: float = 300,
+                 run_timeout_s: float = 900, widget_timeout_s: float = 120) -> RunResult:
     """Open ``nb`` in JupyterLab, Run All, check every cell; always saves the screenshot."""
     result = RunResult(screenshot=screenshot)
     page.on("console", lambda m: result.console_errors.append(m.text[:300]) if m.type == "error" else None)
