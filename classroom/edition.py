@@ -107,6 +107,9 @@ On the class hub none of this is needed: your teacher's link opens this course i
   locked, and grading puts them back as released.
 - "Predict, then check" questions: write your prediction (a letter or a number). In this edition the answers are
   not included: your prediction is recorded, counts when you answer, and the answer is discussed in class.
+- `my_attn/` is your own attention stack: stubs that you replace, piece by piece, as the notebooks teach them.
+  `make check-mine` shows which pieces pass and the first hint for the rest; `ATTN_MINE=1 make lab` runs the
+  notebooks on your pieces.
 - Worked solutions are not in this edition: your teacher hands them out after the deadline.
 - Submit as your teacher says (the Assignments tab on the hub, or your notebook files).
 """
@@ -119,7 +122,7 @@ BIN    := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: lab test install
+.PHONY: lab test install check-mine
 $(VENV)/.installed: requirements.txt pyproject.toml
 \t$(PYTHON) -m venv $(VENV)
 \t$(BIN)/python -m pip install -r requirements.txt
@@ -131,6 +134,9 @@ install: $(VENV)/.installed
 
 lab: install
 \t$(BIN)/python -m jupyter lab --ServerApp.root_dir=$(CURDIR) notebooks/00_welcome/00_welcome.ipynb
+
+check-mine: install
+\t@$(BIN)/python -m attn_lib.course.mine
 
 test: install
 \t$(BIN)/python -c "import attn_lib, torch, transformers; from attn_lib.course.exercises import check_prediction; \\
@@ -159,6 +165,8 @@ def build_edition(release_dir: Path, out: Path, notebooks_dir: Path = ROOT / "no
         if glossary.exists():
             shutil.copy2(glossary, dest / "glossary.md")
     shutil.copytree(ROOT / "attn_lib", out / "attn_lib", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # the learner's own stack: the stubs only (the worked solution stays in notebooks/solutions/)
+    shutil.copytree(ROOT / "my_attn", out / "my_attn", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for fname, text in withheld_predictions().items():
         (out / "attn_lib" / "course" / "exercises" / fname).write_text(text)
     shutil.copytree(ROOT / "data", out / "data", ignore=shutil.ignore_patterns("__pycache__"))

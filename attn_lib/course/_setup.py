@@ -22,7 +22,9 @@ def setup(seed: int = 0) -> None:
     libraries to offline mode and turns off their progress bars and info logging; sets
     matplotlib defaults (colour-blind-safe ``viridis`` colormap and Okabe-Ito line colours,
     small figures); makes PyTorch print 4 decimals; makes ``bertviz.head_view`` and
-    ``bertviz.model_view`` draw with no network (``attn_lib.course.viz.use_offline_bertviz``).
+    ``bertviz.model_view`` draw with no network (``attn_lib.course.viz.use_offline_bertviz``). With the environment
+    variable ``ATTN_MINE`` set (``1``, or the folder of a package), runs the course on the learner's own stack
+    (``attn_lib.course.mine.use_mine``).
 
     Args:
         seed: non-negative int used for every random number generator.
@@ -75,3 +77,12 @@ def setup(seed: int = 0) -> None:
     from attn_lib.course.viz import use_offline_bertviz
 
     use_offline_bertviz()
+
+    # ATTN_MINE=1 (or a folder): run the course on the learner's own stack, my_attn (attn_lib.course.mine).
+    if os.environ.get("ATTN_MINE"):
+        from attn_lib.course.mine import use_mine
+
+        state = torch.get_rng_state()  # the checks draw from their own generators; the notebook's stream stays
+        use_mine(os.environ["ATTN_MINE"])
+        torch.set_rng_state(state)
+

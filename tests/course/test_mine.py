@@ -1,0 +1,181 @@
+"""The learner's own stack (#34): my_attn's stubs, the checks of its pieces, ``make check-mine``'s table at three
+points (stubs only, half done, all done), and the switch that runs the course on the learner's code."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import attn_lib
+from attn_lib.course import mine
+from attn_lib.course.exercises import pieces
+
+ROOT = attn_lib.REPO_ROOT
+STUBS, SOLVED = ROOT / "my_attn", ROOT / "notebooks" / "solutions" / "my_attn"
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    yield
+    mine.use_attn_lib()
+
+
+def _half_done(tmp_path):
+    """The stubs with notebook 02's and 03's modules solved: a learner half-way through."""
+    pkg = tmp_path / "my_attn"
+    shutil.copytree(STUBS, pkg)
+    for module in ("positional", "attention"):
+        shutil.copy(SOLVED / f"{module}.py", pkg / f"{module}.py")
+    return pkg
+
+
+def _package(tmp_path, module: str, source: str):
+    """The stubs with ``module`` replaced by ``source``."""
+    pkg = tmp_path / "my_attn"
+    shutil.copytree(STUBS, pkg, dirs_exist_ok=True)
+    (pkg / f"{module}.py").write_text(textwrap.dedent(source))
+    return pkg
+
+
+def test_every_stub_names_its_notebook_and_section():
+    statuses = mine.check_mine(STUBS)
+    assert [s.status for s in statuses] == ["not written"] * len(mine.PIECES)
+    for s in statuses:
+        assert f"notebook {s.piece.notebook}" in s.message and s.piece.section in s.message
+    import my_attn.attention as stub  # loaded by check_mine from the repository's folder
+
+    with pytest.raises(NotImplementedError, match=r'notebook 03, section "The reference function'):
+        stub.scaled_dot_product_attention(torch.ones(1, 2), torch.ones(1, 2), torch.ones(1, 2))
+
+
+def test_the_stubs_have_attn_libs_signatures():
+    import importlib
+    import inspect
+
+    mine.check_mine(STUBS)
+    for piece in mine.PIECES:
+        theirs = getattr(importlib.import_module(f"attn_lib.{piece.module}"), piece.name, None)
+        ours = getattr(importlib.import_module(f"my_attn.{piece.module}"), piece.name)
+        if theirs is not None:
+            assert inspect.signature(ours).parameters.keys() == inspect.signature(theirs).parameters.keys(), piece
+
+
+def test_progress_table_at_three_points(tmp_path, capsys):
+    half_done = _half_done(tmp_path)
+    rows = {p: mine.progress_table(mine.check_mine(p)) for p in (STUBS, half_done, SOLVED)}
+    assert rows[STUBS].endswith(f"0 of {len(mine.PIECES)} pieces pass.")
+    half = rows[half_done]
+    assert half.endswith(f"5 of {len(mine.PIECES)} pieces pass.")
+    assert "| `attention.scaled_dot_product_attention` | 03 | passes |  |" in half
+    assert "| `masks.causal_mask` | 04 | not written | write it: notebook 04, section" in half
+    assert rows[SOLVED].endswith(f"{len(mine.PIECES)} of {len(mine.PIECES)} pieces pass.")
+    # the command make check-mine runs
+    out = subprocess.run([sys.executable, "-m", "attn_lib.course.mine", str(SOLVED)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("pieces pass."), out.stderr[-2000:]
+
+
+def test_use_mine_replaces_attn_libs_pieces_everywhere_and_undoes(capsys):
+    import attn_lib.attention as A
+    import attn_lib.mla as mla
+
+    original = A.scaled_dot_product_attention
+    statuses = mine.use_mine(SOLVED)
+    assert all(s.status == "passes" for s in statuses)
+    import my_attn.attention as theirs
+
+    assert A.scaled_dot_product_attention is theirs.scaled_dot_product_attention
+    assert mla.scaled_dot_product_attention is theirs.scaled_dot_product_attention  # attn_lib's own users too
+    from attn_lib.attention import scaled_dot_product_attention  # a notebook's import after the switch
+
+    assert scaled_dot_product_attention is theirs.scaled_dot_product_attention
+    assert "9 of 9 pieces are yours and in use" in capsys.readouterr().out.replace(str(len(mine.PIECES)), "9")
+    mine.use_attn_lib()
+    assert A.scaled_dot_product_attention is original and mla.scaled_dot_product_attention is original
+
+
+def test_a_missing_or_failing_piece_falls_back_with_one_line_each(tmp_path, capsys):
+    pkg = _package(tmp_path, "masks", """
+        import torch
+        def causal_mask(q_len, kv_len=None, *, align="top_left", device=None):
+            kv_len = q_len if kv_len is None else kv_len
+            return torch.ones(q_len, kv_len, dtype=torch.bool).triu()   # the mistake: the upper triangle
+        def padding_mask(lengths, max_len=None):
+            raise NotImplementedError
+    """)
+    import attn_lib.masks as M
+
+    original = M.causal_mask
+    mine.use_mine(pkg)
+    out = capsys.readouterr().out
+    assert M.causal_mask is original
+    assert "04 causal_mask: fails its check; attn_lib's is used. ❌ causal_mask: not yet." in out
+    assert "04 padding_mask: not written yet; attn_lib's is used." in out
+
+
+SOFTMAX_WRONG = {
+    "calls torch.softmax": ("return torch.softmax(scores, dim)", "called torch.softmax"),
+    "calls F.softmax": ("return torch.nn.functional.softmax(scores, dim=dim)", "called"),
+    "calls the Tensor method": ("return scores.softmax(dim)", "called Tensor.softmax"),
+    "log_softmax then exp": ("return scores.log_softmax(dim).exp()", "called Tensor.log_softmax"),
+    "no max subtracted": ("e = scores.exp()\n    return e / e.sum(dim, keepdim=True)", "overflows"),
+    "wrong axis": ("m = scores.amax(0, keepdim=True)\n    e = (scores - m).exp()\n    return e / e.sum(0, keepdim=True)",
+                   "wrong axis"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SOFTMAX_WRONG))
+def test_softmax_check_rejects_the_typical_wrong_answers(tmp_path, case):
+    body, hint = SOFTMAX_WRONG[case]
+    src = f"import torch\ndef softmax(scores, dim=-1):\n    {body}\n"
+    ns: dict = {}
+    exec(src, ns)  # noqa: S102 - the learner's code, as a test input
+    result = pieces.check_piece_softmax(ns["softmax"])
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_softmax_check_accepts_a_differently_written_right_answer():
+    def softmax(scores, dim=-1):  # through log-sum-exp: no library softmax, stable
+        return (scores - scores.logsumexp(dim, keepdim=True)).exp()
+
+    assert pieces.check_piece_softmax(softmax).passed
+
+
+def test_sdpa_check_rejects_torchs_function_and_the_typical_mistakes():
+    F = torch.nn.functional
+
+    def borrowed(q, k, v, attn_mask=None, *, is_causal=False, dropout_p=0.0, scale=None, enable_gqa=False):
+        w = torch.zeros(1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal, scale=scale), w
+
+    r = pieces.check_piece_scaled_dot_product_attention(borrowed)
+    assert not r.passed and "called torch.nn.functional.scaled_dot_product_attention" in r.message
+
+    def unscaled(q, k, v, attn_mask=None, *, is_causal=False, dropout_p=0.0, scale=None, enable_gqa=False):
+        w = (q @ k.transpose(-2, -1)).softmax(-1)
+        return w @ v, w
+
+    r = pieces.check_piece_scaled_dot_product_attention(unscaled)
+    assert not r.passed and "not scaled" in r.message
+
+
+def test_split_heads_check_names_a_reshape_without_transpose():
+    r = pieces.check_piece_split_heads(lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1))
+    assert not r.passed and "transpose(1, 2)" in r.message
+    assert pieces.check_piece_split_heads(lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3)).passed
+
+
+def test_the_switch_runs_from_the_environment(tmp_path):
+    """ATTN_MINE=<folder> before attn_lib.setup(): the learner's function is the one a notebook imports."""
+    code = ("import attn_lib; attn_lib.setup()\n"
+            "from attn_lib.attention import scaled_dot_product_attention as f\n"
+            "print(f.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "ATTN_MINE": str(SOLVED)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "my_attn.attention"
