@@ -914,13 +914,15 @@ def bpe_summary(tokenizer: BPETokenizer, vocab_size: int, sentence: str, *, last
     Source: the course's own: notebook 01 (its BPE widget).
     """
     _check_text("sentence", sentence)
-    start = tokenizer.vocab_size - len(tokenizer.merges)
+    # the starting symbols: unk_token, the alphabet (byte level: the 256 bytes) and the special tokens
+    starting = set(tokenizer.alphabet) | set(tokenizer.special_tokens) | ({tokenizer.unk_token} - {None})
+    start = len(starting)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
         raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__} {vocab_size!r}")
     if not start <= vocab_size <= tokenizer.vocab_size:
         raise ValueError(f"vocab_size must be in {start}..{tokenizer.vocab_size} for this tokenizer, got {vocab_size}")
     # merges that recreate an existing token add no new id, so count tokens, not merges
-    k, size, seen = 0, start, set(tokenizer.id_to_token[:start])
+    k, size, seen = 0, start, starting
     while k < len(tokenizer.merges) and size < vocab_size:
         new = "".join(tokenizer.merges[k])
         size += new not in seen
