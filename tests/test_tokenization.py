@@ -749,14 +749,31 @@ _STREAM_TEXT = st.lists(st.sampled_from(
      " cat", "é", "🙂", "12", "x", ".", "!?"]) | st.text(alphabet="ab '\n<|>é", max_size=4), max_size=25).map("".join)
 
 
+# merges that join what GPT-2's pattern keeps together only once it has seen 3 characters ('re, 'll) or the
+# character after a run of spaces: cut the stream too early and the ids differ (no special tokens, whose own
+# margin would hide it)
+_CONTRACTIONS = BPETokenizer([("'", "r"), ("'r", "e"), ("'", "l"), ("'l", "l"), ("'", "s"), ("Ġ", "Ġ"), ("Ġ", "Ċ"),
+                              ("Ċ", "Ċ"), ("Ġ", "c"), ("a", "t"), ("Ġc", "at")], byte_level=True)
+
+
 @settings(max_examples=300, deadline=None)
 @given(_STREAM_TEXT, st.lists(st.integers(0, 200), max_size=12))
 def test_encode_iterable_equals_encode_wherever_the_text_is_cut(byte_special_tok, text, cuts):
     points = sorted({min(c, len(text)) for c in cuts})
     chunks = [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
     assert "".join(chunks) == text
-    assert list(byte_special_tok.encode_iterable(chunks)) == byte_special_tok.encode(text)
-    assert list(byte_special_tok.encode_iterable(list(text))) == byte_special_tok.encode(text)  # one char each
+    for tok in (byte_special_tok, _CONTRACTIONS):
+        assert list(tok.encode_iterable(chunks)) == tok.encode(text)
+        assert list(tok.encode_iterable(list(text))) == tok.encode(text)  # one character at a time
+
+
+def test_encode_iterable_waits_for_contractions_and_special_tokens(byte_special_tok):
+    for chunks in (["x'r", "e"], ["x'", "ll"], ["a  ", "cat"], ["a \n", "b"]):
+        assert list(_CONTRACTIONS.encode_iterable(chunks)) == _CONTRACTIONS.encode("".join(chunks))
+    assert _CONTRACTIONS.tokenize("x're") == ["x", "'re"]  # not "'" + "r" + "e": the stream must wait for the "e"
+    for chunks in ([EOT, EOT], ["ab <|endof", "text|>"], ["<|pa", "d|>"], [EOT + "<", "|endoftext|>"]):
+        assert list(byte_special_tok.encode_iterable(chunks)) == byte_special_tok.encode("".join(chunks))
+    assert byte_special_tok.tokenize(EOT + EOT) == [EOT + EOT]
 
 
 @settings(max_examples=100, deadline=None)
@@ -803,3 +820,62 @@ def test_encode_iterable_memory_stays_bounded(byte_special_tok, corpus):
     assert size > 290_000 and count > 100_000
     assert streamed < size / 10, (streamed, size)
     assert whole > size  # the same measurement sees encode() hold the text and its ids
+
+
+# ---------------------------------------------------------------- bad special tokens, streams, vocabularies and files
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: BPETokenizer([], "abc", special_tokens=EOT), TypeError, ["special_tokens", "list of str", "str"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=5), TypeError, ["special_tokens", "int 5"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=[EOT, 7]), TypeError, ["special_tokens[1]", "str", "int 7"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=[b"<s>"]), TypeError, ["special_tokens[0]", "bytes"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=[""]), ValueError, ["special_tokens[0]", "empty"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=["<s>", EOT, "<s>"]), ValueError,
+         ["special_tokens[2]", "'<s>'", "duplicate", "special_tokens[0]"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=["a"]), ValueError, ["special_tokens[0]", "'a'", "alphabet"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=["[UNK]"]), ValueError, ["special_tokens[0]", "unk_token"]),
+        (lambda: BPETokenizer([("a", "b")], "abc", special_tokens=["ab"]), ValueError, ["'ab'", "merge"]),
+        (lambda: BPETokenizer([], byte_level=True, special_tokens=["Ġ"]), ValueError, ["'Ġ'", "alphabet"]),
+        (lambda: BPETokenizer.train("abc", 100, special_tokens=EOT), TypeError, ["special_tokens", "str"]),
+        (lambda: BPETokenizer.train("abc", 257, byte_level=True, special_tokens=[EOT, "<|pad|>"]), ValueError,
+         ["vocab_size=257", "258", "2 special tokens"]),
+        (lambda: BPETokenizer.train("abc", 100, tie_break="greatest"), ValueError, ["tie_break", "'greatest_bytes'"]),
+        (lambda: BPETokenizer([], "abc").encode_iterable("abc"), TypeError, ["iterable", "str", "encode(text)"]),
+        (lambda: BPETokenizer([], "abc").encode_iterable(5), TypeError, ["iterable", "int 5"]),
+        (lambda: list(BPETokenizer([], "abc").encode_iterable(["ab", b"c"])), TypeError,
+         ["element 1", "bytes", "text mode"]),
+        (lambda: BPETokenizer([], "ab", vocab=[("a", 0)]), TypeError, ["vocab", "dict", "list"]),
+        (lambda: BPETokenizer([], "ab", vocab={"[UNK]": 0, "a": 1, "b": "2"}), TypeError, ["vocab", "'b'", "'2'"]),
+        (lambda: BPETokenizer([], "ab", vocab={"[UNK]": 0, "a": 1}), ValueError, ["vocab", "'b'", "missing"]),
+        (lambda: BPETokenizer([], "ab", vocab={"[UNK]": 0, "a": 1, "b": 2, "c": 3}), ValueError,
+         ["vocab", "'c'", "id 3"]),
+        (lambda: BPETokenizer([], "ab", vocab={"[UNK]": 0, "a": 1, "b": 1}), ValueError, ["ids", "0..2", "id 1", "'b'"]),
+        (lambda: BPETokenizer([], "ab", vocab={"[UNK]": 0, "a": 1, "b": 5}), ValueError, ["ids", "0..2", "id 5"]),
+        (lambda: BPETokenizer.from_files(None, "m.txt"), TypeError, ["vocab_filepath", "None"]),
+    ],
+)
+def test_special_stream_and_vocab_errors_name_argument_and_value(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_from_files_small_files_and_their_errors(tmp_path):
+    vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())} | {"Ġt": 256, "Ġth": 257, EOT: 258}
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (tmp_path / "merges.txt").write_text("#version: 0.2\nĠ t\n\nĠt h\n", encoding="utf-8")
+    tok = BPETokenizer.from_files(tmp_path / "vocab.json", str(tmp_path / "merges.txt"))
+    assert tok.merges == [("Ġ", "t"), ("Ġt", "h")] and tok.special_tokens == [EOT]  # found: no merge makes it
+    assert tok.encode(" the" + EOT) == [vocab["Ġth"], vocab["e"], 258]
+    with pytest.raises(ValueError, match=r"'<\|endoftext\|>' \(id 258\).*special token"):
+        BPETokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt", special_tokens=[])
+    (tmp_path / "bad.txt").write_text("Ġ t\nĠt h e\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.txt, line 2: a merge is two tokens.*'Ġt h e'"):
+        BPETokenizer.from_files(tmp_path / "vocab.json", tmp_path / "bad.txt")
+    (tmp_path / "list.json").write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(TypeError, match="JSON object"):
+        BPETokenizer.from_files(tmp_path / "list.json", tmp_path / "merges.txt")
