@@ -17,6 +17,11 @@ GPT-2's rule (:data:`WORD_PATTERN`): runs of letters, of digits, or of other sym
 keeping the single space in front of it, so ``"the cat sat."`` -> ``["the", " cat", " sat", "."]``.
 Merges never cross these boundaries, and joining the pieces gives back the text exactly.
 
+Special tokens (GPT-2's ``<|endoftext|>``, :class:`BPETokenizer`'s ``special_tokens``) are cut out of the text
+before pre-tokenization: each is one token with its own id, never split, never merged across.
+:meth:`BPETokenizer.encode_iterable` encodes a stream (a file, line by line) with bounded memory, and
+:meth:`BPETokenizer.from_files` loads GPT-2's ``vocab.json`` / ``merges.txt`` with GPT-2's ids.
+
 Why one module of over 400 lines: text to tokens is one idea; BPE (training, encoding, byte level) and
 WordPiece share the pre-tokenizers and the normalisation that make them equal to the real tokenizers.
 """
@@ -619,7 +624,8 @@ class BPETokenizer:
 
         Character mode: exact for text whose characters are all in the alphabet; an unknown
         character comes back as ``unk_token``. Byte-level: ``decode(encode(s)) == s`` for every
-        str ``s``; ids whose bytes are not valid UTF-8 give U+FFFD (errors="replace").
+        str ``s``; ids whose bytes are not valid UTF-8 give U+FFFD (errors="replace"). A special
+        token decodes as itself.
 
         Raises:
             TypeError / ValueError: an id is not an int in 0..vocab_size-1.
