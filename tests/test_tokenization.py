@@ -545,7 +545,7 @@ def test_decode_accepts_a_1d_tensor_and_a_tuple():
     assert tok.decode(torch.tensor([10, 6])) == tok.decode((10, 6)) == "hugs"
 
 
-# ---------------------------------------------------------------- special tokens, streams, CS336's tie rule (issue 38 §5)
+# ---------------------------------------------------------------- special tokens, streams, CS336's ties (issue 38 §5)
 
 import os  # noqa: E402
 import tracemalloc  # noqa: E402
@@ -555,7 +555,8 @@ EOT = "<|endoftext|>"
 
 # Stanford CS336's assignment 1 fixtures (data, MIT licence), outside the project: ../shared/peer-data/cs336 next to
 # the repository (ATTN_PEER_DATA overrides the folder). A learner's clone has none, so these tests skip there.
-PEER = Path(os.environ.get("ATTN_PEER_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "peer-data")) / "cs336"
+PEER = Path(os.environ.get("ATTN_PEER_DATA",
+                           Path(__file__).resolve().parents[1].parent / "shared" / "peer-data")) / "cs336"
 needs_peer_data = pytest.mark.skipif(not (PEER / "corpus.en").is_file(), reason=f"no CS336 fixtures at {PEER}")
 
 
