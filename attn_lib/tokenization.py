@@ -17,6 +17,11 @@ GPT-2's rule (:data:`WORD_PATTERN`): runs of letters, of digits, or of other sym
 keeping the single space in front of it, so ``"the cat sat."`` -> ``["the", " cat", " sat", "."]``.
 Merges never cross these boundaries, and joining the pieces gives back the text exactly.
 
+Special tokens (GPT-2's ``<|endoftext|>``, :class:`BPETokenizer`'s ``special_tokens``) are cut out of the text
+before pre-tokenization: each is one token with its own id, never split, never merged across.
+:meth:`BPETokenizer.encode_iterable` encodes a stream (a file, line by line) with bounded memory, and
+:meth:`BPETokenizer.from_files` loads GPT-2's ``vocab.json`` / ``merges.txt`` with GPT-2's ids.
+
 Why one module of over 400 lines: text to tokens is one idea; BPE (training, encoding, byte level) and
 WordPiece share the pre-tokenizers and the normalisation that make them equal to the real tokenizers.
 """
@@ -26,7 +31,7 @@ from __future__ import annotations
 import unicodedata
 from collections import Counter, defaultdict
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import regex
 
@@ -185,14 +190,75 @@ def _id_list(ids):
     return list(ids)
 
 
-class BPETokenizer:
-    """Byte-pair encoding tokenizer: learned merges replayed in order.
+def _check_special_tokens(special_tokens) -> list[str]:
+    """``special_tokens`` as a list of distinct non-empty str (None -> [])."""
+    if special_tokens is None:
+        return []
+    if isinstance(special_tokens, (str, bytes)) or not hasattr(special_tokens, "__iter__"):
+        raise TypeError(f"special_tokens must be a list of str, e.g. ['<|endoftext|>'], got "
+                        f"{type(special_tokens).__name__} {special_tokens!r:.60}")
+    specials = list(special_tokens)
+    for k, t in enumerate(specials):
+        if not isinstance(t, str):
+            raise TypeError(f"special_tokens[{k}] must be a str, got {type(t).__name__} {t!r:.60}")
+        if not t:
+            raise ValueError(f"special_tokens[{k}] is the empty string; a special token needs at least one character")
+    seen: dict[str, int] = {}
+    for k, t in enumerate(specials):
+        if t in seen:
+            raise ValueError(f"special_tokens[{k}] {t!r} is a duplicate of special_tokens[{seen[t]}]; list each once")
+        seen[t] = k
+    return specials
 
-    Vocabulary ids: in character mode ``unk_token`` is id 0, then the alphabet sorted by code
-    point, then one id per merge in learned order (the same layout as the ``tokenizers``
-    library's BPE trainer with ``special_tokens=[unk_token]``). In byte-level mode the ids
-    0..255 are the byte values (shown with GPT-2's :func:`bytes_to_unicode` characters, e.g.
-    ``Ġ`` for a space) and there is no unknown token: every text can be encoded.
+
+def _special_regex(specials: Sequence[str]):
+    """A regex matching any special token, the longest first where several start at the same place."""
+    if not specials:
+        return None
+    return regex.compile("|".join(regex.escape(t) for t in sorted(specials, key=lambda t: (-len(t), t))))
+
+
+def _split_on_specials(pattern, text: str) -> list[tuple[str, bool]]:
+    """``text`` as (piece, is_special) pairs: special tokens (leftmost, then longest) and the text between."""
+    if pattern is None:
+        return [(text, False)] if text else []
+    out: list[tuple[str, bool]] = []
+    pos = 0
+    for m in pattern.finditer(text):
+        if m.start() > pos:
+            out.append((text[pos:m.start()], False))
+        out.append((m.group(), True))
+        pos = m.end()
+    if pos < len(text):
+        out.append((text[pos:], False))
+    return out
+
+
+#: a pre-token starting fewer than this many characters before the end of the buffered text may still change
+#: when more text arrives (the contractions ``'re``/``'ve``/``'ll`` look 3 characters ahead); see encode_iterable
+_LOOKAHEAD = 4
+
+
+class BPETokenizer:
+    """Byte-pair encoding tokenizer: learned merges replayed in order, with optional special tokens.
+
+    Vocabulary ids (the default layout): in character mode ``unk_token`` is id 0, then the alphabet
+    sorted by code point, then one id per merge in learned order (the same layout as the ``tokenizers``
+    library's BPE trainer with ``special_tokens=[unk_token]``). In byte-level mode the ids 0..255 are
+    the byte values (shown with GPT-2's :func:`bytes_to_unicode` characters, e.g. ``Ġ`` for a space)
+    and there is no unknown token: every text can be encoded. **Special tokens** come last, after the
+    merges, in the order given: as GPT-2, whose ``<|endoftext|>`` is its last id, 50256, and as
+    tiktoken, whose special tokens follow its mergeable ranks. (CS336's reference vocabulary puts
+    its one special token first, at id 0, and the ``tokenizers`` trainer puts its ``special_tokens``
+    first too: pass ``vocab=`` for any other layout, as :meth:`from_files` does with GPT-2's
+    ``vocab.json``.)
+
+    Special tokens (e.g. ``<|endoftext|>``, which separates documents) are matched in the text
+    before anything else, each becomes its one id, and they are never split nor merged with their
+    neighbours: the text between two of them is pre-tokenized on its own. Where two special tokens
+    overlap, the leftmost wins, and among those starting at the same place the longest (the
+    ``tokenizers`` library's rule for added tokens; with ``<|endoftext|>`` and
+    ``<|endoftext|><|endoftext|>`` both special, two in a row are the second token).
 
     Worked example (alphabet ``{b, g, h, n, p, s, u}``, merges ``(u, g)``, ``(u, n)``, ``(h, ug)``)::
 
@@ -208,19 +274,29 @@ class BPETokenizer:
         unk_token: the token for a character outside the alphabet (character mode only); one
             ``unk_token`` per unknown character; it is never merged.
         byte_level: work on the UTF-8 bytes of the text (GPT-2) instead of on characters.
+        special_tokens: a list of distinct non-empty str, matched in the text as whole tokens
+            (None or ``[]``: none). None may equal another token of the vocabulary.
+        vocab: ``{token: id}`` to number the tokens otherwise than the default layout above: it must
+            hold every token (unk_token, alphabet, merged tokens, special tokens) once, with the ids
+            0..vocab_size-1 (e.g. GPT-2's ``vocab.json``). None: the default layout.
 
     Raises:
-        TypeError / ValueError: malformed merges or alphabet (the message names the merge).
+        TypeError / ValueError: malformed merges or alphabet (the message names the merge);
+            ``special_tokens`` not a list of str (TypeError), an empty, duplicate or already-known
+            special token (ValueError); a ``vocab`` that is not ``{str: int}`` (TypeError) or misses a
+            token, has an extra one or an id outside 0..vocab_size-1 (ValueError).
 
     No tensors: text is str, ids are int (lists of int), merges pairs of str; ``num_merges`` / ``vocab_size``
     ints.
 
     Source: Sennrich et al. 2016, section 3.2 (BPE); byte level as GPT-2 (Radford et al. 2019, section 2.2);
-    the id layout of HuggingFace's ``tokenizers`` BPE trainer.
+    the id layout of HuggingFace's ``tokenizers`` BPE trainer; special tokens as tiktoken and the
+    ``tokenizers`` library's added tokens.
     """
 
     def __init__(self, merges: Iterable[tuple[str, str]], alphabet: Iterable[str] | str | None = None,
-                 unk_token: str = "[UNK]", *, byte_level: bool = False):
+                 unk_token: str = "[UNK]", *, byte_level: bool = False,
+                 special_tokens: Iterable[str] | None = None, vocab: dict[str, int] | None = None):
         if not isinstance(byte_level, bool):
             raise TypeError(f"byte_level must be a bool, got {byte_level!r}")
         self.byte_level = byte_level
@@ -255,6 +331,7 @@ class BPETokenizer:
             tokens = [unk_token, *alphabet_list]
         self.alphabet: list[str] = alphabet_list
         self._alphabet_set = frozenset(alphabet_list)
+        specials = _check_special_tokens(special_tokens)
 
         if isinstance(merges, (str, dict)) or merges is None:
             raise TypeError(f"merges must be a list of (left, right) string pairs (e.g. [] for none), got "
@@ -283,13 +360,51 @@ class BPETokenizer:
                 known.add(new)
                 tokens.append(new)
             checked.append((left, right))
+        for k, t in enumerate(specials):
+            if t in known:
+                what = ("the unk_token" if t == self.unk_token else "a character of the alphabet"
+                        if t in self._alphabet_set else "a token made by a merge")
+                raise ValueError(f"special_tokens[{k}] {t!r} is already {what}; a special token must be a string "
+                                 "of its own, so that it has one id")
+        tokens.extend(specials)
         self.merges: list[tuple[str, str]] = checked
         self._ranks = {pair: rank for rank, pair in enumerate(checked)}
+        #: the special tokens, in the order given (default ids: the last ``len(special_tokens)`` ids)
+        self.special_tokens: list[str] = specials
+        self._special_set = frozenset(specials)
+        self._special_re = _special_regex(specials)
+        self._max_special_len = max((len(t) for t in specials), default=0)
+        if vocab is not None:
+            tokens = self._ids_from_vocab(vocab, tokens)
         self.id_to_token: list[str] = tokens
         self.vocab: dict[str, int] = {t: i for i, t in enumerate(tokens)}
         #: for a trained tokenizer: the pair count at the moment each merge was chosen
         self.merge_counts: list[int] | None = None
         self._cache: dict[str, tuple[str, ...]] = {}
+
+    @staticmethod
+    def _ids_from_vocab(vocab, tokens: list[str]) -> list[str]:
+        """The tokens in the order of ``vocab``'s ids, after checking that it numbers exactly ``tokens``."""
+        if not isinstance(vocab, dict):
+            raise TypeError(f"vocab must be a dict {{token: id}}, got {type(vocab).__name__} {vocab!r:.60}")
+        for t, i in vocab.items():
+            if not isinstance(t, str) or isinstance(i, bool) or not isinstance(i, int):
+                raise TypeError(f"vocab must map str tokens to int ids, got {t!r:.40}: {i!r:.40}")
+        wanted = set(tokens)
+        missing = [t for t in tokens if t not in vocab]
+        if missing:
+            raise ValueError(f"vocab has no id for the token {missing[0]!r} ({len(missing)} tokens missing)")
+        extra = [t for t in vocab if t not in wanted]
+        if extra:
+            raise ValueError(f"vocab has the token {extra[0]!r} (id {vocab[extra[0]]}), which is neither in the "
+                             "alphabet, nor made by a merge, nor a special token")
+        by_id: list[str | None] = [None] * len(tokens)
+        for t, i in vocab.items():
+            if not 0 <= i < len(tokens) or by_id[i] is not None:
+                raise ValueError(f"vocab ids must be 0..{len(tokens) - 1}, each once; got id {i} for {t!r:.40}"
+                                 + (f" (already {by_id[i]!r:.40})" if 0 <= i < len(tokens) else ""))
+            by_id[i] = t
+        return by_id  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ info
     @property
@@ -302,12 +417,18 @@ class BPETokenizer:
 
     def __repr__(self) -> str:
         mode = "byte_level=True" if self.byte_level else f"{len(self.alphabet)} characters"
-        return f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, {mode})"
+        specials = f", special_tokens={self.special_tokens!r:.80}" if self.special_tokens else ""
+        return f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, {mode}{specials})"
 
     def with_merges(self, num_merges: int) -> "BPETokenizer":
         """The same tokenizer with only its first ``num_merges`` merges (training stopped earlier).
 
+        The special tokens stay. Ids: the kept tokens are numbered 0..n-1 in the order of their ids here,
+        so the default layout stays the default layout (special tokens right after the kept merges) and
+        GPT-2's layout stays GPT-2's.
+
         Raises:
+            TypeError: ``num_merges`` not an int.
             ValueError: ``num_merges`` outside 0..len(merges).
         """
         if isinstance(num_merges, bool) or not isinstance(num_merges, int):
@@ -315,7 +436,11 @@ class BPETokenizer:
         if not 0 <= num_merges <= len(self.merges):
             raise ValueError(f"num_merges must be in 0..{len(self.merges)}, got {num_merges}")
         alphabet = None if self.byte_level else self.alphabet
-        tok = BPETokenizer(self.merges[:num_merges], alphabet, self.unk_token or "[UNK]", byte_level=self.byte_level)
+        kept = BPETokenizer(self.merges[:num_merges], alphabet, self.unk_token or "[UNK]", byte_level=self.byte_level,
+                            special_tokens=self.special_tokens).id_to_token
+        order = sorted(kept, key=self.vocab.__getitem__)
+        tok = BPETokenizer(self.merges[:num_merges], alphabet, self.unk_token or "[UNK]", byte_level=self.byte_level,
+                           special_tokens=self.special_tokens, vocab={t: i for i, t in enumerate(order)})
         if self.merge_counts is not None:
             tok.merge_counts = self.merge_counts[:num_merges]
         return tok
@@ -361,15 +486,21 @@ class BPETokenizer:
 
     # ------------------------------------------------------------------ text <-> tokens <-> ids
     def tokenize(self, text: str) -> list[str]:
-        """Text -> tokens: :func:`pre_tokenize`, then :meth:`tokenize_word` on each word.
+        """Text -> tokens: special tokens first (each one token), then :func:`pre_tokenize` on the text
+        between them and :meth:`tokenize_word` on each word.
 
         Raises:
             TypeError: ``text`` is not a str.
+            ValueError: byte level, a lone surrogate in ``text`` (not valid UTF-8).
         """
         _check_text("text", text)
         tokens: list[str] = []
-        for word in pre_tokenize(text):
-            tokens.extend(self.tokenize_word(word))
+        for piece, special in _split_on_specials(self._special_re, text):
+            if special:
+                tokens.append(piece)
+            else:
+                for word in pre_tokenize(piece):
+                    tokens.extend(self.tokenize_word(word))
         return tokens
 
     def convert_tokens_to_ids(self, tokens: Sequence[str]) -> list[int]:
@@ -405,15 +536,96 @@ class BPETokenizer:
         return out
 
     def encode(self, text: str) -> list[int]:
-        """Text -> token ids (``convert_tokens_to_ids(tokenize(text))``)."""
+        """Text -> token ids (``convert_tokens_to_ids(tokenize(text))``); a special token in the text is its id.
+
+        Raises:
+            TypeError: ``text`` is not a str.
+            ValueError: byte level, a lone surrogate in ``text``.
+        """
         return [self.vocab[t] for t in self.tokenize(text)]
+
+    def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
+        """Token ids of a stream of text, yielded lazily: ``list(encode_iterable(chunks)) == encode("".join(chunks))``.
+
+        For a file too large to hold in memory: ``for i in tok.encode_iterable(open(path, encoding="utf-8"))``
+        reads it line by line. The chunks may be cut anywhere, in the middle of a word or of a special token:
+        the text is buffered until what is buffered cannot change any more. Words are emitted once a later
+        word has begun at least 4 characters further on (GPT-2's pattern looks 3 characters ahead, for ``'re``);
+        a special token once the longest special token would fit after its start. Memory: the buffered tail
+        (about one word plus one chunk) and the word cache (at most 100,000 words), not the text.
+
+        Args:
+            iterable: an iterable of str, e.g. an open text file or a list of str (not a single str).
+
+        Returns:
+            an iterator of int ids (a generator).
+
+        Raises:
+            TypeError: ``iterable`` is a str, bytes or not iterable (at the call); an element is not a str
+                (e.g. a file opened in binary mode), raised when the iterator reaches it.
+            ValueError: byte level, a lone surrogate in the text.
+
+        Source: CS336 assignment 1's ``Tokenizer.encode_iterable`` (Stanford, 2025); the stream is cut only
+        where GPT-2's pre-tokenizer (Radford et al. 2019) gives the same words.
+        """
+        if isinstance(iterable, (str, bytes)) or not hasattr(iterable, "__iter__"):
+            hint = "; for one string use encode(text)" if isinstance(iterable, str) else ""
+            raise TypeError(f"iterable must be an iterable of str (e.g. an open text file or a list of str), got "
+                            f"{type(iterable).__name__} {iterable!r:.40}{hint}")
+        return self._encode_stream(iter(iterable))
+
+    def _encode_stream(self, chunks: Iterator) -> Iterator[int]:
+        buffer = ""
+        for k, chunk in enumerate(chunks):
+            if not isinstance(chunk, str):
+                hint = " (open the file in text mode)" if isinstance(chunk, (bytes, bytearray)) else ""
+                raise TypeError(f"element {k} of iterable must be a str, got {type(chunk).__name__} {chunk!r:.40}{hint}")
+            if not chunk:
+                continue
+            buffer += chunk
+            pieces, cut = self._final_pieces(buffer)
+            for piece, special in pieces:
+                if special:
+                    yield self.vocab[piece]
+                else:
+                    for t in self.tokenize_word(piece):
+                        yield self.vocab[t]
+            buffer = buffer[cut:]
+        yield from self.encode(buffer)
+
+    def _final_pieces(self, buffer: str) -> tuple[list[tuple[str, bool]], int]:
+        """The special tokens and words at the start of ``buffer`` that no text appended later can change,
+        and where they end."""
+        n = len(buffer)
+        pieces: list[tuple[str, bool]] = []
+        pos = 0
+        limit = n
+        if self._special_re is not None:
+            longest = self._max_special_len
+            for m in self._special_re.finditer(buffer):
+                if m.start() + longest > n:  # a longer special token may start here
+                    break
+                pieces.extend((w, False) for w in pre_tokenize(buffer[pos:m.start()]))
+                pieces.append((m.group(), True))
+                pos = m.end()
+            limit = max(pos, n - longest + 1)  # a special token may begin at limit or after
+        text = buffer[pos:limit]
+        start = 0
+        for word in pre_tokenize(text):
+            end = start + len(word)
+            if end >= len(text) or start + _LOOKAHEAD > len(text):
+                break
+            pieces.append((word, False))
+            start = end
+        return pieces, pos + start
 
     def decode(self, ids: Iterable[int]) -> str:
         """Token ids -> text: the tokens joined.
 
         Character mode: exact for text whose characters are all in the alphabet; an unknown
         character comes back as ``unk_token``. Byte-level: ``decode(encode(s)) == s`` for every
-        str ``s``; ids whose bytes are not valid UTF-8 give U+FFFD (errors="replace").
+        str ``s``; ids whose bytes are not valid UTF-8 give U+FFFD (errors="replace"). A special
+        token decodes as itself.
 
         Raises:
             TypeError / ValueError: an id is not an int in 0..vocab_size-1.
@@ -422,8 +634,79 @@ class BPETokenizer:
         if not self.byte_level:
             return "".join(tokens)
         back = _unicode_to_bytes()
-        data = bytes(back[c] for t in tokens for c in t)
+        specials = self._special_set
+        data = b"".join(t.encode("utf-8") if t in specials else bytes(back[c] for c in t) for t in tokens)
         return data.decode("utf-8", errors="replace")
+
+    # ------------------------------------------------------------------ GPT-2's files
+    @classmethod
+    def from_files(cls, vocab_filepath, merges_filepath, special_tokens: Iterable[str] | None = None) -> "BPETokenizer":
+        """A byte-level tokenizer from GPT-2-style files: ``vocab.json`` ({token: id}) and ``merges.txt``.
+
+        ``merges.txt`` holds one merge per line, ``left right`` in :func:`bytes_to_unicode` characters
+        (an optional first line ``#version: ...`` and blank lines are skipped). The ids are those of
+        ``vocab.json``: with GPT-2's files, ``"!"`` is 0, ``"Ġt"`` (the first merge) 256 and
+        ``<|endoftext|>`` 50256, so :meth:`encode` gives the ids of GPT-2, of tiktoken's ``"gpt2"``
+        encoding and of ``transformers``' ``GPT2Tokenizer``.
+
+        Args:
+            vocab_filepath: path (str or ``os.PathLike``) of the JSON vocabulary.
+            merges_filepath: path of the merges file.
+            special_tokens: the special tokens, a list of str. None: every entry of ``vocab.json`` that is
+                neither a byte nor made by a merge (GPT-2: ``["<|endoftext|>"]``). A special token that is
+                not in ``vocab.json`` gets the next free id, in the order given.
+
+        Returns:
+            a byte-level :class:`BPETokenizer` (``vocab_size`` 50257 for GPT-2).
+
+        Raises:
+            TypeError: a path is not a str or path; ``special_tokens`` not a list of str; ``vocab.json``
+                not a JSON object {str: int}.
+            ValueError: a merges line that is not two tokens, a merge of unknown tokens, a vocabulary entry
+                that is neither a byte, a merge's token nor a special token (when ``special_tokens`` is
+                given), a missing token or ids that are not 0..vocab_size-1 each once.
+            OSError: a file cannot be read.
+
+        No tensors: paths and str in; ids are int.
+
+        Source: the file format of GPT-2's ``encoder.py`` (Radford et al. 2019) and of HuggingFace's
+        ``tokenizers`` ``BPE.from_file``; CS336 assignment 1's ``Tokenizer.from_files`` (Stanford, 2025).
+        """
+        import json
+        import os
+
+        for name, path in (("vocab_filepath", vocab_filepath), ("merges_filepath", merges_filepath)):
+            if not isinstance(path, (str, os.PathLike)):
+                raise TypeError(f"{name} must be a str or a path, got {type(path).__name__} {path!r:.60}")
+        with open(vocab_filepath, encoding="utf-8") as f:
+            vocab = json.load(f)
+        if not isinstance(vocab, dict):
+            raise TypeError(f"{vocab_filepath}: the vocabulary must be a JSON object {{token: id}}, "
+                            f"got {type(vocab).__name__}")
+        merges = []
+        with open(merges_filepath, encoding="utf-8") as f:
+            for n, line in enumerate(f, start=1):
+                line = line.rstrip("\r\n")
+                if not line or (n == 1 and line.startswith("#version")):
+                    continue
+                parts = line.split(" ")
+                if len(parts) != 2 or not all(parts):
+                    raise ValueError(f"{merges_filepath}, line {n}: a merge is two tokens separated by one space, "
+                                     f"got {line!r:.60}")
+                merges.append((parts[0], parts[1]))
+        if special_tokens is None:
+            ordinary = set(bytes_to_unicode().values()) | {left + right for left, right in merges}
+            specials = [t for t in sorted(vocab, key=lambda t: (vocab[t], t) if isinstance(vocab[t], int) else (0, t))
+                        if t not in ordinary]
+        else:
+            specials = _check_special_tokens(special_tokens)
+        vocab = dict(vocab)
+        next_id = max((i for i in vocab.values() if isinstance(i, int)), default=-1) + 1
+        for t in specials:
+            if t not in vocab:
+                vocab[t] = next_id
+                next_id += 1
+        return cls(merges, None, byte_level=True, special_tokens=specials, vocab=vocab)
 
     # ------------------------------------------------------------------ training
     def _token_key(self, token: str):
@@ -436,7 +719,7 @@ class BPETokenizer:
     @classmethod
     def train(cls, corpus: str | Iterable[str] | dict[str, int], vocab_size: int, *, byte_level: bool = False,
               unk_token: str = "[UNK]", min_frequency: int = 2, tie_break: str = "alphabetical",
-              progress: bool = False) -> "BPETokenizer":
+              special_tokens: Iterable[str] | None = None, progress: bool = False) -> "BPETokenizer":
         """Learn merges from a corpus until the vocabulary has ``vocab_size`` tokens.
 
         Each step merges the most frequent adjacent pair of symbols, counted over all words of
@@ -452,6 +735,15 @@ class BPETokenizer:
           code point of their :func:`bytes_to_unicode` character, so ``Ġ``, the space, comes after
           every printable ASCII byte; attn_lib's ids stay the byte values, only the tie rule follows
           the library).
+        - ``"greatest_bytes"``: the pair whose (left, right) is greatest, comparing the tokens as raw
+          UTF-8 bytes (byte-level: the bytes they stand for, so the space byte ``Ġ`` = 0x20 sorts before
+          ``a`` = 0x61, although the character ``Ġ`` comes after ``a``) -- the rule of Stanford CS336's
+          assignment 1 (``max`` over (count, pair of bytes)). With it, byte-level training on CS336's
+          ``corpus.en`` (vocab_size 500, ``special_tokens=["<|endoftext|>"]``) gives CS336's reference
+          merges, in order.
+
+        Special tokens are cut out of the corpus first (leftmost, longest first, as in :meth:`tokenize`):
+        no pair is counted across or inside one, and each gets one id after the merges.
 
         Training stops early when no pair occurs at least ``min_frequency`` times.
 
@@ -463,16 +755,23 @@ class BPETokenizer:
             byte_level: learn on UTF-8 bytes (GPT-2) instead of characters.
             unk_token: the unknown token (character mode).
             min_frequency: a pair must occur at least this often to be merged (int >= 1).
-            tie_break: ``"alphabetical"`` or ``"vocab_order"`` (see above).
+            tie_break: ``"alphabetical"``, ``"vocab_order"`` or ``"greatest_bytes"`` (see above).
+            special_tokens: a list of distinct non-empty str (e.g. ``["<|endoftext|>"]``); they count in
+                ``vocab_size`` and take the last ids.
             progress: show a ``tqdm.auto`` progress bar over merges.
 
         Returns:
             a :class:`BPETokenizer`; its ``merge_counts`` hold each merge's pair count.
 
         Raises:
-            TypeError: ``corpus`` is not a str, an iterable of str or a dict {str: int}.
-            ValueError: ``vocab_size`` smaller than the starting vocabulary (named in the
-                message), ``min_frequency`` < 1, a negative frequency in a corpus dict.
+            TypeError: ``corpus`` is not a str, an iterable of str or a dict {str: int};
+                ``special_tokens`` not a list of str.
+            ValueError: ``vocab_size`` smaller than the starting vocabulary plus the special tokens (named
+                in the message), ``min_frequency`` < 1, a negative frequency in a corpus dict, an unknown
+                ``tie_break``, an empty or duplicate special token, or one equal to a starting symbol.
+
+        Source: Sennrich et al. 2016, section 3.2 (Algorithm 1); the tie rules of HuggingFace's ``tokenizers``
+        ``BpeTrainer`` and of CS336 (Stanford, 2025, assignment 1, ``train_bpe``).
         """
         if isinstance(corpus, str):
             texts = [corpus]
@@ -494,25 +793,35 @@ class BPETokenizer:
             raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__} {vocab_size!r}")
         if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
             raise ValueError(f"min_frequency must be an int >= 1, got {min_frequency!r}")
-        if tie_break not in ("alphabetical", "vocab_order"):
-            raise ValueError(f"tie_break must be 'alphabetical' or 'vocab_order', got {tie_break!r}")
+        if tie_break not in ("alphabetical", "vocab_order", "greatest_bytes"):
+            raise ValueError(f"tie_break must be 'alphabetical', 'vocab_order' or 'greatest_bytes', got {tie_break!r}")
+        specials = _check_special_tokens(special_tokens)
+        special_re = _special_regex(specials)
+
+        def words_of(text):
+            for piece, special in _split_on_specials(special_re, text):
+                if not special:
+                    yield from pre_tokenize(piece)
 
         word_counts: Counter = Counter()
         if isinstance(corpus, dict):
             for t, n in corpus.items():
-                for w in pre_tokenize(t):
+                for w in words_of(t):
                     word_counts[w] += n
             word_counts = Counter({w: n for w, n in word_counts.items() if n})
         else:
             for t in texts:
-                word_counts.update(pre_tokenize(t))
+                word_counts.update(words_of(t))
         if byte_level:
-            base = cls([], None, byte_level=True)
+            base = cls([], None, byte_level=True, special_tokens=specials)
         else:
-            base = cls([], sorted({c for w in word_counts for c in w}), unk_token)
+            base = cls([], sorted({c for w in word_counts for c in w}), unk_token, special_tokens=specials)
         if vocab_size < base.vocab_size:
             what = "256 bytes" if byte_level else f"unk_token + {len(base.alphabet)} characters of the corpus"
+            if specials:
+                what += f" + {len(specials)} special tokens"
             raise ValueError(f"vocab_size={vocab_size} is smaller than the starting vocabulary ({base.vocab_size}: {what})")
+        vocab_size -= len(specials)  # the merges fill the rest
 
         # words as lists of symbols, with their counts
         words = [base._initial_symbols(w) for w in word_counts]
@@ -526,35 +835,45 @@ class BPETokenizer:
 
         merges: list[tuple[str, str]] = []
         counts: list[int] = []
-        vocab = set(base.id_to_token)
+        starting = base.id_to_token[:base.vocab_size - len(specials)]  # unk_token, alphabet; no special token
+        vocab = set(starting)
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=vocab_size - base.vocab_size, desc="BPE merges")
-        if tie_break == "alphabetical":  # token -> what ties compare
-            keys = {t: base._token_key(t) for t in base.id_to_token}
+            bar = tqdm(total=vocab_size - len(vocab), desc="BPE merges")
+        if tie_break == "greatest_bytes":  # token -> its bytes; ties -> the greatest (left, right)
+            keys = {t: base._token_key(t) if byte_level else t.encode("utf-8") for t in starting}
+        elif tie_break == "alphabetical":  # token -> what ties compare
+            keys = {t: base._token_key(t) for t in starting}
         elif byte_level:
             # the tokenizers library numbers its starting alphabet by the code point of the byte-level
             # character, not by byte value: "Ġ" (U+0120, the space byte) comes after every printable
             # ASCII byte. Merged tokens get the next ids, in the order they are made.
-            keys = {t: ord(t) for t in base.id_to_token}
+            keys = {t: ord(t) for t in starting}
         else:
-            keys = dict(base.vocab)  # [UNK] 0, then the alphabet by code point: the library's ids
+            keys = {t: base.vocab[t] for t in starting}  # [UNK] 0, then the alphabet by code point: the library's ids
         next_key = max(keys.values()) + 1 if tie_break == "vocab_order" else None
 
         def rank(item):  # most frequent first; ties -> alphabetically first (left, right)
             (left, right), count = item
             return (-count, keys[left], keys[right])
 
+        def greatest(item):  # most frequent first; ties -> the greatest (left bytes, right bytes)
+            (left, right), count = item
+            return (count, keys[left], keys[right])
+
         while len(vocab) < vocab_size and pair_counts:
-            best, best_count = min(pair_counts.items(), key=rank)
+            if tie_break == "greatest_bytes":
+                best, best_count = max(pair_counts.items(), key=greatest)
+            else:
+                best, best_count = min(pair_counts.items(), key=rank)
             if best_count < min_frequency:
                 break
             merges.append(best)
             counts.append(best_count)
             vocab.add(best[0] + best[1])
-            if tie_break == "alphabetical":
+            if tie_break in ("alphabetical", "greatest_bytes"):
                 keys[best[0] + best[1]] = keys[best[0]] + keys[best[1]]
             elif best[0] + best[1] not in keys:
                 keys[best[0] + best[1]] = next_key
@@ -579,7 +898,8 @@ class BPETokenizer:
         if bar is not None:
             bar.close()
 
-        tok = cls(merges, None if byte_level else base.alphabet, unk_token, byte_level=byte_level)
+        tok = cls(merges, None if byte_level else base.alphabet, unk_token, byte_level=byte_level,
+                  special_tokens=specials)
         tok.merge_counts = counts
         return tok
 
@@ -600,13 +920,15 @@ def bpe_summary(tokenizer: BPETokenizer, vocab_size: int, sentence: str, *, last
     Source: the course's own: notebook 01 (its BPE widget).
     """
     _check_text("sentence", sentence)
-    start = tokenizer.vocab_size - len(tokenizer.merges)
+    # the starting symbols: unk_token, the alphabet (byte level: the 256 bytes) and the special tokens
+    starting = set(tokenizer.alphabet) | set(tokenizer.special_tokens) | ({tokenizer.unk_token} - {None})
+    start = len(starting)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
         raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__} {vocab_size!r}")
     if not start <= vocab_size <= tokenizer.vocab_size:
         raise ValueError(f"vocab_size must be in {start}..{tokenizer.vocab_size} for this tokenizer, got {vocab_size}")
     # merges that recreate an existing token add no new id, so count tokens, not merges
-    k, size, seen = 0, start, set(tokenizer.id_to_token[:start])
+    k, size, seen = 0, start, starting
     while k < len(tokenizer.merges) and size < vocab_size:
         new = "".join(tokenizer.merges[k])
         size += new not in seen

@@ -543,3 +543,340 @@ def test_decode_accepts_a_1d_tensor_and_a_tuple():
 
     tok = BPETokenizer(WORKED_MERGES, "bghnpsu")
     assert tok.decode(torch.tensor([10, 6])) == tok.decode((10, 6)) == "hugs"
+
+
+# ---------------------------------------------------------------- special tokens, streams, CS336's ties (issue 38 §5)
+
+import os  # noqa: E402
+import tracemalloc  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+EOT = "<|endoftext|>"
+
+# Stanford CS336's assignment 1 fixtures (data, MIT licence), outside the project: ../shared/peer-data/cs336 next to
+# the repository (ATTN_PEER_DATA overrides the folder). A learner's clone has none, so these tests skip there.
+PEER = Path(os.environ.get("ATTN_PEER_DATA",
+                           Path(__file__).resolve().parents[1].parent / "shared" / "peer-data")) / "cs336"
+needs_peer_data = pytest.mark.skipif(not (PEER / "corpus.en").is_file(), reason=f"no CS336 fixtures at {PEER}")
+
+
+def test_special_tokens_are_whole_tokens_with_the_last_ids():
+    tok = BPETokenizer(WORKED_MERGES, "bghnpsu", special_tokens=["<s>", "</s>"])
+    # ids: [UNK], the alphabet, the merges (0..10 as in test_worked_example), then the special tokens in order
+    assert tok.id_to_token[:11] == BPETokenizer(WORKED_MERGES, "bghnpsu").id_to_token
+    assert tok.id_to_token[11:] == ["<s>", "</s>"] and tok.special_tokens == ["<s>", "</s>"]
+    # "<s>" would otherwise be three unknown characters; "hug" and "s" are not merged across "</s>"
+    assert tok.tokenize("<s>hug</s>s") == ["<s>", "hug", "</s>", "s"]
+    assert tok.encode("<s>hug</s>s") == [11, 10, 12, 6]
+    assert tok.decode([11, 10, 12, 6]) == "<s>hug</s>s"
+    assert BPETokenizer(WORKED_MERGES, "bghnpsu").tokenize("<s>") == ["[UNK]", "s", "[UNK]"]
+
+
+def test_byte_level_special_tokens_round_trip_and_split_pre_tokenization():
+    merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he")]
+    tok = BPETokenizer(merges, byte_level=True, special_tokens=[EOT, "<|pad|> x"])
+    assert tok.vocab[EOT] == 259 and tok.vocab["<|pad|> x"] == 260 and tok.vocab_size == 261
+    text = "the end" + EOT + " the<|pad|> x the"
+    # without the special tokens, " the" after one would be cut as "|>" + " the"; with them, as " the" alone
+    assert tok.tokenize(text) == ["t", "he", "Ġ", "e", "n", "d", EOT, "Ġthe", "<|pad|> x", "Ġthe"]
+    assert tok.decode(tok.encode(text)) == text  # a special token with a space decodes as itself, not via Ġ
+    plain = BPETokenizer(merges, byte_level=True)
+    assert plain.tokenize(EOT) == ["<", "|", "e", "n", "d", "o", "f", "t", "e", "x", "t", "|", ">"]
+
+
+def test_overlapping_special_tokens_leftmost_then_longest():
+    # CS336's case: with both specials, two <|endoftext|> in a row are the longer token
+    tok = BPETokenizer([], byte_level=True, special_tokens=[EOT, EOT + EOT])
+    tokens = tok.tokenize("Hello, how " + EOT + EOT + " are you?" + EOT)
+    assert tokens.count(EOT + EOT) == 1 and tokens.count(EOT) == 1
+    assert tok.tokenize(EOT * 3) == [EOT + EOT, EOT]  # leftmost, longest first, then what is left
+    # leftmost wins over longest: "ab" starts before "bcd"; where "bcd" starts first it wins
+    tok = BPETokenizer([], "abcdx", special_tokens=["bcd", "ab"])
+    assert tok.tokenize("abcd") == ["ab", "c", "d"]
+    assert tok.tokenize("xbcd") == ["x", "bcd"]
+
+
+def test_train_never_counts_pairs_across_or_inside_special_tokens():
+    text = "ab" + EOT + "ab" + EOT + "cd"
+    tok = BPETokenizer.train(text, 100, special_tokens=[EOT], min_frequency=1)
+    # the alphabet is that of the text between the special tokens; "b<" / "<|" pairs never appear
+    assert tok.alphabet == list("abcd")
+    assert tok.merges == [("a", "b"), ("c", "d")] and tok.merge_counts == [2, 1]
+    assert tok.id_to_token == ["[UNK]", "a", "b", "c", "d", "ab", "cd", EOT]
+    without = BPETokenizer.train(text, 100, min_frequency=1)
+    assert ("<", "|") in without.merges and set("<|>") <= set(without.alphabet)  # what the special token prevents
+    # vocab_size counts the special tokens; with_merges keeps them, right after the kept merges
+    byte = BPETokenizer.train(text * 3, 260, byte_level=True, special_tokens=[EOT, "<|pad|>"], min_frequency=1)
+    assert byte.vocab_size == 260 and len(byte.merges) == 2 and byte.id_to_token[258:] == [EOT, "<|pad|>"]
+    assert byte.with_merges(1).id_to_token[257:] == [EOT, "<|pad|>"]
+    assert byte.with_merges(0).encode(EOT) == [256]
+
+
+def test_greatest_bytes_tie_rule_by_hand():
+    """CS336's rule: among the most frequent pairs, the greatest (left, right) compared as raw bytes.
+
+    The text holds four words twice each: "é" (UTF-8 C3 A9, shown "Ã" "©"), " x" (bytes 20 78, shown "Ġ" "x"),
+    "ab" and "ac", between special tokens. Each word is one pair, counted 2: a four-way tie at every step.
+    By raw bytes the left tokens order as 0x20 (Ġ) < 0x61 (a) < 0xC3 (Ã), so the greatest first: (Ã, ©), then
+    the two pairs with left "a", the greater right first: (a, c) before (a, b), and (Ġ, x) last. Comparing the
+    printable characters instead would put "Ġ" (U+0120) first, after all of them.
+    """
+    text = ("é" + EOT + " x" + EOT + "ab" + EOT + "ac" + EOT) * 2
+    expected = [("Ã", "©"), ("a", "c"), ("a", "b"), ("Ġ", "x")]
+    tok = BPETokenizer.train(text, 256 + len(expected) + 1, byte_level=True, special_tokens=[EOT],
+                             tie_break="greatest_bytes")
+    assert tok.merges == expected and tok.merge_counts == [2, 2, 2, 2]
+    assert max(["Ã", "a", "Ġ"]) == "Ġ"  # the printable characters order otherwise
+    # the other two rules, derived the same way: smallest bytes first; smallest code point of the printable
+    # character first (the tokenizers library's ids: "a" U+0061 < "Ã" U+00C3 < "Ġ" U+0120)
+    assert BPETokenizer.train(text, 261, byte_level=True, special_tokens=[EOT]).merges == [
+        ("Ġ", "x"), ("a", "b"), ("a", "c"), ("Ã", "©")]
+    assert BPETokenizer.train(text, 261, byte_level=True, special_tokens=[EOT], tie_break="vocab_order").merges == [
+        ("a", "b"), ("a", "c"), ("Ã", "©"), ("Ġ", "x")]
+    assert tok.tokenize(text[:len("é" + EOT + " x")]) == ["Ã©", EOT, "Ġx"] and tok.vocab[EOT] == 260
+    # character mode: the same rule on the characters' UTF-8 bytes; "cd" beats "ab" on a tie
+    assert BPETokenizer.train(["ab", "cd"] * 3, 100, tie_break="greatest_bytes").merges == [("c", "d"), ("a", "b")]
+
+
+@needs_peer_data
+def test_greatest_bytes_training_reproduces_cs336_reference_merges_and_vocab():
+    """CS336's test_train_bpe: corpus.en, vocab_size 500, special token <|endoftext|>, no minimum count."""
+    import time
+
+    start = time.perf_counter()
+    tok = BPETokenizer.train((PEER / "corpus.en").read_text(encoding="utf-8"), 500, byte_level=True,
+                             special_tokens=[EOT], tie_break="greatest_bytes", min_frequency=1)
+    print(f"trained on corpus.en in {time.perf_counter() - start:.2f} s")  # reported, not asserted
+    lines = (PEER / "train-bpe-reference-merges.txt").read_text(encoding="utf-8").splitlines()
+    reference = [tuple(line.split(" ")) for line in lines if line]
+    assert len(reference) == 243 and tok.merges == reference
+    reference_vocab = json.loads((PEER / "train-bpe-reference-vocab.json").read_text(encoding="utf-8"))
+    assert set(tok.vocab) == set(reference_vocab) and tok.vocab_size == len(reference_vocab) == 500
+    # both number the merges in order; the reference puts the special token first, attn_lib last
+    assert reference_vocab[EOT] == 0 and tok.vocab[EOT] == 499
+    assert all(reference_vocab["".join(m)] - 257 == tok.vocab["".join(m)] - 256 for m in reference)
+    # the tie rule decides: the default rule (smallest first) learns other merges from the same counts
+    other = BPETokenizer.train((PEER / "corpus.en").read_text(encoding="utf-8"), 500, byte_level=True,
+                               special_tokens=[EOT], min_frequency=1)
+    k = next(i for i, (a, b) in enumerate(zip(other.merges, reference)) if a != b)
+    assert other.merge_counts[k] == tok.merge_counts[k]  # the same counts so far: a tie, broken the other way
+    assert other.merges[k] < reference[k]
+
+
+# ---------------------------------------------------------------- GPT-2's files: tiktoken and tokenizers agree
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    if not (PEER / "gpt2_vocab.json").is_file():
+        pytest.skip(f"no GPT-2 files at {PEER}")
+    return BPETokenizer.from_files(PEER / "gpt2_vocab.json", PEER / "gpt2_merges.txt")
+
+
+@pytest.fixture(scope="module")
+def tiktoken_gpt2():
+    """tiktoken's GPT-2 encoding built offline (tiktoken.get_encoding("gpt2") downloads its files at first use):
+    the ranks are GPT-2's vocab.json ids, keyed by the bytes each token stands for."""
+    tiktoken = pytest.importorskip("tiktoken")
+    if not (PEER / "gpt2_vocab.json").is_file():
+        pytest.skip(f"no GPT-2 files at {PEER}")
+    back = {c: b for b, c in bytes_to_unicode().items()}
+    vocab = json.loads((PEER / "gpt2_vocab.json").read_text(encoding="utf-8"))
+    ranks = {bytes(back[c] for c in t): i for t, i in vocab.items() if t != EOT}
+    return tiktoken.Encoding(name="gpt2-local", pat_str=WORD_PATTERN, mergeable_ranks=ranks,
+                             special_tokens={EOT: vocab[EOT]})
+
+
+# CS336's test strings (test_tokenizer.py) and its fixture files
+_GPT2_STRINGS = ["", "s", "🙃", "Hello, how are you?", "Héllò hôw are ü? 🙃",
+                 "Héllò hôw " + EOT + EOT + " are ü? 🙃" + EOT, "the end" + EOT + "\n\n" + EOT + " it's"]
+_GPT2_FILES = ["address.txt", "german.txt", "tinystories_sample.txt", "special_token_trailing_newlines.txt",
+               "special_token_double_newlines_non_whitespace.txt"]
+
+
+def test_gpt2_layout_from_files(gpt2):
+    assert gpt2.vocab_size == 50257 and len(gpt2.merges) == 50000 and gpt2.special_tokens == [EOT]
+    assert gpt2.vocab[EOT] == 50256 and gpt2.vocab["!"] == 0 and gpt2.vocab["Ġt"] == 256  # vocab.json's ids
+    assert gpt2.with_merges(10).vocab[EOT] == 266 and gpt2.with_merges(10).vocab["!"] == 0  # layout kept
+
+
+def test_gpt2_ids_equal_tiktoken(gpt2, tiktoken_gpt2):
+    texts = _GPT2_STRINGS + [(PEER / f).read_text(encoding="utf-8") for f in _GPT2_FILES]
+    for text in texts:
+        ids = gpt2.encode(text)
+        assert ids == tiktoken_gpt2.encode(text, allowed_special="all"), text[:40]
+        assert gpt2.decode(ids) == tiktoken_gpt2.decode(ids) == text
+    assert EOT in texts[-1] and gpt2.encode(texts[-1]).count(50256) >= 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([EOT, "<|", "|>", " ", "\n", "'s", "'re", "é", "🙃", "ab", " cd", "12"])
+                .map("".join) | mixed_text, max_size=6).map("".join))
+def test_gpt2_ids_equal_tiktoken_on_generated_text(gpt2, tiktoken_gpt2, text):
+    assert gpt2.encode(text) == tiktoken_gpt2.encode(text, allowed_special="all")
+
+
+def test_gpt2_ids_equal_tokenizers_byte_level_bpe(gpt2):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = json.loads((PEER / "gpt2_vocab.json").read_text(encoding="utf-8"))
+    hf = Tokenizer(models.BPE(vocab=vocab, merges=gpt2.merges))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.add_special_tokens([EOT])
+    for text in _GPT2_STRINGS + [(PEER / f).read_text(encoding="utf-8") for f in _GPT2_FILES]:
+        assert gpt2.encode(text) == hf.encode(text).ids, text[:40]
+
+
+def test_gpt2_overlapping_special_tokens_get_new_ids(gpt2):
+    tok = BPETokenizer.from_files(PEER / "gpt2_vocab.json", PEER / "gpt2_merges.txt",
+                                  special_tokens=[EOT, EOT + EOT])
+    assert tok.vocab[EOT] == 50256 and tok.vocab[EOT + EOT] == 50257  # not in vocab.json: the next id
+    text = "Hello, how " + EOT + EOT + " are you?" + EOT
+    assert tok.encode(text).count(50257) == 1 and tok.encode(text).count(50256) == 1
+    assert tok.decode(tok.encode(text)) == text
+
+
+# ---------------------------------------------------------------- encode_iterable
+
+
+@pytest.fixture(scope="module")
+def byte_special_tok(corpus):
+    return BPETokenizer.train([line + EOT for line in corpus], 400, byte_level=True,
+                              special_tokens=[EOT, EOT + EOT, "<|pad|>"])
+
+
+_STREAM_TEXT = st.lists(st.sampled_from(
+    [EOT, "<|", "endoftext", "|>", "<|pad|>", " ", "  ", "\n", "\n\n", "'", "'s", "'re", "'ll", "r", "e", "the",
+     " cat", "é", "🙂", "12", "x", ".", "!?"]) | st.text(alphabet="ab '\n<|>é", max_size=4), max_size=25).map("".join)
+
+
+# merges that join what GPT-2's pattern keeps together only once it has seen 3 characters ('re, 'll) or the
+# character after a run of spaces: cut the stream too early and the ids differ (no special tokens, whose own
+# margin would hide it)
+_CONTRACTIONS = BPETokenizer([("'", "r"), ("'r", "e"), ("'", "l"), ("'l", "l"), ("'", "s"), ("Ġ", "Ġ"), ("Ġ", "Ċ"),
+                              ("Ċ", "Ċ"), ("Ġ", "c"), ("a", "t"), ("Ġc", "at")], byte_level=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_STREAM_TEXT, st.lists(st.integers(0, 200), max_size=12))
+def test_encode_iterable_equals_encode_wherever_the_text_is_cut(byte_special_tok, text, cuts):
+    points = sorted({min(c, len(text)) for c in cuts})
+    chunks = [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
+    assert "".join(chunks) == text
+    for tok in (byte_special_tok, _CONTRACTIONS):
+        assert list(tok.encode_iterable(chunks)) == tok.encode(text)
+        assert list(tok.encode_iterable(list(text))) == tok.encode(text)  # one character at a time
+
+
+def test_encode_iterable_waits_for_contractions_and_special_tokens(byte_special_tok):
+    for chunks in (["x'r", "e"], ["x'", "ll"], ["a  ", "cat"], ["a \n", "b"]):
+        assert list(_CONTRACTIONS.encode_iterable(chunks)) == _CONTRACTIONS.encode("".join(chunks))
+    assert _CONTRACTIONS.tokenize("x're") == ["x", "'re"]  # not "'" + "r" + "e": the stream must wait for the "e"
+    for chunks in ([EOT, EOT], ["ab <|endof", "text|>"], ["<|pa", "d|>"], [EOT + "<", "|endoftext|>"]):
+        assert list(byte_special_tok.encode_iterable(chunks)) == byte_special_tok.encode("".join(chunks))
+    assert byte_special_tok.tokenize(EOT + EOT) == [EOT + EOT]
+
+
+@settings(max_examples=100, deadline=None)
+@given(mixed_text, st.lists(st.integers(0, 40), max_size=6))
+def test_encode_iterable_equals_encode_character_mode(text, cuts):
+    tok = BPETokenizer(WORKED_MERGES, "bghnpsu '", special_tokens=["<s>", "</s>"])
+    text = text.replace("x", "<s>").replace("y", "</s>")
+    points = sorted({min(c, len(text)) for c in cuts})
+    chunks = [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
+    assert list(tok.encode_iterable(chunks)) == tok.encode(text)
+
+
+def test_encode_iterable_reads_a_file_line_by_line(byte_special_tok, corpus, tmp_path):
+    path = tmp_path / "text.txt"
+    text = "\n".join(corpus[:30]) + EOT + "\n\n" + EOT + EOT + "it's  the end \n"
+    path.write_text(text, encoding="utf-8")
+    with open(path, encoding="utf-8") as f:
+        assert list(byte_special_tok.encode_iterable(f)) == byte_special_tok.encode(text)
+    assert list(byte_special_tok.encode_iterable([])) == [] == list(byte_special_tok.encode_iterable(["", ""]))
+
+
+def test_encode_iterable_memory_stays_bounded(byte_special_tok, corpus):
+    """Encoding a 300 kB stream holds about one line, not the text (tracemalloc's peak of Python allocations)."""
+    lines = [line + "\n" for line in corpus]
+    reps = 300_000 // sum(len(line) for line in lines)
+
+    def stream():
+        for _ in range(reps):
+            yield from lines
+            yield EOT
+
+    size = reps * (sum(len(line) for line in lines) + len(EOT))
+    byte_special_tok.encode("".join(lines) + EOT)  # fill the word cache first: it is bounded, but not by a line
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in byte_special_tok.encode_iterable(stream()))
+        _, streamed = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        text = "".join(stream())
+        assert len(byte_special_tok.encode(text)) == count
+        _, whole = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert size > 290_000 and count > 100_000
+    assert streamed < size / 10, (streamed, size)
+    assert whole > size  # the same measurement sees encode() hold the text and its ids
+
+
+# ---------------------------------------------------------------- bad special tokens, streams, vocabularies and files
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: BPETokenizer([], "abc", special_tokens=EOT), TypeError, ["special_tokens", "list of str", "str"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=5), TypeError, ["special_tokens", "int 5"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=[EOT, 7]), TypeError, ["special_tokens[1]", "str", "int 7"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=[b"<s>"]), TypeError, ["special_tokens[0]", "bytes"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=[""]), ValueError, ["special_tokens[0]", "empty"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=["<s>", EOT, "<s>"]), ValueError,
+         ["special_tokens[2]", "'<s>'", "duplicate", "special_tokens[0]"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=["a"]), ValueError, ["special_tokens[0]", "'a'", "alphabet"]),
+        (lambda: BPETokenizer([], "abc", special_tokens=["[UNK]"]), ValueError, ["special_tokens[0]", "unk_token"]),
+        (lambda: BPETokenizer([("a", "b")], "abc", special_tokens=["ab"]), ValueError, ["'ab'", "merge"]),
+        (lambda: BPETokenizer([], byte_level=True, special_tokens=["Ġ"]), ValueError, ["'Ġ'", "alphabet"]),
+        (lambda: BPETokenizer.train("abc", 100, special_tokens=EOT), TypeError, ["special_tokens", "str"]),
+        (lambda: BPETokenizer.train("abc", 257, byte_level=True, special_tokens=[EOT, "<|pad|>"]), ValueError,
+         ["vocab_size=257", "258", "2 special tokens"]),
+        (lambda: BPETokenizer.train("abc", 100, tie_break="greatest"), ValueError, ["tie_break", "'greatest_bytes'"]),
+        (lambda: BPETokenizer([], "abc").encode_iterable("abc"), TypeError, ["iterable", "str", "encode(text)"]),
+        (lambda: BPETokenizer([], "abc").encode_iterable(5), TypeError, ["iterable", "int 5"]),
+        (lambda: list(BPETokenizer([], "abc").encode_iterable(["ab", b"c"])), TypeError,
+         ["element 1", "bytes", "text mode"]),
+        (lambda: BPETokenizer([], "ab", vocab=[("a", 0)]), TypeError, ["vocab", "dict", "list"]),
+        (lambda: BPETokenizer([], "ab", vocab={"[UNK]": 0, "a": 1, "b": "2"}), TypeError, ["vocab", "'b'", "'2'"]),
+        (lambda: BPETokenizer([], "ab", vocab={"[UNK]": 0, "a": 1}), ValueError, ["vocab", "'b'", "missing"]),
+        (lambda: BPETokenizer([], "ab", vocab={"[UNK]": 0, "a": 1, "b": 2, "c": 3}), ValueError,
+         ["vocab", "'c'", "id 3"]),
+        (lambda: BPETokenizer([], "ab", vocab={"[UNK]": 0, "a": 1, "b": 1}), ValueError, ["ids", "0..2", "id 1", "'b'"]),
+        (lambda: BPETokenizer([], "ab", vocab={"[UNK]": 0, "a": 1, "b": 5}), ValueError, ["ids", "0..2", "id 5"]),
+        (lambda: BPETokenizer.from_files(None, "m.txt"), TypeError, ["vocab_filepath", "None"]),
+    ],
+)
+def test_special_stream_and_vocab_errors_name_argument_and_value(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_from_files_small_files_and_their_errors(tmp_path):
+    vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())} | {"Ġt": 256, "Ġth": 257, EOT: 258}
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (tmp_path / "merges.txt").write_text("#version: 0.2\nĠ t\n\nĠt h\n", encoding="utf-8")
+    tok = BPETokenizer.from_files(tmp_path / "vocab.json", str(tmp_path / "merges.txt"))
+    assert tok.merges == [("Ġ", "t"), ("Ġt", "h")] and tok.special_tokens == [EOT]  # found: no merge makes it
+    assert tok.encode(" the" + EOT) == [vocab["Ġth"], vocab["e"], 258]
+    with pytest.raises(ValueError, match=r"'<\|endoftext\|>' \(id 258\).*special token"):
+        BPETokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt", special_tokens=[])
+    (tmp_path / "bad.txt").write_text("Ġ t\nĠt h e\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.txt, line 2: a merge is two tokens.*'Ġt h e'"):
+        BPETokenizer.from_files(tmp_path / "vocab.json", tmp_path / "bad.txt")
+    (tmp_path / "list.json").write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(TypeError, match="JSON object"):
+        BPETokenizer.from_files(tmp_path / "list.json", tmp_path / "merges.txt")
