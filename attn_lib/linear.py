@@ -23,8 +23,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import (check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
+from attn_lib._checks import (check_callable, check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
                               check_tensor, shape_of)
+from attn_lib._tiling import _value_scale
 
 __all__ = [
     "elu_feature_map", "linear_attention", "decayed_step", "decayed_attention", "ssd", "mamba2_mixer_forward",
@@ -50,7 +51,13 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 
     Source: Katharopoulos et al. 2020, "Transformers are RNNs", §3.2.
     """
-    return F.elu(x) + 1
+    # elu(x) + 1 = exp(x) for x < 0: computed so, not as (exp(x) - 1) + 1, which is 0 in float32 from x = -17 on
+    return torch.where(x < 0, torch.exp(x.clamp(max=0)), x + 1)
+
+
+def _log_elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """log φ(x) = log(elu(x) + 1): x for x < 0, log(1 + x) for x >= 0. Finite wherever x is."""
+    return torch.where(x < 0, x, torch.log1p(x.clamp(min=0)))
 
 
 def _check_qkv_seq(q, k, v, log_decay=None):
@@ -208,12 +215,29 @@ def linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     """
     _check_qkv_seq(query, key, value)
     check_number("eps", eps, minimum=0)
-    fq, fk = (query, key) if feature_map is None else (feature_map(query), feature_map(key))
+    if feature_map is not None:
+        check_callable("feature_map", feature_map)
+    log_decay = None
+    if feature_map is elu_feature_map and normalize:
+        # φ = exp(log φ), each factor of the weight φ(q_i)·φ(k_j) scaled so that it cannot underflow: φ(q_i) by
+        # e^{-A_i} (A_i = max_e log φ(q_i)_e, cancels in the ratio), φ(k_j) by e^{-M_j} (M_j = the largest log φ(k)
+        # of keys 0..j, a running max: causal), and the older keys' state decayed by e^{M_{j-1} - M_j} <= 1 when M
+        # grows, as the online softmax rescales. Features of -200 used to give 0 (NaN with eps=0) in float32.
+        a, b = _log_elu_feature_map(query), _log_elu_feature_map(key)
+        fq = (a - a.amax(-1, keepdim=True)).exp()
+        run = b.amax(-1).cummax(-1).values  # (..., L) M_j
+        fk = (b - run[..., None]).exp()
+        log_decay = torch.cat([torch.zeros_like(run[..., :1]), run[..., :-1] - run[..., 1:]], dim=-1)
+    else:
+        fq, fk = (query, key) if feature_map is None else (feature_map(query), feature_map(key))
     if not normalize:
         return decayed_attention(fq, fk, value, form=form, chunk_size=chunk_size)
+    big = _value_scale(value, value.shape[-2] * query.shape[-1])  # values near the dtype's maximum: sum v / 2^k
     ones = torch.ones(*value.shape[:-1], 1, dtype=value.dtype, device=value.device)
-    both = decayed_attention(fq, fk, torch.cat([value, ones], dim=-1), form=form, chunk_size=chunk_size)
-    return both[..., :-1] / (both[..., -1:] + eps)  # the last column carries the normaliser z·φ(q)
+    v = value if big == 1.0 else value / big
+    both = decayed_attention(fq, fk, torch.cat([v, ones], dim=-1), log_decay, form=form, chunk_size=chunk_size)
+    out = both[..., :-1] / (both[..., -1:] + eps)  # the last column carries the normaliser z·φ(q)
+    return out if big == 1.0 else out * big
 
 
 def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,

@@ -54,8 +54,10 @@ from attn_lib._tiling import (  # noqa: F401  (BLOCK_Q/BLOCK_K/CAUSAL_ALIGNS are
     _acc_dtype,
     _check_block,
     _check_window,
+    _clip_window,
     _new_output,
     _prepare,
+    _value_scale,
 )
 
 __all__ = [
@@ -506,6 +508,13 @@ def tiled_attention(
     _check_block("block_q", block_q)
     _check_block("block_k", block_k)
     check_bool("compile_tile", compile_tile)
+    big = _value_scale(value, key.shape[-2])
+    if big != 1.0:  # values near the dtype's maximum: attend over value / 2^k (exact), scale the average back
+        out = tiled_attention(query, key, value / big, attn_mask=attn_mask, is_causal=is_causal,
+                              causal_align=causal_align, scale=scale, enable_gqa=enable_gqa, alibi_slopes=alibi_slopes,
+                              return_lse=return_lse, block_q=block_q, block_k=block_k, window_size=window_size,
+                              softcap=softcap, sinks=sinks, compile_tile=compile_tile)
+        return (out[0] * big, out[1]) if return_lse else out * big
     inputs = (p.q, p.k, p.v, p.mask, p.slopes, p.sinks)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
         out, lse = _TiledAttentionFunction.apply(*inputs, p, block_q, block_k, compile_tile)
@@ -714,7 +723,7 @@ def window_tiles(q_len: int, kv_len: int, block_q: int, block_k: int, *, window_
     offset = kv_len - q_len if (is_causal and causal_align == "bottom_right") else 0
     # a shape-only problem: the bounds read only the lengths, the window and the causal settings
     p = _Problem(torch.empty(1, 1, q_len, 0), torch.empty(1, kv_len, 0), None, (), None, None, 1.0, is_causal,
-                 offset, _check_window(window_size))
+                 offset, _clip_window(_check_window(window_size), q_len, kv_len))
     tiles = []
     for i in range(math.ceil(q_len / block_q)):
         start, stop = _key_range(p, i * block_q, min((i + 1) * block_q, q_len), block_k)
