@@ -493,3 +493,27 @@ def test_triton_window_softcap_sinks_bad_arguments(kwargs, exc, words):
     q = torch.randn(1, 2, 5, 16)
     with pytest.raises(exc, match=words):
         flash_attention(q, q, q, backend="triton", **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 38: the kernels' soft-cap keeps float32's precision for every cap (it used to be uniform at 1e30)
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cap", [1.0, 50.0, 1e4, 1e6, 1e30])
+def test_kernels_softcap_is_precise_for_small_and_huge_caps(cap):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 20, 16, generator=g) * 3 for _ in range(3))
+    q.requires_grad_()
+    k.requires_grad_()
+    out = flash_attention(q, k, v, backend="triton", softcap=cap, block_m=16, block_n=16)
+    q64, k64 = q.detach().double().requires_grad_(), k.detach().double().requires_grad_()
+    ref, _ = window_reference(q64, k64, v.double(), softcap=cap)  # cap * torch.tanh in float64
+    torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=2e-5)
+    # without a cap the scores reach about 30, so a cap of 1e4 or more must leave them nearly unchanged
+    if cap >= 1e4:
+        torch.testing.assert_close(out, flash_attention(q, k, v, backend="triton", block_m=16, block_n=16),
+                                   atol=2e-5, rtol=2e-5)
+    d_out = torch.randn(out.shape, generator=g)
+    got = torch.autograd.grad((out * d_out).sum(), (q, k))
+    want = torch.autograd.grad((ref * d_out.double()).sum(), (q64, k64))
+    for name, a, b in zip("qk", got, want):
+        torch.testing.assert_close(a.double(), b, atol=1e-4, rtol=1e-4, msg=f"d{name}")

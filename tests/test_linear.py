@@ -368,3 +368,46 @@ def test_recall_model_and_training_refuse_bad_sizes_and_restore_threads(monkeypa
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def _linear_reference_log_space(q, k, v):
+    """Normalised causal linear attention with φ = elu + 1 in float64, from log φ: softmax_j(log φ(q_i)·φ(k_j))."""
+    q, k, v = q.double(), k.double(), v.double()
+    a, b = (torch.where(t < 0, t, torch.log1p(t.clamp(min=0))) for t in (q, k))  # log(elu(x) + 1)
+    log_w = torch.logsumexp(a[..., :, None, :] + b[..., None, :, :], dim=-1)  # log φ(q_i)·φ(k_j), (..., L, L)
+    L = q.shape[-2]
+    log_w = log_w.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)
+    return torch.softmax(log_w, dim=-1) @ v
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("shift_q,shift_k", [(0.0, 0.0), (-30.0, -30.0), (-200.0, -200.0), (-300.0, 0.0),
+                                             (0.0, -1e4)])
+@pytest.mark.parametrize("eps", [1e-12, 0.0])
+def test_linear_attention_float32_with_very_negative_features_is_the_weighted_average(form, shift_q, shift_k, eps):
+    # issue 38: elu(x) + 1 underflowed to 0 in float32 from x = -17, so the output was 0 (NaN with eps=0)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 9, 4, generator=g) for _ in range(3))
+    q, k = q + shift_q, k + shift_k
+    out = linear_attention(q, k, v, form=form, chunk_size=4, eps=eps)
+    torch.testing.assert_close(out.double(), _linear_reference_log_space(q, k, v), atol=1e-6, rtol=1e-5)
+
+
+def test_linear_attention_later_keys_that_dwarf_earlier_ones_stay_causal():
+    # the running max of the keys' features rescales the state (as the online softmax does): early queries
+    # must not see the large later keys, and later queries must weigh every key exactly
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 10, 4, generator=g) for _ in range(3))
+    k[..., :5, :] -= 500.0
+    for form in FORMS:
+        out = linear_attention(q, k, v, form=form, chunk_size=3)
+        # the parallel and chunked forms sum the log-decays: after a jump of 500 the sums are near 500, whose
+        # float32 spacing (3e-5) bounds the relative error of the later weights
+        torch.testing.assert_close(out.double(), _linear_reference_log_space(q, k, v), atol=1e-5, rtol=1e-4)
+
+
+def test_elu_feature_map_is_exp_below_zero():
+    x = torch.tensor([-100.0, -20.0, -1.0, 0.0, 2.0])
+    assert (elu_feature_map(x) > 0).all()  # (exp(x) - 1) + 1 was 0 at -20 and -100 in float32
+    want = torch.tensor([math.exp(-100.0), math.exp(-20.0), math.exp(-1.0), 1.0, 3.0], dtype=torch.float64)
+    torch.testing.assert_close(elu_feature_map(x).double(), want, rtol=1e-6, atol=0)
