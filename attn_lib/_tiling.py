@@ -19,7 +19,9 @@ from attn_lib._checks import (
     check_bool,
     check_choice,
     check_finite,
+    check_fits_dtype,
     check_int,
+    check_on_device,
     check_number,
     check_qkv,
     check_scale,
@@ -111,16 +113,8 @@ def _check_side_tensor(name: str, t: torch.Tensor, query: torch.Tensor, dtype: t
 
     float64 sinks of 1e39 with a float32 query used to become inf in float32 and the output NaN.
     """
-    if t.device != query.device:
-        raise ValueError(f"{name} must be on the query's device {query.device}, got {t.device}; move it with "
-                         f".to({str(query.device)!r})")
-    if t.is_floating_point() and torch.finfo(t.dtype).max > torch.finfo(dtype).max and t.numel():
-        vals = t.detach()[torch.isfinite(t.detach())]
-        big = vals.clamp(min=0) if name == "attn_mask" else vals.abs()  # a mask's -1e39 blocks, as -inf does
-        if big.numel() and float(big.max()) > torch.finfo(dtype).max:
-            raise ValueError(f"{name} holds {float(big.max()):.3g}, beyond what {dtype} (the dtype attention computes "
-                             f"in for a {query.dtype} query) holds, {torch.finfo(dtype).max:.3g}; expected values of "
-                             f"at most that size")
+    check_on_device(name, t, query.device)
+    check_fits_dtype(name, t, dtype, allow_negative=name == "attn_mask")  # a mask's -1e39 blocks, as -inf does
 
 
 def _value_scale(value: torch.Tensor, n_keys: int) -> float:

@@ -102,7 +102,7 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
             or initial_state (a gate that forgets everything is a very negative log_decay, not -inf: the
             chunked form subtracts cumulative sums, and -inf - -inf is NaN); log_decay > 0 somewhere;
             initial_state not (B, H, E, Ev); tensors on different devices; an unknown form; chunk_size < 1; scale
-            NaN, infinite or <= 0.
+            NaN, infinite or <= 0; E = 0. L = 0 gives an empty output and the initial state.
 
     Source: Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks", §3; the chunked form is their chunkwise
     algorithm, the WY representation of Yang et al. 2024, "Parallelizing Linear Transformers with the Delta
@@ -131,6 +131,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     C = check_int("chunk_size", chunk_size, minimum=1)
     Bt, H, L, E = key.shape
     q = query * check_scale(scale, E)
+    if E == 0:
+        raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
     if initial_state is None:
         state = torch.zeros(Bt, H, E, value.shape[-1], dtype=value.dtype, device=value.device)
     else:
@@ -138,6 +140,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
             raise ValueError(f"initial_state must have shape (B, H, E, Ev) = {(Bt, H, E, value.shape[-1])}, "
                              f"got {shape_of(initial_state)}")
         state = check_finite("initial_state", initial_state).to(value.dtype)
+    if L == 0:  # no position: an empty output, the state unchanged
+        return value.new_zeros(value.shape), state
     outs = []
     if form == "recurrent":
         for t in range(L):

@@ -70,8 +70,13 @@ def _check_qkv_seq(q, k, v, log_decay=None):
         raise ValueError(f"value must have shape (..., L, Ev) with the key's (..., L) = {shape_of(k)[:-1]}, got {shape_of(v)}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"query, key and value must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    check_same_device(query=q, key=k, value=v)
+    if q.shape[-1] == 0:
+        raise ValueError(f"query and key need a last dim E >= 1, got query shape {shape_of(q)}")
     if log_decay is not None:
         check_tensor("log_decay", log_decay, floating=True)
+        check_same_dtype(key=k, log_decay=log_decay)
+        check_same_device(key=k, log_decay=log_decay)
         check_finite("log_decay", log_decay)
         if log_decay.shape != k.shape[:-1]:
             raise ValueError(f"log_decay must have shape (..., L) = {shape_of(k)[:-1]}, got {shape_of(log_decay)}")
@@ -125,13 +130,14 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 
     Returns:
         out (..., L, Ev), or ``(out, state)`` with ``return_state``, state (..., E, Ev). Computed in the inputs'
-        dtype (log_decay is not cast: one of another dtype is promoted or refused by torch).
+        dtype. L = 0 gives an empty output (and the initial state).
 
     Raises:
-        TypeError: query, key, value or log_decay not floating tensors; query, key and value of different dtypes;
-            form not a str; chunk_size not an int; initial_state not a floating tensor of the key's dtype.
-        ValueError: fewer than 2 dims; query and key of different shapes; value not (..., L, Ev) with the key's
-            (..., L); NaN or infinity in query, key, value or log_decay; log_decay not (..., L) or > 0 somewhere;
+        TypeError: query, key, value or log_decay not floating tensors; query, key, value and log_decay of
+            different dtypes; form not a str; chunk_size not an int; initial_state not a floating tensor of the
+            key's dtype.
+        ValueError: fewer than 2 dims; E = 0; query and key of different shapes; value not (..., L, Ev) with the
+            key's (..., L); tensors on different devices; NaN or infinity in query, key, value or log_decay; log_decay not (..., L) or > 0 somewhere;
             an unknown form; chunk_size < 1; initial_state not (..., E, Ev) with the key's batch dims, not finite
             or on another device; initial_state or return_state with the parallel form.
 
@@ -160,6 +166,9 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         return _masked_weights(query, key, log_decay.cumsum(-1)) @ value
     state = initial_state if initial_state is not None else \
         torch.zeros(*key.shape[:-2], E, Ev, dtype=key.dtype, device=key.device)
+    if L == 0:  # no position: an empty output, the state unchanged
+        out = value.new_zeros(value.shape)
+        return (out, state) if return_state else out
     outs = []
     if form == "recurrent":
         for t in range(L):
@@ -265,8 +274,8 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
         TypeError: x, dt or A not floating tensors; B or C not floating tensors, or dtypes that differ (from
             :func:`decayed_attention`).
         ValueError: dt not (Bt, H, L); A not (H,); dt <= 0 or A >= 0 somewhere; B and C of different shapes or
-            not (Bt, H, L, N); NaN or infinity in x·dt, dt·A, B or C; an unknown form; chunk_size < 1.
-        D is not checked: a D that does not broadcast as (H, 1, 1) raises torch's RuntimeError.
+            not (Bt, H, L, N); NaN or infinity in x·dt, dt·A, B or C; an unknown form; chunk_size < 1; D not (H,)
+            or not finite (TypeError: D not a floating tensor of x's dtype).
 
     Source: Dao & Gu 2024, "Transformers are SSMs" (Mamba-2), §3.1 and eq. (16); equal to the torch path of
     transformers' ``Mamba2Mixer`` (tests/test_linear.py).
@@ -282,6 +291,12 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
     if bool((dt <= 0).any()) or bool((A >= 0).any()):
         raise ValueError("ssd needs dt > 0 and A < 0 (a decay exp(dt A) < 1), "
                          f"got min dt {float(dt.min()):.3g} and max A {float(A.max()):.3g}")
+    if D is not None:
+        check_tensor("D", D, floating=True, ndim=1)
+        if D.shape != A.shape:
+            raise ValueError(f"D must have shape (H,) = ({x.shape[-3]},), one skip weight per head, got {shape_of(D)}")
+        check_same_dtype(x=x, D=D)
+        check_finite("D", D)
     y = decayed_attention(C, B, x * dt[..., None], dt * A[:, None], form=form, chunk_size=chunk_size)
     return y if D is None else y + D[:, None, None] * x
 
@@ -352,11 +367,13 @@ def direct_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
             float64) of one dtype.
 
     Returns:
-        (..., L), in the inputs' dtype.
+        (..., L), in the inputs' dtype. Causal for NaN and inf too: y_t reads only u_0..u_t and k_0..k_t, so a
+        NaN at position s reaches only y_s, y_{s+1}, ...
 
     Raises:
         TypeError: u or k not a floating tensor, or of different dtypes. ValueError: u or k with 0 dims; the
-        filter is longer than the signal (the same rules as :func:`fft_long_conv`).
+        filter is longer than the signal (the rules of :func:`fft_long_conv`, which also refuses non-finite
+        values).
 
     Source: the course's own reference for :func:`fft_long_conv`: the convolutional representation of an SSM
     (Gu et al. 2022, S4), summed directly.
@@ -365,8 +382,11 @@ def direct_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     L = u.shape[-1]
     idx = torch.arange(L, device=u.device)
     lag = idx[:, None] - idx[None, :]  # (t, s): lag t - s
-    toeplitz = torch.where(lag >= 0, k[..., lag.clamp(min=0)], torch.zeros((), dtype=k.dtype))
-    return (toeplitz @ u[..., None])[..., 0]
+    causal = lag >= 0
+    # y_t = sum over s <= t of k_{t-s} u_s, as a masked sum (not a matrix product with zeros above the diagonal:
+    # 0 * NaN = NaN would carry a NaN at position s back to every y_t with t < s)
+    terms = k[..., lag.clamp(min=0)] * u[..., None, :]  # (..., t, s)
+    return torch.where(causal, terms, torch.zeros((), dtype=terms.dtype, device=u.device)).sum(-1)
 
 
 def fft_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -376,18 +396,27 @@ def fft_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
     Args:
         u: (..., L) signals; k: (..., K) filters with K <= L (a shorter one is zero-padded), leading dims broadcast.
-            Real floating tensors: float32 or float64 (torch's CPU FFT refuses float16 and bfloat16 with a
-            RuntimeError).
+            Real floating tensors: float32 or float64, finite.
 
     Returns:
-        (..., L), the dtype of u.
+        (..., L), the dtype of u (empty for L = 0).
 
     Raises:
-        TypeError: not floating tensors, or of different dtypes. ValueError: u or k with 0 dims; the filter is
-        longer than the signal.
+        TypeError: not floating tensors, float16 / bfloat16 (no CPU FFT kernel), or of different dtypes.
+        ValueError: u or k with 0 dims; the filter is longer than the signal; NaN or infinity in u or k (the FFT
+        would spread it to the positions before it: use :func:`direct_long_conv`, which stays causal).
     """
+    if isinstance(u, torch.Tensor) and u.dtype in (torch.float16, torch.bfloat16):
+        raise TypeError(f"u must be float32 or float64 (torch's CPU FFT has no {u.dtype} kernel), got {u.dtype}; "
+                        f"convert with u.float() and k.float()")
     k = _check_conv(u, k)
+    # the FFT mixes every position into every output: a NaN at position s would turn y_0..y_{s-1} into NaN too,
+    # which a causal convolution must not do (direct_long_conv keeps them): refuse it here
+    check_finite("u", u)
+    check_finite("k", k)
     L = u.shape[-1]
+    if L == 0:
+        return u.new_zeros(torch.broadcast_shapes(u.shape, k.shape))
     n = 2 * L
     return torch.fft.irfft(torch.fft.rfft(u, n=n) * torch.fft.rfft(k, n=n), n=n)[..., :L].to(u.dtype)
 

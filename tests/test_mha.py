@@ -342,14 +342,23 @@ def test_kv_cache_update_and_errors():
 
 def test_cache_from_another_layer_shape_is_rejected_before_it_changes():
     mha = MultiHeadAttention(16, 4, num_kv_heads=2)
-    other = MultiHeadAttention(16, 4)
     cache = KVCache()
     x = _randn(1, 3, 16, seed=1)
     with torch.no_grad():
-        other(x, kv_cache=cache, is_causal=True)
+        cache.update(_randn(1, 4, 3, 4, seed=2), _randn(1, 4, 3, 4, seed=3))  # 4 kv heads, filled by hand
         with pytest.raises(ValueError, match="do not match the cached"):
             mha(x, kv_cache=cache, is_causal=True)
     assert cache.seq_len == 3
+    # filled by another layer (of the same shapes or not), the cache is refused before anything else (issue 38)
+    other = MultiHeadAttention(16, 4, num_kv_heads=2)
+    cache = KVCache()
+    with torch.no_grad():
+        other(x, kv_cache=cache, is_causal=True)
+        with pytest.raises(ValueError, match="kv_cache already holds the keys of another layer"):
+            mha(x, kv_cache=cache, is_causal=True)
+        assert cache.seq_len == 3
+        cache.reset()  # emptied, it may serve a new layer
+        mha(x, kv_cache=cache, is_causal=True)
 
 
 # ---------------------------------------------------------------------------------------------
