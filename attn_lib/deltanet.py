@@ -130,9 +130,9 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     check_choice("form", form, ("recurrent", "chunked"))
     C = check_int("chunk_size", chunk_size, minimum=1)
     Bt, H, L, E = key.shape
-    q = query * check_scale(scale, E)
     if E == 0:
         raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
+    q = query * check_scale(scale, E)
     if initial_state is None:
         state = torch.zeros(Bt, H, E, value.shape[-1], dtype=value.dtype, device=value.device)
     else:

@@ -411,3 +411,77 @@ def test_elu_feature_map_is_exp_below_zero():
     assert (elu_feature_map(x) > 0).all()  # (exp(x) - 1) + 1 was 0 at -20 and -80 in float32
     want = torch.tensor([math.exp(-80.0), math.exp(-20.0), math.exp(-1.0), 1.0, 3.0], dtype=torch.float64)
     torch.testing.assert_close(elu_feature_map(x).double(), want, rtol=1e-6, atol=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 38: empty sequences, dtypes and devices of the side tensors, causal convolutions and NaN
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("form", FORMS)
+def test_empty_sequences_give_empty_outputs(form):
+    q = torch.randn(1, 2, 0, 4)
+    assert linear_attention(q, q, q, form=form).shape == (1, 2, 0, 4)
+    out, state = decayed_attention(q, q, torch.randn(1, 2, 0, 3), form="chunked" if form == "parallel" else form,
+                                   return_state=True)
+    assert out.shape == (1, 2, 0, 3) and (state == 0).all() and state.shape == (1, 2, 4, 3)
+    if form != "parallel":
+        out, state = gated_delta_rule(q, q, q, torch.zeros(1, 2, 0), torch.zeros(1, 2, 0), form=form)
+        assert out.shape == (1, 2, 0, 4) and state.shape == (1, 2, 4, 4)
+    assert fft_long_conv(torch.randn(2, 0), torch.randn(0)).shape == (2, 0)
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    (lambda q: linear_attention(q[..., :0], q[..., :0], q), ValueError, "last dim E >= 1"),
+    (lambda q: linear_attention(q, q, q, feature_map=3), TypeError, "feature_map must be a function"),
+    (lambda q: decayed_attention(q, q, q, torch.zeros(1, 2, 5, dtype=torch.float64)), TypeError,
+     "key, log_decay must share one dtype"),
+    (lambda q: decayed_attention(q, q, q, torch.zeros(1, 2, 5, device="meta")), ValueError,
+     "must be on one device"),
+    (lambda q: fft_long_conv(q.half(), q.half()), TypeError, "u must be float32 or float64"),
+    (lambda q: gated_delta_rule(q[..., :0], q[..., :0], q, torch.zeros(1, 2, 5), torch.zeros(1, 2, 5)), ValueError,
+     "last dim E >= 1"),
+])
+def test_linear_functions_refuse_bad_side_tensors(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call(torch.randn(1, 2, 5, 4))
+
+
+@pytest.mark.parametrize("D,exc,words", [
+    (torch.ones(5), ValueError, r"D must have shape \(H,\) = \(2,\)"),
+    (torch.full((2,), math.nan), ValueError, "D contains NaN"),
+    (torch.ones(2, dtype=torch.float64), TypeError, "x, D must share one dtype"),
+])
+def test_ssd_checks_its_skip_weights(D, exc, words):
+    x, dt, A = torch.randn(1, 2, 3, 3), torch.ones(1, 2, 3), -torch.ones(2)
+    B = C = torch.randn(1, 2, 3, 4)
+    with pytest.raises(exc, match=words):
+        ssd(x, dt, A, B, C, D=D)
+
+
+def test_long_convolutions_never_carry_a_nan_backwards():
+    # a causal y_t reads u_0..u_t only: a NaN at position 3 must leave y_0..y_2 as they were
+    g = torch.Generator().manual_seed(5)
+    u, k = torch.randn(2, 6, generator=g), torch.randn(6, generator=g)
+    bad = u.clone()
+    bad[0, 3] = math.nan
+    y, y_bad = direct_long_conv(u, k), direct_long_conv(bad, k)
+    torch.testing.assert_close(y_bad[0, :3], y[0, :3])  # the 0 * NaN of a Toeplitz product made these NaN
+    assert y_bad[0, 3:].isnan().all() and torch.equal(y_bad[1], y[1])
+    k_bad = k.clone()
+    k_bad[4] = math.nan  # a NaN at lag 4 reaches y_4, y_5 only
+    y_k = direct_long_conv(u, k_bad)
+    torch.testing.assert_close(y_k[:, :4], y[:, :4])
+    assert y_k[:, 4:].isnan().all()
+    for args, name in (((bad, k), "u"), ((u, k_bad), "k")):  # the FFT mixes every position: it refuses
+        with pytest.raises(ValueError, match=f"{name} contains NaN"):
+            fft_long_conv(*args)
+    with pytest.raises(ValueError, match=r"u contains \+inf"):
+        fft_long_conv(u.masked_fill(u > 1e9, 0).index_fill(1, torch.tensor([2]), math.inf), k)
+
+
+def test_linear_attention_with_values_near_the_float32_maximum_is_finite():
+    # the numerator sums up to L x E values of 3e38 before the division: scaled by a power of two first
+    g = torch.Generator().manual_seed(6)
+    q, k = torch.randn(1, 2, 6, 4, generator=g), torch.randn(1, 2, 6, 4, generator=g)
+    v = torch.full((1, 2, 6, 3), 3e38)
+    for form in FORMS:
+        torch.testing.assert_close(linear_attention(q, k, v, form=form, chunk_size=4), v)
