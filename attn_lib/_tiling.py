@@ -126,11 +126,11 @@ def _value_scale(value: torch.Tensor, n_keys: int) -> float:
     """
     if value.dtype not in (torch.float32, torch.float64) or value.numel() == 0:
         return 1.0
-    big = torch.finfo(value.dtype).max / 4
-    top = float(value.detach().abs().amax()) * max(n_keys, 1)
-    if top <= big:
+    largest = float(value.detach().abs().amax())
+    if not 0.0 < largest < math.inf:  # zeros, or non-finite values (refused before; tests may let them through)
         return 1.0
-    return 2.0 ** math.ceil(math.log2(top / big))
+    excess = math.log2(largest) + math.log2(max(n_keys, 1)) - math.log2(torch.finfo(value.dtype).max / 4)
+    return 1.0 if excess <= 0 else 2.0 ** math.ceil(excess)  # in logs: float64's 1.7e308 * n_keys is inf
 
 
 def _sink_rows(sinks, query, lead, n: int, G: int, hkv: int) -> torch.Tensor:
