@@ -317,14 +317,18 @@ def mamba2_mixer_forward(mixer, hidden_states: torch.Tensor, *, form: str = "par
         (Bt, L, hidden_size), in the weights' dtype.
 
     Raises:
-        TypeError: hidden_states not a floating tensor. ValueError: hidden_states not 3-D; and what :func:`ssd`
-            raises (e.g. a dt that softplus rounds to 0). ``mixer`` is not checked: another object raises
-            AttributeError, a dtype other than the weights' raises torch's RuntimeError.
+        TypeError: hidden_states not a floating tensor or not of the mixer's weights' dtype; mixer not a
+            Mamba2Mixer (no in_proj, ...). ValueError: hidden_states not 3-D; and what :func:`ssd` raises (e.g. a
+            dt that softplus rounds to 0).
 
     Source: transformers' ``Mamba2Mixer.forward`` torch path (``torch_forward``), the block of Dao & Gu 2024
     (Mamba-2).
     """
     check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
+    from attn_lib.deltanet import _check_hf_layer
+
+    _check_hf_layer("mixer", mixer, ("in_proj", "conv1d", "act", "dt_bias", "A_log", "D", "norm", "out_proj"),
+                    "transformers' Mamba2Mixer", layer_weight="out_proj", x=hidden_states)
     Bt, L, _ = hidden_states.shape
     H, P, G, N = mixer.num_heads, mixer.head_dim, mixer.n_groups, mixer.ssm_state_size
     proj = mixer.in_proj(hidden_states)

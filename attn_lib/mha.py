@@ -71,10 +71,11 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     x: (B, H, L, E) tensor of any dtype; the result (B, L, H * E) keeps it (a copy when x is not contiguous).
 
     Raises:
-        ValueError: x is not 4-D (a non-tensor fails inside torch).
+        TypeError: x is not a tensor. ValueError: x is not 4-D.
 
     Source: the concatenation of Vaswani et al. 2017, section 3.2.2 (HuggingFace BERT's context-layer reshape).
     """
+    check_tensor("x", x)
     if x.dim() != 4:
         raise ValueError(f"x must be (B, num_heads, L, head_dim), got shape {shape_of(x)}")
     B, H, L, E = x.shape

@@ -485,3 +485,16 @@ def test_linear_attention_with_values_near_the_float32_maximum_is_finite():
     v = torch.full((1, 2, 6, 3), 3e38)
     for form in FORMS:
         torch.testing.assert_close(linear_attention(q, k, v, form=form, chunk_size=4), v)
+
+
+def test_layer_rebuilds_refuse_another_module_and_another_dtype():
+    with pytest.raises(TypeError, match="layer must be transformers' Qwen3NextGatedDeltaNet, got object"):
+        gated_deltanet_forward(object(), torch.randn(1, 2, 3))
+    with pytest.raises(TypeError, match="mixer must be transformers' Mamba2Mixer, got object"):
+        mamba2_mixer_forward(object(), torch.randn(1, 2, 3))
+    layer = torch.nn.Module()
+    for n in ("in_proj_qkvz", "in_proj_ba", "conv1d", "A_log", "dt_bias", "norm"):
+        setattr(layer, n, torch.nn.Identity())
+    layer.out_proj = torch.nn.Linear(3, 3)
+    with pytest.raises(TypeError, match="hidden_states must have the layer's dtype torch.float32, got torch.float64"):
+        gated_deltanet_forward(layer, torch.randn(1, 2, 3, dtype=torch.float64))

@@ -538,3 +538,8 @@ def test_mha_empty_inputs():
     for backend in ("naive", "tiled"):  # queries but no key: nothing to average over
         with pytest.raises(ValueError, match=r"key and value need at least one position \(S >= 1\)"):
             mha(x, _randn(2, 0, 8), backend=backend)
+
+
+def test_merge_heads_refuses_a_non_tensor():
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        merge_heads([1, 2])

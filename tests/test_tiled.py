@@ -871,3 +871,14 @@ def test_tiled_dtype_edges_that_have_a_right_answer():
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=0)
     (dv,) = torch.autograd.grad(out.sum(), v)
     torch.testing.assert_close(dv.sum(-2), torch.full((1, 2, 16), 5.0))  # each query's weights sum to 1
+
+
+def test_online_softmax_pieces_refuse_mixed_dtypes_and_nan():
+    z = torch.zeros
+    with pytest.raises(TypeError, match="must share one dtype"):
+        online_softmax_update(z(2), z(2), z(2, 3), z(2, 4, dtype=torch.float64), z(4, 3))
+    with pytest.raises(ValueError, match="scores contains NaN"):
+        online_softmax_trace(torch.tensor([math.nan, 1.0]), z(2, 3), 1)
+    with pytest.raises(TypeError, match="scores must have a floating dtype"):
+        online_softmax_trace(torch.tensor([1, 2]), z(2, 3), 1)
+    assert online_softmax_trace(torch.tensor([-math.inf, 1.0]), z(2, 3), 1)[-1].l == 1.0  # -inf: a masked key
