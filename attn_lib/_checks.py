@@ -22,7 +22,8 @@ __all__ = [
     "check_int", "check_bool", "check_number", "check_choice", "check_callable", "check_tensor",
     "check_finite", "check_dtype", "check_device", "check_same_device", "check_same_dtype",
     "check_attn_mask", "check_qkv", "shape_of", "all_finite", "check_heads", "scores_overflow_error",
-    "check_token_ids", "check_padding_mask", "check_scale", "check_rope_base",
+    "check_token_ids", "check_padding_mask", "check_scale", "check_rope_base", "check_fits_dtype", "check_on_device",
+    "claim_cache",
 ]
 
 # The integer dtypes accepted for token ids (what nn.Embedding takes after .long()).
@@ -487,3 +488,54 @@ def check_rope_base(rope_base, *, allow_none: bool = True) -> float | None:
         raise ValueError(f"rope_base must be {'None or ' if allow_none else ''}a finite number > 1 "
                          f"(e.g. 10000.0), got {value}")
     return value
+
+
+def check_fits_dtype(name: str, tensor: torch.Tensor, dtype: torch.dtype, *, allow_negative: bool = False) -> None:
+    """Refuse a floating tensor whose finite values ``dtype`` cannot hold (they would become +-inf there).
+
+    float64 sinks of 1e39 with a float32 query became inf in float32 and the output NaN. ``allow_negative``: huge
+    negative values are fine (a float mask's -1e39 blocks, as -inf does).
+
+    Raises:
+        ValueError: naming the largest such value and the dtype's maximum.
+    """
+    if not tensor.is_floating_point() or tensor.numel() == 0 or torch.finfo(tensor.dtype).max <= torch.finfo(dtype).max:
+        return
+    vals = tensor.detach()[torch.isfinite(tensor.detach())]
+    big = vals.clamp(min=0) if allow_negative else vals.abs()
+    if big.numel() and float(big.max()) > torch.finfo(dtype).max:
+        raise ValueError(f"{name} holds {float(big.max()):.3g}, more than {dtype} (the dtype the computation runs in) "
+                         f"holds, {torch.finfo(dtype).max:.3g}; expected values of at most that size")
+
+
+def check_on_device(name: str, tensor: torch.Tensor, device: torch.device, *, of: str = "the query") -> None:
+    """Refuse a side tensor (mask, slopes, sinks, positions) that is not on ``device`` (the main input's).
+
+    Raises:
+        ValueError: naming both devices and the ``.to`` to call.
+    """
+    if tensor.device != device:
+        raise ValueError(f"{name} must be on {of}'s device {device}, got {tensor.device}; move it with "
+                         f".to({str(device)!r})")
+
+
+def claim_cache(cache, owner, *, name: str = "cache") -> None:
+    """One cache per layer: the first layer that fills ``cache`` owns it; another layer passing it is refused.
+
+    Two layers sharing one cache object would each append their keys to the other's (silently wrong decoding).
+    A cache that is empty again (``seq_len == 0``, e.g. after ``reset()``) may be claimed by a new layer.
+
+    Raises:
+        ValueError: ``cache`` already holds tokens of another layer.
+    """
+    import weakref
+
+    ref = getattr(cache, "_attn_lib_owner", None)
+    current = ref() if ref is not None else None
+    if current is not None and current is not owner and getattr(cache, "seq_len", 0) > 0:
+        raise ValueError(f"{name} already holds the keys of another layer ({type(current).__name__} at "
+                         f"0x{id(current):x}); expected one cache object per layer (a list of new caches, one each)")
+    try:
+        cache._attn_lib_owner = weakref.ref(owner)
+    except (AttributeError, TypeError):  # a cache class with __slots__: nothing to record
+        pass

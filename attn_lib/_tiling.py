@@ -19,7 +19,9 @@ from attn_lib._checks import (
     check_bool,
     check_choice,
     check_finite,
+    check_fits_dtype,
     check_int,
+    check_on_device,
     check_number,
     check_qkv,
     check_scale,
@@ -82,10 +84,53 @@ def _check_window(window_size) -> tuple[int, int]:
     return int(left), int(right)
 
 
-def _check_softcap(softcap) -> float | None:
-    """flash-attn's ``softcap``: None or 0 = off, else a positive finite number."""
+def _clip_window(window: tuple[int, int], L: int, S: int) -> tuple[int, int]:
+    """A side of L + S or more reaches past every key: the same mask as -1 (unbounded), and no int64/int32 overflow.
+
+    (A side of 2**63 used to wrap around inside the Triton kernels and block every key.)
+    """
+    return tuple(-1 if w >= L + S else w for w in window)
+
+
+def _check_softcap(softcap, dtype: torch.dtype = torch.float64) -> float | None:
+    """flash-attn's ``softcap``: None or 0 = off, else a positive finite number that ``dtype`` holds as a normal number.
+
+    ``dtype`` is the accumulation dtype (float32, or float64 for float64 inputs): a cap above its maximum becomes
+    inf there (scores / inf = 0, then inf * 0 = NaN), and one below its smallest normal number rounds towards 0.
+    """
     cap = check_number("softcap", softcap, minimum=0.0, allow_none=True)
-    return cap if cap else None
+    if not cap:
+        return None
+    info = torch.finfo(dtype)
+    if not info.tiny <= cap <= info.max:
+        raise ValueError(f"softcap must be None, 0 (off) or a number in [{info.tiny:.3g}, {info.max:.3g}] (what {dtype}, "
+                         f"the dtype the scores are computed in, holds), got {cap:.3g}")
+    return cap
+
+
+def _check_side_tensor(name: str, t: torch.Tensor, query: torch.Tensor, dtype: torch.dtype) -> None:
+    """A side tensor (mask, slopes, sinks) on query's device whose finite values ``dtype`` holds (not +-inf there).
+
+    float64 sinks of 1e39 with a float32 query used to become inf in float32 and the output NaN.
+    """
+    check_on_device(name, t, query.device)
+    check_fits_dtype(name, t, dtype, allow_negative=name == "attn_mask")  # a mask's -1e39 blocks, as -inf does
+
+
+def _value_scale(value: torch.Tensor, n_keys: int) -> float:
+    """A power of two c such that value / c cannot overflow the running sum of n_keys weighted values.
+
+    The online softmax adds up to n_keys values, each times a weight <= 1, before it divides by the sum of the
+    weights: values near float32's maximum (3e38) made a finite average come out inf. 1.0 in the common case;
+    otherwise the caller attends over value / c (exact: a power of two) and multiplies the output by c.
+    """
+    if value.dtype not in (torch.float32, torch.float64) or value.numel() == 0:
+        return 1.0
+    largest = float(value.detach().abs().amax())
+    if not 0.0 < largest < math.inf:  # zeros, or non-finite values (refused before; tests may let them through)
+        return 1.0
+    excess = math.log2(largest) + math.log2(max(n_keys, 1)) - math.log2(torch.finfo(value.dtype).max / 4)
+    return 1.0 if excess <= 0 else 2.0 ** math.ceil(excess)  # in logs: float64's 1.7e308 * n_keys is inf
 
 
 def _sink_rows(sinks, query, lead, n: int, G: int, hkv: int) -> torch.Tensor:
@@ -97,7 +142,7 @@ def _sink_rows(sinks, query, lead, n: int, G: int, hkv: int) -> torch.Tensor:
                          f"takes, for a query (..., H, L, E); got shape {shape_of(sinks)} for query shape "
                          f"{shape_of(query)}")
     check_finite("sinks", sinks)
-    rows = sinks.to(query.device, _acc_dtype(query.dtype))
+    rows = sinks.to(_acc_dtype(query.dtype))
     return rows.reshape(hkv, G).repeat(n // hkv if hkv else 0, 1)  # (H,) -> (N, G): head h = kv * G + g
 
 
@@ -123,17 +168,21 @@ def _prepare(query, key, value, attn_mask, is_causal, causal_align, scale, enabl
     n = math.prod(lead) // G
     q = query.reshape(n, G, L, E)  # (..., Hkv, G, L, E): query head h = hkv_index * G + g, as torch's enable_gqa
     k, v = key.reshape(n, S, E), value.reshape(n, S, Ev)
+    acc = _acc_dtype(query.dtype)
+    for name, t in (("attn_mask", attn_mask), ("alibi_slopes", alibi_slopes), ("sinks", sinks)):
+        if isinstance(t, torch.Tensor):
+            _check_side_tensor(name, t, query, acc)
     mask = check_attn_mask(attn_mask, (*lead, L, S), allow_float=allow_float_mask)
     if mask is not None:
-        mask = mask.to(query.device).expand(*lead, L, S)  # a view: no (L, S) copy per head
+        mask = mask.expand(*lead, L, S)  # a view: no (L, S) copy per head
         if mask.is_floating_point():
             mask = mask.to(_acc_dtype(query.dtype))
     slopes = None
     if alibi_slopes is not None:
         slopes = _alibi_rows(alibi_slopes, query, lead, n, G, hkv)
     offset = S - L if (is_causal and causal_align == "bottom_right") else 0
-    window = _check_window(window_size)
-    cap = _check_softcap(softcap)
+    window = _clip_window(_check_window(window_size), L, S)
+    cap = _check_softcap(softcap, acc)
     sink_rows = None if sinks is None else _sink_rows(sinks, query, lead, n, G, hkv)
     _check_scores_fit(q, k, scale)
     return _Problem(q, k, v, lead, mask, slopes, scale, is_causal, offset, window, cap, sink_rows)
@@ -151,7 +200,7 @@ def _alibi_rows(alibi_slopes, query, lead, n: int, G: int, hkv: int) -> torch.Te
                          f"element as flash-attn takes; got shape {shape_of(alibi_slopes)} for query shape "
                          f"{shape_of(query)}")
     check_finite("alibi_slopes", alibi_slopes)
-    slopes = alibi_slopes.to(query.device, _acc_dtype(query.dtype))
+    slopes = alibi_slopes.to(_acc_dtype(query.dtype))
     if per_batch:  # (B, H) -> (B * Hkv, G): row group n = (b, kv head), its G query heads
         return slopes.reshape(n, G)
     # (H,) -> (N, G): the same slopes for every batch element; a few numbers, not an (L, S) bias

@@ -102,7 +102,7 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
             or initial_state (a gate that forgets everything is a very negative log_decay, not -inf: the
             chunked form subtracts cumulative sums, and -inf - -inf is NaN); log_decay > 0 somewhere;
             initial_state not (B, H, E, Ev); tensors on different devices; an unknown form; chunk_size < 1; scale
-            NaN, infinite or <= 0.
+            NaN, infinite or <= 0; E = 0. L = 0 gives an empty output and the initial state.
 
     Source: Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks", §3; the chunked form is their chunkwise
     algorithm, the WY representation of Yang et al. 2024, "Parallelizing Linear Transformers with the Delta
@@ -130,6 +130,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     check_choice("form", form, ("recurrent", "chunked"))
     C = check_int("chunk_size", chunk_size, minimum=1)
     Bt, H, L, E = key.shape
+    if E == 0:
+        raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
     q = query * check_scale(scale, E)
     if initial_state is None:
         state = torch.zeros(Bt, H, E, value.shape[-1], dtype=value.dtype, device=value.device)
@@ -138,6 +140,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
             raise ValueError(f"initial_state must have shape (B, H, E, Ev) = {(Bt, H, E, value.shape[-1])}, "
                              f"got {shape_of(initial_state)}")
         state = check_finite("initial_state", initial_state).to(value.dtype)
+    if L == 0:  # no position: an empty output, the state unchanged
+        return value.new_zeros(value.shape), state
     outs = []
     if form == "recurrent":
         for t in range(L):
@@ -181,14 +185,16 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
         (B, L, hidden_size), in the weights' dtype.
 
     Raises:
-        TypeError: hidden_states not a floating tensor. ValueError: hidden_states not 3-D; and what
-            :func:`gated_delta_rule` raises (e.g. an unknown form). ``layer`` is not checked: another object
-            raises AttributeError, a dtype other than the weights' raises torch's RuntimeError.
+        TypeError: hidden_states not a floating tensor or not of the layer's weights' dtype; layer not a
+            Qwen3NextGatedDeltaNet (no in_proj_qkvz, ...). ValueError: hidden_states not 3-D; and what
+            :func:`gated_delta_rule` raises (e.g. an unknown form).
 
     Source: transformers' ``Qwen3NextGatedDeltaNet`` (no-cache torch path); the layer of Yang, Kautz &
     Hatamizadeh 2024, "Gated Delta Networks", §3.
     """
     check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
+    _check_hf_layer("layer", layer, ("in_proj_qkvz", "in_proj_ba", "conv1d", "A_log", "dt_bias", "norm", "out_proj"),
+                    "transformers' Qwen3NextGatedDeltaNet", layer_weight="out_proj", x=hidden_states)
     Bt, L, _ = hidden_states.shape
     Hk, Hv, Dk, Dv = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
     r = Hv // Hk
@@ -211,6 +217,17 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
     out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + layer.norm.variance_epsilon)
     out = layer.norm.weight * out * F.silu(z.reshape(Bt, L, Hv, Dv))
     return layer.out_proj(out.reshape(Bt, L, -1))
+
+
+def _check_hf_layer(name: str, layer, needed: tuple, what: str, *, layer_weight: str, x: torch.Tensor) -> None:
+    """``layer`` has the submodules ``needed`` of a transformers layer, and x has its weights' dtype (TypeError)."""
+    missing = [n for n in needed if not hasattr(layer, n)]
+    if missing:
+        raise TypeError(f"{name} must be {what}, got {type(layer).__name__} (without {', '.join(missing)})")
+    weight = getattr(layer, layer_weight).weight
+    if x.dtype != weight.dtype:
+        raise TypeError(f"hidden_states must have the layer's dtype {weight.dtype}, got {x.dtype}; convert one of "
+                        f"them (hidden_states.to({weight.dtype}) or layer.to({x.dtype}))")
 
 
 def in_float64(fn):

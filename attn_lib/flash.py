@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from attn_lib._checks import check_bool, check_choice, check_device, check_int
-from attn_lib._tiling import _new_output, _prepare
+from attn_lib._tiling import _new_output, _prepare, _value_scale
 from attn_lib.tiled import tiled_attention
 
 from attn_lib.flash_kernels import (  # noqa: F401  (LOG2E, LN2, MASK_*, KERNELS and the two helpers are public here)
@@ -431,6 +431,13 @@ def flash_attention(
         return tiled_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, causal_align=causal_align,
                                scale=scale, enable_gqa=enable_gqa, alibi_slopes=alibi_slopes, return_lse=return_lse,
                                window_size=window_size, softcap=softcap, sinks=sinks)
+    big = _value_scale(value, key.shape[-2])
+    if big != 1.0:  # values near the dtype's maximum: attend over value / 2^k (exact), scale the average back
+        out = flash_attention(query, key, value / big, attn_mask=attn_mask, is_causal=is_causal,
+                              causal_align=causal_align, scale=scale, enable_gqa=enable_gqa, alibi_slopes=alibi_slopes,
+                              return_lse=return_lse, backend=backend, block_m=block_m, block_n=block_n,
+                              window_size=window_size, softcap=softcap, sinks=sinks)
+        return (out[0] * big, out[1]) if return_lse else out * big
     if torch.is_grad_enabled():
         for name, t in (("attn_mask", attn_mask), ("alibi_slopes", alibi_slopes)):
             if isinstance(t, torch.Tensor) and t.requires_grad:
@@ -457,14 +464,14 @@ def flash_attention(
     mask, kind = q, MASK_NONE  # a dummy pointer when there is no mask
     if p.mask is not None:
         kind = MASK_BOOL if p.mask.dtype == torch.bool else MASK_FLOAT
-        compact = attn_mask.to(query.device)  # the caller's (small, broadcastable) mask, converted once
+        compact = attn_mask  # the caller's (small, broadcastable) mask, on query's device (_prepare checked), converted once
         compact = compact.view(torch.uint8) if kind == MASK_BOOL else compact.float()
         mask = compact.expand(*lead, L, S).reshape(B, H, L, S)  # a view with 0 strides for 4-D inputs
     alibi, alibi_stride = q, 0  # a dummy pointer without ALiBi
     if alibi_slopes is not None:
-        alibi = alibi_slopes.detach().to(query.device, torch.float32).contiguous()
+        alibi = alibi_slopes.detach().to(torch.float32).contiguous()
         alibi_stride = H if alibi.dim() == 2 else 0
-    kernel_sinks = None if sinks is None else sinks.detach().to(query.device, torch.float32).contiguous()  # (H,)
+    kernel_sinks = None if sinks is None else sinks.detach().to(torch.float32).contiguous()  # (H,)
     la = _Launch(B=B, H=H, Hkv=Hkv, L=L, S=S, mask=mask, mask_kind=kind, alibi=alibi, alibi_stride=alibi_stride,
                  causal_offset=p.offset, is_causal=is_causal, scale=p.scale, interpret=interpret, block_m=block_m,
                  block_n=block_n, has_alibi=alibi_slopes is not None, window=p.window, softcap=p.softcap,

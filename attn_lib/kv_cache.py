@@ -167,8 +167,8 @@ class KVCache:
                 device differ from what is already cached (the message names the shapes).
         """
         self.check(key, value)
-        if self.keys is None:
-            self.keys, self.values = key, value
+        if self.keys is None:  # a copy: the caller changing its tensor afterwards must not change the cache
+            self.keys, self.values = key.clone(), value.clone()
         else:
             self.keys = torch.cat([self.keys, key], dim=-2)  # (B, Hkv, S + S_new, E)
             self.values = torch.cat([self.values, value], dim=-2)

@@ -23,8 +23,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import (check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
+from attn_lib._checks import (check_callable, check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
                               check_tensor, shape_of)
+from attn_lib._tiling import _value_scale
 
 __all__ = [
     "elu_feature_map", "linear_attention", "decayed_step", "decayed_attention", "ssd", "mamba2_mixer_forward",
@@ -50,7 +51,13 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 
     Source: Katharopoulos et al. 2020, "Transformers are RNNs", §3.2.
     """
-    return F.elu(x) + 1
+    # elu(x) + 1 = exp(x) for x < 0: computed so, not as (exp(x) - 1) + 1, which is 0 in float32 from x = -17 on
+    return torch.where(x < 0, torch.exp(x.clamp(max=0)), x + 1)
+
+
+def _log_elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """log φ(x) = log(elu(x) + 1): x for x < 0, log(1 + x) for x >= 0. Finite wherever x is."""
+    return torch.where(x < 0, x, torch.log1p(x.clamp(min=0)))
 
 
 def _check_qkv_seq(q, k, v, log_decay=None):
@@ -63,8 +70,13 @@ def _check_qkv_seq(q, k, v, log_decay=None):
         raise ValueError(f"value must have shape (..., L, Ev) with the key's (..., L) = {shape_of(k)[:-1]}, got {shape_of(v)}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"query, key and value must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    check_same_device(query=q, key=k, value=v)
+    if q.shape[-1] == 0:
+        raise ValueError(f"query and key need a last dim E >= 1, got query shape {shape_of(q)}")
     if log_decay is not None:
         check_tensor("log_decay", log_decay, floating=True)
+        check_same_dtype(key=k, log_decay=log_decay)
+        check_same_device(key=k, log_decay=log_decay)
         check_finite("log_decay", log_decay)
         if log_decay.shape != k.shape[:-1]:
             raise ValueError(f"log_decay must have shape (..., L) = {shape_of(k)[:-1]}, got {shape_of(log_decay)}")
@@ -118,13 +130,14 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 
     Returns:
         out (..., L, Ev), or ``(out, state)`` with ``return_state``, state (..., E, Ev). Computed in the inputs'
-        dtype (log_decay is not cast: one of another dtype is promoted or refused by torch).
+        dtype. L = 0 gives an empty output (and the initial state).
 
     Raises:
-        TypeError: query, key, value or log_decay not floating tensors; query, key and value of different dtypes;
-            form not a str; chunk_size not an int; initial_state not a floating tensor of the key's dtype.
-        ValueError: fewer than 2 dims; query and key of different shapes; value not (..., L, Ev) with the key's
-            (..., L); NaN or infinity in query, key, value or log_decay; log_decay not (..., L) or > 0 somewhere;
+        TypeError: query, key, value or log_decay not floating tensors; query, key, value and log_decay of
+            different dtypes; form not a str; chunk_size not an int; initial_state not a floating tensor of the
+            key's dtype.
+        ValueError: fewer than 2 dims; E = 0; query and key of different shapes; value not (..., L, Ev) with the
+            key's (..., L); tensors on different devices; NaN or infinity in query, key, value or log_decay; log_decay not (..., L) or > 0 somewhere;
             an unknown form; chunk_size < 1; initial_state not (..., E, Ev) with the key's batch dims, not finite
             or on another device; initial_state or return_state with the parallel form.
 
@@ -153,6 +166,9 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         return _masked_weights(query, key, log_decay.cumsum(-1)) @ value
     state = initial_state if initial_state is not None else \
         torch.zeros(*key.shape[:-2], E, Ev, dtype=key.dtype, device=key.device)
+    if L == 0:  # no position: an empty output, the state unchanged
+        out = value.new_zeros(value.shape)
+        return (out, state) if return_state else out
     outs = []
     if form == "recurrent":
         for t in range(L):
@@ -208,12 +224,29 @@ def linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     """
     _check_qkv_seq(query, key, value)
     check_number("eps", eps, minimum=0)
-    fq, fk = (query, key) if feature_map is None else (feature_map(query), feature_map(key))
+    if feature_map is not None:
+        check_callable("feature_map", feature_map)
+    log_decay = None
+    if feature_map is elu_feature_map and normalize:
+        # φ = exp(log φ), each factor of the weight φ(q_i)·φ(k_j) scaled so that it cannot underflow: φ(q_i) by
+        # e^{-A_i} (A_i = max_e log φ(q_i)_e, cancels in the ratio), φ(k_j) by e^{-M_j} (M_j = the largest log φ(k)
+        # of keys 0..j, a running max: causal), and the older keys' state decayed by e^{M_{j-1} - M_j} <= 1 when M
+        # grows, as the online softmax rescales. Features of -200 used to give 0 (NaN with eps=0) in float32.
+        a, b = _log_elu_feature_map(query), _log_elu_feature_map(key)
+        fq = (a - a.amax(-1, keepdim=True)).exp()
+        run = b.amax(-1).cummax(-1).values  # (..., L) M_j
+        fk = (b - run[..., None]).exp()
+        log_decay = torch.cat([torch.zeros_like(run[..., :1]), run[..., :-1] - run[..., 1:]], dim=-1)
+    else:
+        fq, fk = (query, key) if feature_map is None else (feature_map(query), feature_map(key))
     if not normalize:
         return decayed_attention(fq, fk, value, form=form, chunk_size=chunk_size)
+    big = _value_scale(value, value.shape[-2] * query.shape[-1])  # values near the dtype's maximum: sum v / 2^k
     ones = torch.ones(*value.shape[:-1], 1, dtype=value.dtype, device=value.device)
-    both = decayed_attention(fq, fk, torch.cat([value, ones], dim=-1), form=form, chunk_size=chunk_size)
-    return both[..., :-1] / (both[..., -1:] + eps)  # the last column carries the normaliser z·φ(q)
+    v = value if big == 1.0 else value / big
+    both = decayed_attention(fq, fk, torch.cat([v, ones], dim=-1), log_decay, form=form, chunk_size=chunk_size)
+    out = both[..., :-1] / (both[..., -1:] + eps)  # the last column carries the normaliser z·φ(q)
+    return out if big == 1.0 else out * big
 
 
 def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
@@ -241,8 +274,8 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
         TypeError: x, dt or A not floating tensors; B or C not floating tensors, or dtypes that differ (from
             :func:`decayed_attention`).
         ValueError: dt not (Bt, H, L); A not (H,); dt <= 0 or A >= 0 somewhere; B and C of different shapes or
-            not (Bt, H, L, N); NaN or infinity in x·dt, dt·A, B or C; an unknown form; chunk_size < 1.
-        D is not checked: a D that does not broadcast as (H, 1, 1) raises torch's RuntimeError.
+            not (Bt, H, L, N); NaN or infinity in x·dt, dt·A, B or C; an unknown form; chunk_size < 1; D not (H,)
+            or not finite (TypeError: D not a floating tensor of x's dtype).
 
     Source: Dao & Gu 2024, "Transformers are SSMs" (Mamba-2), §3.1 and eq. (16); equal to the torch path of
     transformers' ``Mamba2Mixer`` (tests/test_linear.py).
@@ -258,6 +291,12 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
     if bool((dt <= 0).any()) or bool((A >= 0).any()):
         raise ValueError("ssd needs dt > 0 and A < 0 (a decay exp(dt A) < 1), "
                          f"got min dt {float(dt.min()):.3g} and max A {float(A.max()):.3g}")
+    if D is not None:
+        check_tensor("D", D, floating=True, ndim=1)
+        if D.shape != A.shape:
+            raise ValueError(f"D must have shape (H,) = ({x.shape[-3]},), one skip weight per head, got {shape_of(D)}")
+        check_same_dtype(x=x, D=D)
+        check_finite("D", D)
     y = decayed_attention(C, B, x * dt[..., None], dt * A[:, None], form=form, chunk_size=chunk_size)
     return y if D is None else y + D[:, None, None] * x
 
@@ -278,14 +317,18 @@ def mamba2_mixer_forward(mixer, hidden_states: torch.Tensor, *, form: str = "par
         (Bt, L, hidden_size), in the weights' dtype.
 
     Raises:
-        TypeError: hidden_states not a floating tensor. ValueError: hidden_states not 3-D; and what :func:`ssd`
-            raises (e.g. a dt that softplus rounds to 0). ``mixer`` is not checked: another object raises
-            AttributeError, a dtype other than the weights' raises torch's RuntimeError.
+        TypeError: hidden_states not a floating tensor or not of the mixer's weights' dtype; mixer not a
+            Mamba2Mixer (no in_proj, ...). ValueError: hidden_states not 3-D; and what :func:`ssd` raises (e.g. a
+            dt that softplus rounds to 0).
 
     Source: transformers' ``Mamba2Mixer.forward`` torch path (``torch_forward``), the block of Dao & Gu 2024
     (Mamba-2).
     """
     check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
+    from attn_lib.deltanet import _check_hf_layer
+
+    _check_hf_layer("mixer", mixer, ("in_proj", "conv1d", "act", "dt_bias", "A_log", "D", "norm", "out_proj"),
+                    "transformers' Mamba2Mixer", layer_weight="out_proj", x=hidden_states)
     Bt, L, _ = hidden_states.shape
     H, P, G, N = mixer.num_heads, mixer.head_dim, mixer.n_groups, mixer.ssm_state_size
     proj = mixer.in_proj(hidden_states)
@@ -328,11 +371,13 @@ def direct_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
             float64) of one dtype.
 
     Returns:
-        (..., L), in the inputs' dtype.
+        (..., L), in the inputs' dtype. Causal for NaN and inf too: y_t reads only u_0..u_t and k_0..k_t, so a
+        NaN at position s reaches only y_s, y_{s+1}, ...
 
     Raises:
         TypeError: u or k not a floating tensor, or of different dtypes. ValueError: u or k with 0 dims; the
-        filter is longer than the signal (the same rules as :func:`fft_long_conv`).
+        filter is longer than the signal (the rules of :func:`fft_long_conv`, which also refuses non-finite
+        values).
 
     Source: the course's own reference for :func:`fft_long_conv`: the convolutional representation of an SSM
     (Gu et al. 2022, S4), summed directly.
@@ -341,8 +386,11 @@ def direct_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     L = u.shape[-1]
     idx = torch.arange(L, device=u.device)
     lag = idx[:, None] - idx[None, :]  # (t, s): lag t - s
-    toeplitz = torch.where(lag >= 0, k[..., lag.clamp(min=0)], torch.zeros((), dtype=k.dtype))
-    return (toeplitz @ u[..., None])[..., 0]
+    causal = lag >= 0
+    # y_t = sum over s <= t of k_{t-s} u_s, as a masked sum (not a matrix product with zeros above the diagonal:
+    # 0 * NaN = NaN would carry a NaN at position s back to every y_t with t < s)
+    terms = k[..., lag.clamp(min=0)] * u[..., None, :]  # (..., t, s)
+    return torch.where(causal, terms, torch.zeros((), dtype=terms.dtype, device=u.device)).sum(-1)
 
 
 def fft_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -352,18 +400,27 @@ def fft_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
     Args:
         u: (..., L) signals; k: (..., K) filters with K <= L (a shorter one is zero-padded), leading dims broadcast.
-            Real floating tensors: float32 or float64 (torch's CPU FFT refuses float16 and bfloat16 with a
-            RuntimeError).
+            Real floating tensors: float32 or float64, finite.
 
     Returns:
-        (..., L), the dtype of u.
+        (..., L), the dtype of u (empty for L = 0).
 
     Raises:
-        TypeError: not floating tensors, or of different dtypes. ValueError: u or k with 0 dims; the filter is
-        longer than the signal.
+        TypeError: not floating tensors, float16 / bfloat16 (no CPU FFT kernel), or of different dtypes.
+        ValueError: u or k with 0 dims; the filter is longer than the signal; NaN or infinity in u or k (the FFT
+        would spread it to the positions before it: use :func:`direct_long_conv`, which stays causal).
     """
+    if isinstance(u, torch.Tensor) and u.dtype in (torch.float16, torch.bfloat16):
+        raise TypeError(f"u must be float32 or float64 (torch's CPU FFT has no {u.dtype} kernel), got {u.dtype}; "
+                        f"convert with u.float() and k.float()")
     k = _check_conv(u, k)
+    # the FFT mixes every position into every output: a NaN at position s would turn y_0..y_{s-1} into NaN too,
+    # which a causal convolution must not do (direct_long_conv keeps them): refuse it here
+    check_finite("u", u)
+    check_finite("k", k)
     L = u.shape[-1]
+    if L == 0:
+        return u.new_zeros(torch.broadcast_shapes(u.shape, k.shape))
     n = 2 * L
     return torch.fft.irfft(torch.fft.rfft(u, n=n) * torch.fft.rfft(k, n=n), n=n)[..., :L].to(u.dtype)
 

@@ -30,8 +30,8 @@ import torch
 from torch import nn
 
 from attn_lib._checks import (
-    check_bool, check_choice, check_device, check_dtype, check_finite, check_head_dim, check_heads, check_int,
-    check_number, check_padding_mask, check_rope_base, check_tensor, shape_of,
+    check_bool, check_choice, check_device, check_dtype, check_finite, check_fits_dtype, check_head_dim, check_heads,
+    check_int, check_number, check_on_device, check_padding_mask, check_rope_base, check_tensor, claim_cache, shape_of,
 )
 from attn_lib.attention import _sdpa
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
@@ -71,10 +71,11 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     x: (B, H, L, E) tensor of any dtype; the result (B, L, H * E) keeps it (a copy when x is not contiguous).
 
     Raises:
-        ValueError: x is not 4-D (a non-tensor fails inside torch).
+        TypeError: x is not a tensor. ValueError: x is not 4-D.
 
     Source: the concatenation of Vaswani et al. 2017, section 3.2.2 (HuggingFace BERT's context-layer reshape).
     """
+    check_tensor("x", x)
     if x.dim() != 4:
         raise ValueError(f"x must be (B, num_heads, L, head_dim), got shape {shape_of(x)}")
     B, H, L, E = x.shape
@@ -215,8 +216,17 @@ class MultiHeadAttention(nn.Module):
             check_padding_mask("padding_mask", padding_mask)
         if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
             raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+        if attn_mask is not None and attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+            # an integer mask would be added to the scores (1 = a bonus, not "may attend"): torch's SDPA refuses it
+            raise TypeError(f"attn_mask must be bool (True = may attend) or floating (added to the scores), got dtype "
+                            f"{attn_mask.dtype}; for 0/1 integers pass attn_mask.bool()")
+        for name, t in (("attn_mask", attn_mask), ("padding_mask", padding_mask)):
+            if isinstance(t, torch.Tensor) and isinstance(query, torch.Tensor):
+                check_on_device(name, t, query.device)
         if attn_mask is not None and attn_mask.is_floating_point():
             check_finite("attn_mask", attn_mask, allow_neg_inf=True)
+            check_fits_dtype("attn_mask", attn_mask, self.q_proj.weight.dtype if self.q_proj.weight.dtype
+                             not in (torch.float16, torch.bfloat16) else torch.float32, allow_negative=True)
         weight_dtype = self.q_proj.weight.dtype
         for name, t in (("query", query), ("key", key), ("value", value)):
             check_tensor(name, t, floating=True)
@@ -331,7 +341,11 @@ class MultiHeadAttention(nn.Module):
             TypeError: a mask of the wrong type; is_causal, need_weights or average_attn_weights not a
                 bool (``is_causal="yes"`` and ``1`` are refused, as torch's SDPA refuses them).
             ValueError: an unknown ``backend``; ``backend="tiled"`` with ``need_weights`` or dropout in
-                training mode.
+                training mode; no key at all (S_total = 0) for L >= 1 queries; attn_mask or padding_mask on
+                another device than query; a float attn_mask with values the computation's dtype cannot hold;
+                a kv_cache that already holds another layer's tokens (one cache per layer).
+            TypeError: an integer attn_mask (torch's SDPA refuses it too: pass a bool mask).
+            L = 0 or B = 0 gives an empty output (the cache untouched).
         """
         key, value = self._validate(query, key, value, attn_mask, padding_mask, is_causal, need_weights,
                                     average_attn_weights, kv_cache)
@@ -347,6 +361,17 @@ class MultiHeadAttention(nn.Module):
         B, L, _ = query.shape
         S_new = key.shape[1]
         past = 0 if kv_cache is None else kv_cache.seq_len
+        if L == 0 or B == 0:  # nothing to attend from: an empty output (and empty weights), the cache untouched
+            out = self.out_proj(query.new_zeros(B, L, self.num_heads * self.head_dim))
+            if not need_weights:
+                return out, None
+            w = query.new_zeros(B, self.num_heads, L, past + S_new)
+            return out, (w.mean(dim=1) if average_attn_weights else w)
+        if past + S_new == 0:
+            raise ValueError(f"key and value need at least one position (S >= 1) for the softmax over keys, got key "
+                             f"shape {shape_of(key)} and no cached token (query shape {shape_of(query)})")
+        if kv_cache is not None:
+            claim_cache(kv_cache, self, name="kv_cache")
 
         # projections, then split into heads:  (B, L, H·E) -> (B, H, L, E)
         qp, kp, vp = self.q_proj(query), self.k_proj(key), self.v_proj(value)  # (B, L, H·E), (B, S_new, Hkv·E)

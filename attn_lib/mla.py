@@ -28,7 +28,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attn_lib._checks import check_bool, check_int, check_number, check_rope_base, check_scale, check_tensor, shape_of
+from attn_lib._checks import (check_bool, check_dtype, check_int, check_number, check_rope_base, check_scale,
+                              check_tensor, claim_cache, shape_of)
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.kv_cache import KVCache
 from attn_lib.masks import causal_mask
@@ -83,8 +84,8 @@ class MultiHeadLatentAttention(nn.Module):
         TypeError: a size is not an int, rope_interleave/bias not bools, rope_base or scale not a number.
         ValueError: a size < 1, an odd dr; rope_base NaN, infinite or <= 1; scale NaN, infinite or <= 0 (the rules
         of ``check_rope_base`` and ``check_scale``, as RoPE and scaled_dot_product_attention apply them).
-        Not checked here: eps; a non-floating dtype raises torch's error (RuntimeError for an integer dtype,
-        TypeError for a str).
+        TypeError: dtype neither a torch.dtype nor a dtype's name; eps not a number. ValueError: an integer
+        dtype; eps NaN, infinite or <= 0.
 
     Source: DeepSeek-AI 2024, DeepSeek-V2 (arXiv:2405.04434) §2.1.2 (low-rank key-value joint compression and
     the absorption of W_UK / W_UV) and §2.1.3 (decoupled RoPE); transformers' ``DeepseekV3Attention``.
@@ -105,6 +106,8 @@ class MultiHeadLatentAttention(nn.Module):
         self.rope_interleave = check_bool("rope_interleave", rope_interleave)
         check_bool("bias", bias)
         self.scale = check_scale(scale, dn + dr)
+        check_number("eps", eps, positive=True)
+        dtype = check_dtype("dtype", dtype, allow_none=True)
         self.d_model, self.num_heads, self.kv_lora_rank = d, H, r
         self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim = dn, dr, dv
         f = {"dtype": dtype}
@@ -144,6 +147,16 @@ class MultiHeadLatentAttention(nn.Module):
         w = self.kv_b_proj.weight.view(self.num_heads, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank)
         return w[:, : self.qk_nope_head_dim], w[:, self.qk_nope_head_dim:]
 
+    def _check_x(self, x) -> None:
+        """x (B, L, d_model), floating, of the weights' dtype (TypeError / ValueError otherwise)."""
+        check_tensor("x", x, floating=True, ndim=3)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must be (B, L, d_model={self.d_model}), got shape {shape_of(x)}")
+        weight = self.o_proj.weight
+        if x.dtype != weight.dtype:
+            raise TypeError(f"x must have the layer's dtype {weight.dtype}, got {x.dtype}; convert one of them "
+                            f"(x.to({weight.dtype}) or layer.to({x.dtype}))")
+
     # -------------------------------------------------------------- forward
     def forward(self, x: torch.Tensor, *, cache: KVCache | None = None, absorbed: bool = False) -> torch.Tensor:
         """Causal MLA over x, continuing the tokens in ``cache``.
@@ -156,19 +169,22 @@ class MultiHeadLatentAttention(nn.Module):
                 instead of expanding c_KV into per-head keys and values; the same result.
 
         Returns:
-            (B, L, d_model).
+            (B, L, d_model), in the weights' dtype; empty when L = 0 or B = 0 (the cache is then left as it is).
 
         Raises:
-            TypeError: x not a floating tensor, absorbed not a bool, cache not a KVCache.
-            ValueError: x not (B, L, d_model); a cache of another batch or sizes.
+            TypeError: x not a floating tensor or not of the weights' dtype, absorbed not a bool, cache not a KVCache.
+            ValueError: x not (B, L, d_model); a cache of another batch or sizes; a cache that already holds
+                another layer's tokens (one cache per layer).
         """
-        check_tensor("x", x, floating=True, ndim=3)
+        self._check_x(x)
         check_bool("absorbed", absorbed)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must be (B, L, d_model={self.d_model}), got shape {shape_of(x)}")
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be an attn_lib.kv_cache.KVCache (the latent cache), got {type(cache).__name__}")
         B, L, _ = x.shape
+        if x.numel() == 0:  # no token (L = 0) or no sequence (B = 0): an empty output, the cache untouched
+            return self.o_proj(x.new_zeros(B, L, self.num_heads * self.v_head_dim))
+        if cache is not None:
+            claim_cache(cache, self)
         past = 0 if cache is None else cache.seq_len
         positions = torch.arange(past, past + L, device=x.device)
         q_c, q_r = self.queries(x, positions)
@@ -273,8 +289,7 @@ def mla_decode_cost(seq_len: int, *, num_heads: int, kv_lora_rank: int, qk_nope_
 
     Raises:
         TypeError: a size not an int (a bool refused); bytes_per_element not a number.
-        ValueError: a size < 1; bytes_per_element NaN, infinite or < 0 (0 is accepted and gives 0 bytes, unlike
-            :func:`mla_cache_bytes_per_token`).
+        ValueError: a size < 1; bytes_per_element NaN, infinite or <= 0 (as :func:`mla_cache_bytes_per_token`).
 
     Source: the course's own count (notebook 11) of the two decode forms of DeepSeek-AI 2024, DeepSeek-V2
     §2.1.2 (the absorption of W_UK into the query and of W_UV into the output).

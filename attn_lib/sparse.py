@@ -36,7 +36,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attn_lib._checks import check_bool, check_int, check_number, check_rope_base, check_tensor, shape_of
+from attn_lib._checks import (check_bool, check_dtype, check_finite, check_int, check_number, check_rope_base,
+                              check_tensor, shape_of)
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.masks import causal_mask
 from attn_lib.mla import MultiHeadLatentAttention
@@ -66,8 +67,9 @@ class LightningIndexer(nn.Module):
     their bool validity; :meth:`selected_mask` the (B, L, S) bool mask of the chosen keys.
 
     Raises:
-        TypeError: a size is not an int; rope_base not a number. ValueError: a size < 1; rope_dim odd or
-            > head_dim; rope_base NaN, infinite or <= 1 (RoPE's rule, ``check_rope_base``).
+        TypeError: a size is not an int; rope_base not a number; dtype not a torch.dtype (or its name).
+        ValueError: a size < 1; rope_dim odd or > head_dim; rope_base NaN, infinite or <= 1 (RoPE's rule,
+            ``check_rope_base``); an integer dtype.
 
     Source: DeepSeek-AI 2025, DeepSeek-V3.2-Exp report, eq. 1 (the lightning indexer); transformers'
     ``DeepseekV32Indexer``, which tests/test_sparse.py matches in float64.
@@ -84,7 +86,7 @@ class LightningIndexer(nn.Module):
         self.topk = _pos("topk", topk)
         self.rope_base = check_rope_base(rope_base, allow_none=False)
         self.d_model, self.num_heads, self.head_dim, self.rope_dim = d, H, D, dr
-        f = {"dtype": dtype}
+        f = {"dtype": check_dtype("dtype", dtype, allow_none=True)}
         self.wq_b = nn.Linear(r_q, H * D, bias=False, **f)
         self.wk = nn.Linear(d, D, bias=False, **f)
         self.k_norm = nn.LayerNorm(D, eps=1e-6, **f)
@@ -107,7 +109,7 @@ class LightningIndexer(nn.Module):
             (B, L, L) in x's dtype (transformers: float32 for a float32 model; see tests/test_sparse.py).
 
         Raises:
-            TypeError: not floating tensors. ValueError: shapes that do not fit the sizes.
+            TypeError: not floating tensors, or not of the weights' dtype. ValueError: shapes that do not fit the sizes.
         """
         check_tensor("x", x, floating=True, ndim=3)
         check_tensor("q_resid", q_resid, floating=True, ndim=3)
@@ -115,6 +117,10 @@ class LightningIndexer(nn.Module):
                 q_resid.shape[-1] != self.wq_b.in_features:
             raise ValueError(f"x must be (B, L, d_model={self.d_model}) and q_resid (B, L, "
                              f"q_lora_rank={self.wq_b.in_features}), got {shape_of(x)} and {shape_of(q_resid)}")
+        weight = self.wk.weight
+        for name, t in (("x", x), ("q_resid", q_resid)):
+            if t.dtype != weight.dtype:
+                raise TypeError(f"{name} must have the indexer's dtype {weight.dtype}, got {t.dtype}")
         B, L, _ = x.shape
         pos = torch.arange(L, device=x.device)
         q = self.wq_b(q_resid).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H_I, L, d_I)
@@ -132,9 +138,11 @@ class LightningIndexer(nn.Module):
         and the index points at a blocked (future) key: such entries must not be attended.
 
         Raises:
-            TypeError: scores not a floating tensor. ValueError: not 3-D.
+            TypeError: scores not a floating tensor. ValueError: not 3-D; NaN or +inf in scores (-inf is a blocked
+                key; a NaN used to be taken silently for one).
         """
         check_tensor("scores", scores, floating=True, ndim=3)
+        check_finite("scores", scores, allow_neg_inf=True)
         top = scores.topk(min(self.topk, scores.shape[-1]), dim=-1)
         return top.indices, top.values > float("-inf")
 
@@ -204,17 +212,17 @@ class SparseLatentAttention(MultiHeadLatentAttention):
                 The same result.
 
         Returns:
-            (B, L, d_model).
+            (B, L, d_model); empty when L = 0 or B = 0.
 
         Raises:
-            TypeError: x not floating, gather not a bool. ValueError: x not (B, L, d_model).
-            An x of another dtype than the weights raises torch's RuntimeError (not checked).
+            TypeError: x not floating or not of the weights' dtype, gather not a bool. ValueError: x not
+                (B, L, d_model).
         """
-        check_tensor("x", x, floating=True, ndim=3)
+        self._check_x(x)
         check_bool("gather", gather)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must be (B, L, d_model={self.d_model}), got shape {shape_of(x)}")
         B, L, _ = x.shape
+        if x.numel() == 0:  # no token or no sequence: an empty output
+            return self.o_proj(x.new_zeros(B, L, self.num_heads * self.v_head_dim))
         pos = torch.arange(L, device=x.device)
         scores = self.indexer.scores(x, self.q_a_norm(self.q_a_proj(x)))  # (B, L, L)
         q_c, q_r = self.queries(x, pos)  # (B, H, L, dn), (B, H, L, dr)

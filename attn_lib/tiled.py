@@ -44,7 +44,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attn_lib._checks import check_bool, check_choice, check_qkv, check_scale, check_tensor, shape_of
+from attn_lib._checks import (check_bool, check_choice, check_finite, check_qkv, check_same_device, check_same_dtype,
+                              check_scale, check_tensor, shape_of)
 from attn_lib.masks import causal_mask
 from attn_lib._tiling import (  # noqa: F401  (BLOCK_Q/BLOCK_K/CAUSAL_ALIGNS are public here)
     BLOCK_K,
@@ -54,8 +55,10 @@ from attn_lib._tiling import (  # noqa: F401  (BLOCK_Q/BLOCK_K/CAUSAL_ALIGNS are
     _acc_dtype,
     _check_block,
     _check_window,
+    _clip_window,
     _new_output,
     _prepare,
+    _value_scale,
 )
 
 __all__ = [
@@ -506,6 +509,13 @@ def tiled_attention(
     _check_block("block_q", block_q)
     _check_block("block_k", block_k)
     check_bool("compile_tile", compile_tile)
+    big = _value_scale(value, key.shape[-2])
+    if big != 1.0:  # values near the dtype's maximum: attend over value / 2^k (exact), scale the average back
+        out = tiled_attention(query, key, value / big, attn_mask=attn_mask, is_causal=is_causal,
+                              causal_align=causal_align, scale=scale, enable_gqa=enable_gqa, alibi_slopes=alibi_slopes,
+                              return_lse=return_lse, block_q=block_q, block_k=block_k, window_size=window_size,
+                              softcap=softcap, sinks=sinks, compile_tile=compile_tile)
+        return (out[0] * big, out[1]) if return_lse else out * big
     inputs = (p.q, p.k, p.v, p.mask, p.slopes, p.sinks)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
         out, lse = _TiledAttentionFunction.apply(*inputs, p, block_q, block_k, compile_tile)
@@ -560,14 +570,16 @@ def online_softmax_update(m_old, l_old, acc_old, scores, values):
         ``acc_new / l_new`` is the softmax-weighted average of every value seen so far.
 
     Raises:
-        TypeError: an argument is not a floating tensor.
-        ValueError: shapes that do not fit together (named in the message).
+        TypeError: an argument is not a floating tensor, or the five are not of one dtype.
+        ValueError: shapes that do not fit together (named in the message); tensors on different devices.
 
     Source: Milakov & Gimelshein (2018), Algorithm 3; FlashAttention-2, Algorithm 1, lines 8-10.
     """
     for name, t, nd in (("m_old", m_old, 1), ("l_old", l_old, 1), ("acc_old", acc_old, 2), ("scores", scores, 2),
                         ("values", values, 2)):
         check_tensor(name, t, floating=True, ndim=nd)
+    check_same_dtype(m_old=m_old, l_old=l_old, acc_old=acc_old, scores=scores, values=values)
+    check_same_device(m_old=m_old, l_old=l_old, acc_old=acc_old, scores=scores, values=values)
     R, Ev = acc_old.shape
     if m_old.shape != (R,) or l_old.shape != (R,) or scores.shape[0] != R or values.shape != (scores.shape[1], Ev):
         raise ValueError(
@@ -629,8 +641,8 @@ def online_softmax_trace(scores: torch.Tensor, values: torch.Tensor, block_k: in
         the partial result exact at every step, not only at the end.
 
     Raises:
-        ValueError: scores not 1-D, values not (S, Ev), or S = 0.
-        TypeError: block_k not a positive int.
+        ValueError: scores not 1-D, values not (S, Ev), or S = 0; NaN or +inf in scores, NaN or inf in values.
+        TypeError: block_k not a positive int; scores or values not floating.
 
     Source: Milakov & Gimelshein (2018), Algorithm 3 (the online normalizer), one row at a time.
     """
@@ -641,6 +653,10 @@ def online_softmax_trace(scores: torch.Tensor, values: torch.Tensor, block_k: in
         raise ValueError(
             f"values must be a 2-D tensor (S, Ev) with S = {scores.shape[0]}, got {getattr(values, 'shape', values)!r}"
         )
+    check_tensor("scores", scores, floating=True)
+    check_tensor("values", values, floating=True)
+    check_finite("scores", scores, allow_neg_inf=True)  # -inf: a masked key
+    check_finite("values", values)
     dt = torch.float64 if scores.dtype == torch.float64 else torch.float32
     scores, values = scores.to(dt), values.to(dt)
     m = torch.full((1,), -math.inf, dtype=dt)
@@ -714,7 +730,7 @@ def window_tiles(q_len: int, kv_len: int, block_q: int, block_k: int, *, window_
     offset = kv_len - q_len if (is_causal and causal_align == "bottom_right") else 0
     # a shape-only problem: the bounds read only the lengths, the window and the causal settings
     p = _Problem(torch.empty(1, 1, q_len, 0), torch.empty(1, kv_len, 0), None, (), None, None, 1.0, is_causal,
-                 offset, _check_window(window_size))
+                 offset, _clip_window(_check_window(window_size), q_len, kv_len))
     tiles = []
     for i in range(math.ceil(q_len / block_q)):
         start, stop = _key_range(p, i * block_q, min((i + 1) * block_q, q_len), block_k)

@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attn_lib._checks import check_bool, check_int, check_number, check_rope_base, check_scale, check_tensor, shape_of
+from attn_lib._checks import (check_bool, check_dtype, check_finite, check_int, check_number, check_rope_base,
+                              check_same_dtype, check_scale, check_tensor, claim_cache, shape_of)
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.gqa import repeat_kv
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
@@ -46,14 +47,25 @@ def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
         the capped scores, the shape and dtype of ``scores``.
 
     Raises:
-        TypeError: scores not a floating tensor; cap not a number. ValueError: cap not a finite number > 0.
+        TypeError: scores not a floating tensor; cap not a number. ValueError: cap not a finite number > 0, or
+            outside the normal range of the scores' dtype, [finfo.tiny, finfo.max] (a cap of 1e39 is inf in
+            float32: scores / inf = 0 and inf * 0 = NaN; one below finfo.tiny rounds towards 0).
 
     Source: Gemma Team 2024, "Gemma 2: Improving Open Language Models at a Practical Size" (logit soft-capping,
     after Bello et al. 2016); transformers' ``Gemma2Attention`` (``attn_logit_softcapping``).
     """
     check_tensor("scores", scores, floating=True)
-    cap = check_number("cap", cap, positive=True)
+    cap = _check_cap("cap", cap, scores.dtype)
     return cap * torch.tanh(scores / cap)
+
+
+def _check_cap(name: str, cap, dtype: torch.dtype) -> float:
+    cap = check_number(name, cap, positive=True)
+    info = torch.finfo(dtype)
+    if not info.tiny <= cap <= info.max:
+        raise ValueError(f"{name} must be a number in [{info.tiny:.3g}, {info.max:.3g}] (what {dtype} holds as a "
+                         f"normal number), got {cap:.3g}")
+    return cap
 
 
 def max_logit(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> float:
@@ -67,18 +79,21 @@ def max_logit(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> f
         a Python float (detached: no gradient flows).
 
     Raises:
-        TypeError: not floating tensors. ValueError: fewer than 2 dims; E differs.
-        Not checked: q and k of different dtypes or leading dims that do not broadcast, and empty tensors
-        (torch's RuntimeError); a scale that is not a number (TypeError from torch).
+        TypeError: not floating tensors, or of different dtypes; scale not a number. ValueError: fewer than 2 dims;
+        E differs; no query or no key (an empty tensor); scale NaN, infinite or <= 0. Not checked: leading dims
+        that do not broadcast (torch's RuntimeError).
 
     Source: the course's own measure (notebook 11) of the logit growth that QK-norm prevents (Dehghani et al.
     2023, ViT-22B).
     """
     check_tensor("q", q, floating=True, min_ndim=2)
     check_tensor("k", k, floating=True, min_ndim=2)
+    check_same_dtype(q=q, k=k)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share E, got {shape_of(q)} and {shape_of(k)}")
-    s = q.shape[-1] ** -0.5 if scale is None else scale
+    if q.numel() == 0 or k.numel() == 0:
+        raise ValueError(f"max_logit needs at least one query and one key, got q {shape_of(q)} and k {shape_of(k)}")
+    s = check_scale(scale, q.shape[-1])
     return float((q.detach() @ k.detach().transpose(-2, -1)).abs().max() * s)
 
 
@@ -132,9 +147,10 @@ class VariantAttention(nn.Module):
 
     Raises:
         TypeError: a size (sliding_window included) not an int; bias, qk_norm, v_norm, sinks or kv_shared not a
-            bool; rope_base, scale or softcap not a number.
+            bool; rope_base, scale or softcap not a number; dtype not a torch.dtype (or its name).
         ValueError: a size < 1; Hkv not dividing H; an odd head_dim (RoPE); rope_base NaN, infinite or <= 1;
-            scale or softcap NaN, infinite or <= 0.
+            scale or softcap NaN, infinite or <= 0; softcap outside the dtype's normal range (as :func:`softcap`);
+            an integer dtype.
 
     Source: grouped-query attention (Ainslie et al. 2023) with RoPE (Su et al. 2021) as transformers'
     ``MistralAttention``; QK-norm (Dehghani et al. 2023) as ``Qwen3Attention``; soft-capping (Gemma 2, after
@@ -157,9 +173,8 @@ class VariantAttention(nn.Module):
             check_bool(n, v)
         self.rope_base = check_rope_base(rope_base, allow_none=False)
         self.scale = check_scale(scale, E)
-        self.softcap = None if softcap is None else check_number("softcap", softcap, minimum=0.0)
-        if self.softcap == 0:
-            raise ValueError("softcap must be None or > 0, got 0")
+        dtype = check_dtype("dtype", dtype, allow_none=True)
+        self.softcap = None if softcap is None else _check_cap("softcap", softcap, dtype or torch.get_default_dtype())
         self.sliding_window = None if sliding_window is None else check_int("sliding_window", sliding_window, minimum=1)
         self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = d, H, Hkv, E
         self.kv_shared = kv_shared
@@ -188,6 +203,8 @@ class VariantAttention(nn.Module):
     def attend(self, q, k, v, keep: torch.Tensor) -> torch.Tensor:
         """softmax(softcap(q kᵀ · scale) + mask [+ sink]) v for q (B, H, L, E), k/v (B, Hkv, S, E), keep (L, S) bool."""
         H = self.num_heads
+        if self.sinks is not None:
+            check_finite("sinks (the layer's parameter)", self.sinks)
         if self.softcap is None:
             mask = keep
             if self.sinks is not None:  # a zero key/value whose score the float mask sets to the head's sink logit
@@ -228,8 +245,10 @@ class VariantAttention(nn.Module):
                 shared_kv not a pair of floating tensors of x's dtype.
             ValueError: x of the wrong width; shared_kv missing for a kv_shared layer (or given to one that is
                 not); shared_kv's tensors not (B, Hkv, S, head_dim) with S >= cached + L (the queries are the last
-                L of the S positions), on x's device; and what the cache's ``update`` and
-                scaled_dot_product_attention raise.
+                L of the S positions), on x's device; a RingKVCache given to a layer without sliding_window, or one
+                whose window is smaller than the layer's; a cache that already holds another layer's tokens; NaN or
+                inf in the layer's sinks; and what the cache's ``update`` and scaled_dot_product_attention raise.
+                L = 0 or B = 0 gives an empty output (with ``return_kv``, empty keys and values).
         """
         check_tensor("x", x, floating=True, ndim=3)
         check_bool("return_kv", return_kv)
@@ -244,7 +263,25 @@ class VariantAttention(nn.Module):
                             f"(x.to({weight.dtype}) or layer.to({x.dtype}))")
         if cache is not None and not isinstance(cache, (KVCacheProtocol, RingKVCache)):
             raise TypeError(f"cache must be None, a KVCache or a RingKVCache, got {type(cache).__name__}")
+        if isinstance(cache, RingKVCache):  # a ring keeps `window` tokens: fewer than the layer sees is wrong
+            if self.sliding_window is None:
+                raise ValueError(f"a RingKVCache keeps only its last {cache.window} tokens, but this layer has no "
+                                 f"sliding_window (it attends to every token); expected a KVCache")
+            if cache.window < self.sliding_window:
+                raise ValueError(f"RingKVCache(window={cache.window}) keeps fewer tokens than the layer's "
+                                 f"sliding_window={self.sliding_window}; expected a ring of window >= "
+                                 f"{self.sliding_window}")
         B, L, _ = x.shape
+        if B == 0 or L == 0:  # nothing to attend from: an empty output, the cache untouched
+            out = self.o_proj(x.new_zeros(B, L, self.num_heads * self.head_dim))
+            if not return_kv:
+                return out
+            if shared_kv is not None:
+                return out, tuple(shared_kv)
+            k0 = x.new_zeros(B, self.num_kv_heads, 0, self.head_dim)
+            return out, (k0, k0.clone())
+        if cache is not None:
+            claim_cache(cache, self)
         past = 0 if cache is None else cache.seq_len
         if shared_kv is not None:
             _check_shared_kv(shared_kv, B, self.num_kv_heads, self.head_dim, past + L, x)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from attn_lib._checks import check_int, check_number, check_tensor
+from attn_lib._checks import check_int, check_number, check_same_device, check_tensor
 from attn_lib.kv_cache import _check_chunk
 from attn_lib.masks import causal_mask
 
@@ -73,12 +73,14 @@ def window_mask_from_positions(q_positions: torch.Tensor, k_positions: torch.Ten
         bool (L, S): ``k >= 0 and k <= q and (q - k < window or k < num_sinks)``.
 
     Raises:
-        TypeError: positions not 1-D integer tensors. ValueError: window < 1 or num_sinks < 0.
+        TypeError: positions not 1-D integer tensors. ValueError: window < 1 or num_sinks < 0; the two position
+        tensors on different devices.
 
     Source: transformers' sliding-window cache masks (the mask built from each slot's position), with
     StreamingLLM's sinks (Xiao et al. 2023, section 3.2).
     """
     q, k = _positions("q_positions", q_positions)[:, None], _positions("k_positions", k_positions)[None, :]
+    check_same_device(q_positions=q_positions, k_positions=k_positions)
     num_sinks = check_int("num_sinks", num_sinks, minimum=0)
     keep = (k >= 0) & (k <= q)
     if window is not None:

@@ -184,3 +184,28 @@ def test_scores_overflow_error_names_the_scale():
     err = C.scores_overflow_error(q, q, 0.5, torch.float32)
     assert isinstance(err, ValueError)
     assert "overflow torch.float32" in str(err) and "1e+20" in str(err) and "scale=0.5" in str(err)
+
+
+def test_check_fits_dtype_on_device_and_claim_cache():
+    C.check_fits_dtype("sinks", torch.tensor([1e38, -1e38], dtype=torch.float64), torch.float32)
+    with pytest.raises(ValueError, match=r"sinks holds 1e\+39, more than torch.float32"):
+        C.check_fits_dtype("sinks", torch.tensor([0.0, -1e39], dtype=torch.float64), torch.float32)
+    C.check_fits_dtype("attn_mask", torch.tensor([0.0, -1e39], dtype=torch.float64), torch.float32,
+                       allow_negative=True)  # a mask's -1e39 blocks, as -inf does
+    C.check_on_device("mask", torch.zeros(1), torch.device("cpu"))
+    with pytest.raises(ValueError, match="mask must be on the query's device cpu, got meta"):
+        C.check_on_device("mask", torch.zeros(1, device="meta"), torch.device("cpu"))
+
+    class Cache:
+        seq_len = 0
+
+    class Layer:
+        pass
+
+    cache, a, b = Cache(), Layer(), Layer()
+    C.claim_cache(cache, a)
+    C.claim_cache(cache, b)  # empty: a new layer may take it
+    cache.seq_len = 3
+    C.claim_cache(cache, b)
+    with pytest.raises(ValueError, match="cache already holds the keys of another layer"):
+        C.claim_cache(cache, a)

@@ -493,3 +493,53 @@ def test_triton_window_softcap_sinks_bad_arguments(kwargs, exc, words):
     q = torch.randn(1, 2, 5, 16)
     with pytest.raises(exc, match=words):
         flash_attention(q, q, q, backend="triton", **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 38: the kernels' soft-cap keeps float32's precision for every cap (it used to be uniform at 1e30)
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cap", [1.0, 50.0, 1e4, 1e6, 1e30])
+def test_kernels_softcap_is_precise_for_small_and_huge_caps(cap):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 20, 16, generator=g) * 3 for _ in range(3))
+    q.requires_grad_()
+    k.requires_grad_()
+    out = flash_attention(q, k, v, backend="triton", softcap=cap, block_m=16, block_n=16)
+    q64, k64 = q.detach().double().requires_grad_(), k.detach().double().requires_grad_()
+    ref, _ = window_reference(q64, k64, v.double(), softcap=cap)  # cap * torch.tanh in float64
+    torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=2e-5)
+    # without a cap the scores reach about 30, so a cap of 1e4 or more must leave them nearly unchanged
+    if cap >= 1e4:
+        torch.testing.assert_close(out, flash_attention(q, k, v, backend="triton", block_m=16, block_n=16),
+                                   atol=2e-5, rtol=2e-5)
+    d_out = torch.randn(out.shape, generator=g)
+    got = torch.autograd.grad((out * d_out).sum(), (q, k))
+    want = torch.autograd.grad((ref * d_out.double()).sum(), (q64, k64))
+    for name, a, b in zip("qk", got, want):
+        torch.testing.assert_close(a.double(), b, atol=1e-4, rtol=1e-4, msg=f"d{name}")
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(softcap=1e39), r"softcap must be None, 0 \(off\) or a number in"),
+    (dict(sinks=torch.full((2,), 1e39, dtype=torch.float64)), r"sinks holds 1e\+39, more than torch.float32"),
+    (dict(attn_mask=torch.full((5, 5), 1e39, dtype=torch.float64)), r"attn_mask holds 1e\+39"),
+    (dict(sinks=torch.zeros(2, device="meta")), "sinks must be on the query's device cpu, got meta"),
+    (dict(alibi_slopes=torch.zeros(2, device="meta")), "alibi_slopes must be on the query's device"),
+])
+def test_triton_refuses_side_values_the_dtype_cannot_hold_and_other_devices(kwargs, words):
+    q = torch.randn(1, 2, 5, 16)
+    with pytest.raises(ValueError, match=words):
+        flash_attention(q, q, q, backend="triton", **kwargs)
+
+
+def test_triton_huge_window_sides_and_values_near_the_float32_maximum():
+    g = torch.Generator().manual_seed(38)
+    q = torch.randn(1, 2, 20, 16, generator=g)
+    # a side of 2**63 wrapped around in the kernels' integers and blocked every key (output 0)
+    torch.testing.assert_close(flash_attention(q, q, q, backend="triton", window_size=(2**63, 2**63), block_m=16,
+                                               block_n=16),
+                               flash_attention(q, q, q, backend="triton", block_m=16, block_n=16))
+    v = torch.full((1, 2, 20, 16), 3e38)  # the running sum of 20 such values overflowed to inf
+    out = flash_attention(q, q, v, backend="triton", block_m=16, block_n=16)
+    ref = torch.softmax(q.double() @ q.double().transpose(-1, -2) / 4, -1) @ v.double()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=0)

@@ -265,3 +265,15 @@ def test_multi_head_attention_refuses_what_is_not_a_cache():
     mha = MultiHeadAttention(8, 2)
     with pytest.raises(TypeError, match="kv_cache must be a KVCache .* got dict"):
         mha(torch.randn(1, 2, 8), kv_cache={})
+
+
+def test_kv_cache_copies_the_first_tensors_it_is_given():
+    # issue 38: the first update kept the caller's tensors, so changing them in place changed the cache
+    cache = KVCache()
+    k, v = torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4)
+    keys, values = cache.update(k, v)
+    want = k.clone()
+    k.fill_(7.0)
+    v.fill_(7.0)
+    torch.testing.assert_close(cache.keys, want)
+    assert not (cache.values == 7.0).any() and not (keys == 7.0).any()

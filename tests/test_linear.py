@@ -368,3 +368,133 @@ def test_recall_model_and_training_refuse_bad_sizes_and_restore_threads(monkeypa
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def _linear_reference_log_space(q, k, v):
+    """Normalised causal linear attention with φ = elu + 1 in float64, from log φ: softmax_j(log φ(q_i)·φ(k_j))."""
+    q, k, v = q.double(), k.double(), v.double()
+    a, b = (torch.where(t < 0, t, torch.log1p(t.clamp(min=0))) for t in (q, k))  # log(elu(x) + 1)
+    log_w = torch.logsumexp(a[..., :, None, :] + b[..., None, :, :], dim=-1)  # log φ(q_i)·φ(k_j), (..., L, L)
+    L = q.shape[-2]
+    log_w = log_w.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)
+    return torch.softmax(log_w, dim=-1) @ v
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("shift_q,shift_k", [(0.0, 0.0), (-30.0, -30.0), (-200.0, -200.0), (-300.0, 0.0),
+                                             (0.0, -1e4)])
+@pytest.mark.parametrize("eps", [1e-12, 0.0])
+def test_linear_attention_float32_with_very_negative_features_is_the_weighted_average(form, shift_q, shift_k, eps):
+    # issue 38: elu(x) + 1 underflowed to 0 in float32 from x = -17, so the output was 0 (NaN with eps=0)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 9, 4, generator=g) for _ in range(3))
+    q, k = q + shift_q, k + shift_k
+    out = linear_attention(q, k, v, form=form, chunk_size=4, eps=eps)
+    torch.testing.assert_close(out.double(), _linear_reference_log_space(q, k, v), atol=1e-6, rtol=1e-5)
+
+
+def test_linear_attention_later_keys_that_dwarf_earlier_ones_stay_causal():
+    # the running max of the keys' features rescales the state (as the online softmax does): early queries
+    # must not see the large later keys, and later queries must weigh every key exactly
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 10, 4, generator=g) for _ in range(3))
+    k[..., :5, :] -= 500.0
+    for form in FORMS:
+        out = linear_attention(q, k, v, form=form, chunk_size=3)
+        # the parallel and chunked forms sum the log-decays: after a jump of 500 the sums are near 500, whose
+        # float32 spacing (3e-5) bounds the relative error of the later weights
+        torch.testing.assert_close(out.double(), _linear_reference_log_space(q, k, v), atol=1e-5, rtol=1e-4)
+
+
+def test_elu_feature_map_is_exp_below_zero():
+    x = torch.tensor([-80.0, -20.0, -1.0, 0.0, 2.0])
+    assert (elu_feature_map(x) > 0).all()  # (exp(x) - 1) + 1 was 0 at -20 and -80 in float32
+    want = torch.tensor([math.exp(-80.0), math.exp(-20.0), math.exp(-1.0), 1.0, 3.0], dtype=torch.float64)
+    torch.testing.assert_close(elu_feature_map(x).double(), want, rtol=1e-6, atol=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 38: empty sequences, dtypes and devices of the side tensors, causal convolutions and NaN
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("form", FORMS)
+def test_empty_sequences_give_empty_outputs(form):
+    q = torch.randn(1, 2, 0, 4)
+    assert linear_attention(q, q, q, form=form).shape == (1, 2, 0, 4)
+    out, state = decayed_attention(q, q, torch.randn(1, 2, 0, 3), form="chunked" if form == "parallel" else form,
+                                   return_state=True)
+    assert out.shape == (1, 2, 0, 3) and (state == 0).all() and state.shape == (1, 2, 4, 3)
+    if form != "parallel":
+        out, state = gated_delta_rule(q, q, q, torch.zeros(1, 2, 0), torch.zeros(1, 2, 0), form=form)
+        assert out.shape == (1, 2, 0, 4) and state.shape == (1, 2, 4, 4)
+    assert fft_long_conv(torch.randn(2, 0), torch.randn(0)).shape == (2, 0)
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    (lambda q: linear_attention(q[..., :0], q[..., :0], q), ValueError, "last dim E >= 1"),
+    (lambda q: linear_attention(q, q, q, feature_map=3), TypeError, "feature_map must be a function"),
+    (lambda q: decayed_attention(q, q, q, torch.zeros(1, 2, 5, dtype=torch.float64)), TypeError,
+     "key, log_decay must share one dtype"),
+    (lambda q: decayed_attention(q, q, q, torch.zeros(1, 2, 5, device="meta")), ValueError,
+     "must be on one device"),
+    (lambda q: fft_long_conv(q.half(), q.half()), TypeError, "u must be float32 or float64"),
+    (lambda q: gated_delta_rule(q[..., :0], q[..., :0], q, torch.zeros(1, 2, 5), torch.zeros(1, 2, 5)), ValueError,
+     "last dim E >= 1"),
+])
+def test_linear_functions_refuse_bad_side_tensors(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call(torch.randn(1, 2, 5, 4))
+
+
+@pytest.mark.parametrize("D,exc,words", [
+    (torch.ones(5), ValueError, r"D must have shape \(H,\) = \(2,\)"),
+    (torch.full((2,), math.nan), ValueError, "D contains NaN"),
+    (torch.ones(2, dtype=torch.float64), TypeError, "x, D must share one dtype"),
+])
+def test_ssd_checks_its_skip_weights(D, exc, words):
+    x, dt, A = torch.randn(1, 2, 3, 3), torch.ones(1, 2, 3), -torch.ones(2)
+    B = C = torch.randn(1, 2, 3, 4)
+    with pytest.raises(exc, match=words):
+        ssd(x, dt, A, B, C, D=D)
+
+
+def test_long_convolutions_never_carry_a_nan_backwards():
+    # a causal y_t reads u_0..u_t only: a NaN at position 3 must leave y_0..y_2 as they were
+    g = torch.Generator().manual_seed(5)
+    u, k = torch.randn(2, 6, generator=g), torch.randn(6, generator=g)
+    bad = u.clone()
+    bad[0, 3] = math.nan
+    y, y_bad = direct_long_conv(u, k), direct_long_conv(bad, k)
+    torch.testing.assert_close(y_bad[0, :3], y[0, :3])  # the 0 * NaN of a Toeplitz product made these NaN
+    assert y_bad[0, 3:].isnan().all() and torch.equal(y_bad[1], y[1])
+    k_bad = k.clone()
+    k_bad[4] = math.nan  # a NaN at lag 4 reaches y_4, y_5 only
+    y_k = direct_long_conv(u, k_bad)
+    torch.testing.assert_close(y_k[:, :4], y[:, :4])
+    assert y_k[:, 4:].isnan().all()
+    for args, name in (((bad, k), "u"), ((u, k_bad), "k")):  # the FFT mixes every position: it refuses
+        with pytest.raises(ValueError, match=f"{name} contains NaN"):
+            fft_long_conv(*args)
+    with pytest.raises(ValueError, match=r"u contains \+inf"):
+        fft_long_conv(u.masked_fill(u > 1e9, 0).index_fill(1, torch.tensor([2]), math.inf), k)
+
+
+def test_linear_attention_with_values_near_the_float32_maximum_is_finite():
+    # the numerator sums up to L x E values of 3e38 before the division: scaled by a power of two first
+    g = torch.Generator().manual_seed(6)
+    q, k = torch.randn(1, 2, 6, 4, generator=g), torch.randn(1, 2, 6, 4, generator=g)
+    v = torch.full((1, 2, 6, 3), 3e38)
+    for form in FORMS:
+        torch.testing.assert_close(linear_attention(q, k, v, form=form, chunk_size=4), v)
+
+
+def test_layer_rebuilds_refuse_another_module_and_another_dtype():
+    with pytest.raises(TypeError, match="layer must be transformers' Qwen3NextGatedDeltaNet, got object"):
+        gated_deltanet_forward(object(), torch.randn(1, 2, 3))
+    with pytest.raises(TypeError, match="mixer must be transformers' Mamba2Mixer, got object"):
+        mamba2_mixer_forward(object(), torch.randn(1, 2, 3))
+    layer = torch.nn.Module()
+    for n in ("in_proj_qkvz", "in_proj_ba", "conv1d", "A_log", "dt_bias", "norm"):
+        setattr(layer, n, torch.nn.Identity())
+    layer.out_proj = torch.nn.Linear(3, 3)
+    with pytest.raises(TypeError, match="hidden_states must have the layer's dtype torch.float32, got torch.float64"):
+        gated_deltanet_forward(layer, torch.randn(1, 2, 3, dtype=torch.float64))

@@ -342,14 +342,23 @@ def test_kv_cache_update_and_errors():
 
 def test_cache_from_another_layer_shape_is_rejected_before_it_changes():
     mha = MultiHeadAttention(16, 4, num_kv_heads=2)
-    other = MultiHeadAttention(16, 4)
     cache = KVCache()
     x = _randn(1, 3, 16, seed=1)
     with torch.no_grad():
-        other(x, kv_cache=cache, is_causal=True)
+        cache.update(_randn(1, 4, 3, 4, seed=2), _randn(1, 4, 3, 4, seed=3))  # 4 kv heads, filled by hand
         with pytest.raises(ValueError, match="do not match the cached"):
             mha(x, kv_cache=cache, is_causal=True)
     assert cache.seq_len == 3
+    # filled by another layer (of the same shapes or not), the cache is refused before anything else (issue 38)
+    other = MultiHeadAttention(16, 4, num_kv_heads=2)
+    cache = KVCache()
+    with torch.no_grad():
+        other(x, kv_cache=cache, is_causal=True)
+        with pytest.raises(ValueError, match="kv_cache already holds the keys of another layer"):
+            mha(x, kv_cache=cache, is_causal=True)
+        assert cache.seq_len == 3
+        cache.reset()  # emptied, it may serve a new layer
+        mha(x, kv_cache=cache, is_causal=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -501,3 +510,36 @@ def test_dtype_mismatch_and_bad_cache_get_clear_errors():
         m(torch.randn(2, 3, 8, dtype=torch.float64))
     with pytest.raises(TypeError, match="kv_cache must be a KVCache"):
         m(torch.randn(2, 3, 8), kv_cache={})
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 38: integer masks, side tensors on another device, empty inputs
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs,exc,words", [
+    (dict(attn_mask=torch.zeros(3, 3, dtype=torch.int64)), TypeError, "attn_mask must be bool .* got dtype torch.int64"),
+    (dict(attn_mask=torch.ones(3, 3, dtype=torch.bool, device="meta")), ValueError,
+     "attn_mask must be on the query's device cpu, got meta"),
+    (dict(padding_mask=torch.ones(2, 3, dtype=torch.bool, device="meta")), ValueError,
+     "padding_mask must be on the query's device cpu, got meta"),
+    (dict(attn_mask=torch.full((3, 3), 1e39, dtype=torch.float64)), ValueError, "attn_mask holds 1e\\+39"),
+])
+def test_mha_refuses_integer_masks_and_side_tensors_it_cannot_use(kwargs, exc, words):
+    # an int64 mask used to be added to the scores (torch's SDPA refuses it); 1e39 became +inf in float32
+    with pytest.raises(exc, match=words):
+        MultiHeadAttention(8, 2)(_randn(2, 3, 8), **kwargs)
+
+
+def test_mha_empty_inputs():
+    mha = MultiHeadAttention(8, 2)
+    x = _randn(2, 3, 8)
+    for query, key in ((x[:, :0], None), (x[:, :0], _randn(2, 4, 8)), (x[:0], None)):
+        out, w = mha(query, key, need_weights=True)
+        assert out.shape == (*query.shape[:2], 8) and w.shape[:3] == (query.shape[0], 2, query.shape[1])
+    for backend in ("naive", "tiled"):  # queries but no key: nothing to average over
+        with pytest.raises(ValueError, match=r"key and value need at least one position \(S >= 1\)"):
+            mha(x, _randn(2, 0, 8), backend=backend)
+
+
+def test_merge_heads_refuses_a_non_tensor():
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        merge_heads([1, 2])

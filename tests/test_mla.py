@@ -116,3 +116,50 @@ def test_cache_bytes_and_decode_cost_formulas():
     assert cost["absorbed"]["bytes"] == 4096 * 576 * 2 < cost["expand"]["bytes"]
     with pytest.raises(ValueError, match="seq_len"):
         mla_decode_cost(0, num_heads=1, kv_lora_rank=1, qk_nope_head_dim=1, qk_rope_head_dim=2, v_head_dim=1)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 38: empty inputs, dtypes, one cache per layer
+# ----------------------------------------------------------------------------------------------
+def _small_mla(**kw):
+    torch.manual_seed(0)
+    return MultiHeadLatentAttention(16, 2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4, **kw)
+
+
+@pytest.mark.parametrize("B,L", [(2, 0), (0, 5)])
+@pytest.mark.parametrize("absorbed", [False, True])
+def test_mla_empty_input_gives_an_empty_output_and_leaves_the_cache(B, L, absorbed):
+    m, cache = _small_mla(), KVCache()
+    out = m(torch.randn(B, L, 16), cache=cache, absorbed=absorbed)
+    assert out.shape == (B, L, 16) and cache.seq_len == 0
+
+
+@pytest.mark.parametrize("kwargs,exc,words", [
+    (dict(dtype=torch.int64), ValueError, "dtype must be a floating dtype"),
+    (dict(dtype="int8"), ValueError, "dtype must name a floating dtype"),
+    (dict(eps=float("nan")), ValueError, "eps must be a finite number"),
+    (dict(eps=0.0), ValueError, "eps must be a number > 0"),
+])
+def test_mla_refuses_bad_dtype_and_eps(kwargs, exc, words):
+    with pytest.raises(exc, match=words):
+        _small_mla(**kwargs)
+
+
+def test_mla_refuses_x_of_another_dtype_and_a_cache_of_another_layer():
+    m = _small_mla()
+    with pytest.raises(TypeError, match="x must have the layer's dtype torch.float32, got torch.float64"):
+        m(torch.randn(1, 3, 16, dtype=torch.float64))
+    cache = KVCache()
+    m(torch.randn(1, 3, 16), cache=cache)
+    with pytest.raises(ValueError, match="already holds the keys of another layer"):
+        _small_mla()(torch.randn(1, 1, 16), cache=cache)
+    assert cache.seq_len == 3
+    m(torch.randn(1, 1, 16), cache=cache)  # its own layer goes on
+    assert cache.seq_len == 4
+
+
+def test_mla_decode_cost_refuses_zero_bytes_as_its_docstring_says():
+    assert "<= 0" in mla_decode_cost.__doc__ and "0 is accepted" not in mla_decode_cost.__doc__
+    with pytest.raises(ValueError, match="bytes_per_element must be a number > 0, got 0.0"):
+        mla_decode_cost(4, num_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
+                        bytes_per_element=0)

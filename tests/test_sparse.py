@@ -132,3 +132,41 @@ def test_dsa_decode_cost_by_hand_and_bad_input():
     with pytest.raises(ValueError, match="q_lora_rank"):
         SparseLatentAttention(8, 2, index_heads=2, index_head_dim=4, topk=2, q_lora_rank=None, kv_lora_rank=4,
                               qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=2)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 38: empty inputs, dtypes, non-finite index scores
+# ----------------------------------------------------------------------------------------------
+def _small_dsa(**kw):
+    torch.manual_seed(0)
+    return SparseLatentAttention(16, 2, index_heads=2, index_head_dim=8, topk=3, q_lora_rank=8, kv_lora_rank=8,
+                                 qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4, **kw)
+
+
+@pytest.mark.parametrize("B,L", [(2, 0), (0, 5)])
+@pytest.mark.parametrize("gather", [False, True])
+def test_sparse_attention_empty_input_gives_an_empty_output(B, L, gather):
+    assert _small_dsa()(torch.randn(B, L, 16), gather=gather).shape == (B, L, 16)
+
+
+def test_sparse_attention_and_indexer_refuse_bad_dtypes():
+    m = _small_dsa()
+    with pytest.raises(TypeError, match="x must have the layer's dtype torch.float32, got torch.float64"):
+        m(torch.randn(1, 3, 16, dtype=torch.float64))
+    with pytest.raises(TypeError, match="q_resid must have the indexer's dtype torch.float32, got torch.float64"):
+        m.indexer.scores(torch.randn(1, 3, 16), torch.randn(1, 3, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="dtype must be a floating dtype"):
+        _small_dsa(dtype=torch.int32)
+    with pytest.raises(ValueError, match="dtype must be a floating dtype"):
+        LightningIndexer(16, 8, num_heads=2, head_dim=8, rope_dim=4, topk=2, dtype=torch.int64)
+
+
+@pytest.mark.parametrize("bad,words", [(float("nan"), "NaN"), (float("inf"), r"\+inf")])
+def test_indexer_refuses_nan_and_inf_scores(bad, words):
+    # a NaN score used to be taken for a blocked key (NaN > -inf is False): silently dropped
+    ix = _small_dsa().indexer
+    scores = torch.tensor([[[0.0, bad, 1.0, -float("inf")]]])
+    with pytest.raises(ValueError, match=f"scores contains {words}"):
+        ix.select(scores)
+    idx, valid = ix.select(torch.tensor([[[0.0, 2.0, 1.0, -float("inf")]]]))  # -inf stays a blocked key
+    assert idx.tolist() == [[[1, 2, 0]]] and valid.all()

@@ -827,3 +827,59 @@ def test_compiled_tile_step_equals_the_eager_step():
             want = tiled_attention(q, k, vv, block_q=8, block_k=16, **kw)
             got = tiled_attention(q, k, vv, block_q=8, block_k=16, compile_tile=True, **kw)
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 38: dtype edges of softcap, sinks, slopes and masks; side tensors on another device; huge windows and values
+# ----------------------------------------------------------------------------------------------
+_Q38 = torch.randn(1, 2, 5, 16, generator=torch.Generator().manual_seed(38))
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(softcap=1e39), r"softcap must be None, 0 \(off\) or a number in \[1.18e-38, 3.4e\+38\]"),
+    (dict(softcap=1e-50), "softcap must be None, 0"),
+    (dict(sinks=torch.full((2,), 1e39, dtype=torch.float64)), r"sinks holds 1e\+39, more than torch.float32"),
+    (dict(alibi_slopes=torch.full((2,), 1e39, dtype=torch.float64)), r"alibi_slopes holds 1e\+39"),
+    (dict(attn_mask=torch.full((5, 5), 1e39, dtype=torch.float64)), r"attn_mask holds 1e\+39"),
+    (dict(attn_mask=torch.ones(5, 5, dtype=torch.bool, device="meta")), "attn_mask must be on the query's device"),
+    (dict(sinks=torch.zeros(2, device="meta")), "sinks must be on the query's device cpu, got meta"),
+    (dict(alibi_slopes=torch.zeros(2, device="meta")), "alibi_slopes must be on the query's device"),
+])
+def test_tiled_refuses_side_values_the_dtype_cannot_hold_and_other_devices(kwargs, words):
+    # each used to give NaN (inf in float32) or torch's own error
+    with pytest.raises(ValueError, match=words):
+        tiled_attention(_Q38, _Q38, _Q38, **kwargs)
+
+
+def test_tiled_dtype_edges_that_have_a_right_answer():
+    q = _Q38
+    # a float64 mask of -1e39 blocks, as -inf does
+    block = torch.zeros(5, 5, dtype=torch.float64).fill_diagonal_(-1e39)
+    torch.testing.assert_close(tiled_attention(q, q, q, attn_mask=block),
+                               tiled_attention(q, q, q, attn_mask=~torch.eye(5, dtype=torch.bool)))
+    # window sides of 2**63 reach past every key: the same as unbounded (no integer overflow)
+    for window in ((2**63, 2**63), (2**63, 0), (-1, 2**64)):
+        want = tiled_attention(q, q, q, window_size=tuple(-1 if w >= 2**63 else w for w in window))
+        torch.testing.assert_close(tiled_attention(q, q, q, window_size=window), want)
+    assert window_tiles(4, 4, 2, 2, window_size=(2**63, 2**63)) == window_tiles(4, 4, 2, 2)
+    # values near float32's maximum: the weighted average is finite (the running sum used to overflow to inf)
+    v = torch.full((1, 2, 5, 16), 3e38)
+    v[..., 0, :] = -3e38
+    ref = torch.softmax(q.double() @ q.double().transpose(-1, -2) / 4, -1) @ v.double()
+    v.requires_grad_()
+    out = tiled_attention(q, q, v)
+    assert out.isfinite().all()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=0)
+    (dv,) = torch.autograd.grad(out.sum(), v)
+    torch.testing.assert_close(dv.sum(-2), torch.full((1, 2, 16), 5.0))  # each query's weights sum to 1
+
+
+def test_online_softmax_pieces_refuse_mixed_dtypes_and_nan():
+    z = torch.zeros
+    with pytest.raises(TypeError, match="must share one dtype"):
+        online_softmax_update(z(2), z(2), z(2, 3), z(2, 4, dtype=torch.float64), z(4, 3))
+    with pytest.raises(ValueError, match="scores contains NaN"):
+        online_softmax_trace(torch.tensor([math.nan, 1.0]), z(2, 3), 1)
+    with pytest.raises(TypeError, match="scores must have a floating dtype"):
+        online_softmax_trace(torch.tensor([1, 2]), z(2, 3), 1)
+    assert online_softmax_trace(torch.tensor([-math.inf, 1.0]), z(2, 3), 1)[-1].l == 1.0  # -inf: a masked key

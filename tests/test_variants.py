@@ -142,3 +142,70 @@ def test_forward_refuses_a_bad_cache_shared_kv_or_dtype():
         shared(x, shared_kv=(k, v[:1]))
     with pytest.raises(TypeError, match="shared_kv keys must have x's dtype torch.float64, got torch.float32"):
         shared(x, shared_kv=(k.float(), v))
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 38: empty inputs, dtype edges, caches that cannot serve the layer
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("B,L", [(2, 0), (0, 5)])
+def test_variant_attention_empty_input_gives_an_empty_output(B, L):
+    from attn_lib.kv_cache import KVCache
+
+    layer, cache = VariantAttention(16, 2, 1, 8, sliding_window=3, sinks=True), KVCache()
+    out, (k, v) = layer(torch.randn(B, L, 16), cache=cache, return_kv=True)
+    assert out.shape == (B, L, 16) and k.shape == v.shape == (B, 1, 0, 8) and cache.seq_len == 0
+
+
+@pytest.mark.parametrize("kwargs,exc,words", [
+    (dict(dtype=torch.int64), ValueError, "dtype must be a floating dtype"),
+    (dict(softcap=1e39), ValueError, r"softcap must be a number in \[1.18e-38, 3.4e\+38\]"),
+    (dict(softcap=1e-50), ValueError, "softcap must be a number in"),
+    (dict(softcap=1e39, dtype=torch.float64), None, None),  # float64 holds it
+])
+def test_variant_attention_refuses_a_bad_dtype_or_a_cap_the_dtype_cannot_hold(kwargs, exc, words):
+    if exc is None:
+        VariantAttention(16, 2, 1, 8, **kwargs)
+        return
+    with pytest.raises(exc, match=words):
+        VariantAttention(16, 2, 1, 8, **kwargs)
+
+
+@pytest.mark.parametrize("cap", [1e39, 1e-50])
+def test_softcap_refuses_caps_outside_the_dtypes_normal_range(cap):
+    with pytest.raises(ValueError, match="cap must be a number in"):
+        softcap(torch.randn(3), cap)  # 1e39 gave NaN (inf * 0), 1e-50 a cap of 0
+    torch.testing.assert_close(softcap(torch.tensor([0.5], dtype=torch.float64), 1e39),
+                               torch.tensor([0.5], dtype=torch.float64))
+
+
+def test_variant_attention_refuses_ring_caches_that_cannot_serve_it_and_nan_sinks():
+    from attn_lib.kv_cache import KVCache
+    from attn_lib.windows import RingKVCache
+
+    x = torch.randn(1, 5, 16)
+    with pytest.raises(ValueError, match=r"RingKVCache\(window=2\) keeps fewer tokens than the layer's "
+                                         r"sliding_window=3"):
+        VariantAttention(16, 2, 1, 8, sliding_window=3)(x, cache=RingKVCache(2))
+    with pytest.raises(ValueError, match="this layer has no sliding_window"):
+        VariantAttention(16, 2, 1, 8)(x, cache=RingKVCache(8))
+    VariantAttention(16, 2, 1, 8, sliding_window=3)(x, cache=RingKVCache(4))  # a larger ring is fine
+    layer = VariantAttention(16, 2, 1, 8, sinks=True)
+    with torch.no_grad():
+        layer.sinks.fill_(float("nan"))
+    with pytest.raises(ValueError, match=r"sinks \(the layer's parameter\) contains NaN"):
+        layer(x)
+    cache, first = KVCache(), VariantAttention(16, 2, 1, 8)
+    first(x, cache=cache)
+    with pytest.raises(ValueError, match="already holds the keys of another layer"):
+        VariantAttention(16, 2, 1, 8)(x, cache=cache)
+
+
+@pytest.mark.parametrize("q,k,kwargs,exc,words", [
+    (torch.randn(0, 4), torch.randn(3, 4), {}, ValueError, "at least one query and one key"),
+    (torch.randn(2, 4), torch.randn(3, 4, dtype=torch.float64), {}, TypeError, "must share one dtype"),
+    (torch.randn(2, 4), torch.randn(3, 4), dict(scale="a"), TypeError, "scale must be a number"),
+    (torch.randn(2, 4), torch.randn(3, 4), dict(scale=-1.0), ValueError, "scale must be None or a finite number > 0"),
+])
+def test_max_logit_refuses_bad_input(q, k, kwargs, exc, words):
+    with pytest.raises(exc, match=words):
+        max_logit(q, k, **kwargs)

@@ -67,3 +67,8 @@ def test_ring_slot_positions_and_local_global_saving():
     assert 5.5 < r["saving"] < 6.0
     with pytest.raises(ValueError, match="window"):
         RingKVCache(0)
+
+
+def test_window_mask_from_positions_refuses_positions_on_two_devices():
+    with pytest.raises(ValueError, match="q_positions, k_positions must be on one device"):
+        window_mask_from_positions(torch.arange(3), torch.arange(3, device="meta"))
