@@ -487,3 +487,32 @@ def check_rope_base(rope_base, *, allow_none: bool = True) -> float | None:
         raise ValueError(f"rope_base must be {'None or ' if allow_none else ''}a finite number > 1 "
                          f"(e.g. 10000.0), got {value}")
     return value
+
+
+# ---------------------------------------------------------------------------------------------- added for issue 38
+# (appended, not merged into __all__ above, so that parallel edits of this file do not collide)
+__all__ += ["check_generator", "check_iterator"]
+
+
+def check_generator(name: str, value) -> torch.Generator | None:
+    """Return ``value`` if it is None or a ``torch.Generator`` (the random draws' source).
+
+    Raises:
+        TypeError: anything else, e.g. a seed (an int) where ``torch.Generator().manual_seed(seed)`` was meant.
+    """
+    if value is not None and not isinstance(value, torch.Generator):
+        hint = f"; for a seed, pass torch.Generator().manual_seed({value})" if isinstance(value, int) else ""
+        raise TypeError(f"{name} must be a torch.Generator or None, got {_got(value)}{hint}")
+    return value
+
+
+def check_iterator(name: str, value):
+    """Return ``value`` if it is an iterator (``next(value)`` works), e.g. a generator of training batches.
+
+    Raises:
+        TypeError: not an iterator; for an iterable such as a list the message says to wrap it: ``iter(...)``.
+    """
+    if not hasattr(value, "__next__"):
+        hint = f"; wrap it: iter(your_{type(value).__name__})" if hasattr(value, "__iter__") else ""
+        raise TypeError(f"{name} must be an iterator (next({name}) gives the next item), got {_got(value)}{hint}")
+    return value

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from attn_lib._checks import (check_bool, check_callable, check_choice, check_int as _check_int, check_number,
-                              check_rope_base, check_token_ids)
+                              check_rope_base, check_tensor, check_token_ids, shape_of)
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
 from attn_lib.mha import MultiHeadAttention
 from attn_lib.models.blocks import FeedForward, SwiGLU
@@ -101,7 +101,19 @@ class LMBlock(nn.Module):
         """x (B, L, d_model) -> (B, L, d_model); with ``need_weights`` also the weights (B, H, L, S).
 
         S = L plus the tokens already in ``kv_cache``; ``backend`` "naive" or "tiled" (tiles of ``tile_size``).
+
+        Raises:
+            TypeError: x not a floating tensor, or of another dtype than the weights. ValueError: x not (B, L,
+                d_model) with L >= 1. And MultiHeadAttention.forward's errors.
         """
+        check_tensor("x", x, floating=True, ndim=3)
+        d_model = self.norm1.normalized_shape[0]
+        if x.shape[-1] != d_model or x.shape[1] == 0:
+            raise ValueError(f"x must be (B, L, d_model) = (B, L >= 1, {d_model}), got shape {shape_of(x)}")
+        w_dtype = self.norm1.weight.dtype
+        if x.dtype != w_dtype:
+            raise TypeError(f"x has dtype {x.dtype} but the layer's weights are {w_dtype}; convert one of them "
+                            f"(x.to({w_dtype}) or layer.to({x.dtype}))")
         a, w = self.attn(self.norm1(x), is_causal=True, kv_cache=kv_cache, attn_mask=attn_mask, backend=backend,
                          tile_size=tile_size, need_weights=need_weights)  # (B, L, d_model): tokens exchange information
         x = x + a
