@@ -206,6 +206,9 @@ def held_out_loss(model, batches) -> float:
     """
     if not isinstance(batches, (list, tuple)):
         raise TypeError(f"batches must be a list of (inputs, targets) batches, got {_got(batches)}")
+    if batches and isinstance(batches[0], torch.Tensor):
+        raise TypeError(f"batches must be a list of (inputs, targets) batches, got a {type(batches).__name__} of "
+                        f"tensors (one batch?); wrap it: [batch]")
     if not batches:
         raise ValueError("batches must hold at least one (inputs, targets) batch, got an empty list: the mean "
                          "held-out loss over no token is undefined")

@@ -75,9 +75,9 @@ class LMBlock(nn.Module):
         TypeError / ValueError: as :class:`attn_lib.mha.MultiHeadAttention` (a size not an int, H not dividing
             d_model, Hkv not dividing H, an odd head_dim with RoPE, rope_base not > 1) and
             :class:`attn_lib.models.blocks.FeedForward` (d_ff); ValueError for an ``ffn`` other than "gelu" or
-            "swiglu" and for a norm_eps < 0 (TypeError if not a number or None). ``forward``: as
-            ``MultiHeadAttention.forward`` (x not floating of the module's dtype, an unknown backend, a bad cache or
-            mask).
+            "swiglu" and for a norm_eps < 0 (TypeError if not a number or None). ``forward``: TypeError for x not a
+            floating tensor or not of the weights' dtype, ValueError for x not (B, L, d_model) with L >= 1; then as
+            ``MultiHeadAttention.forward`` (an unknown backend, a bad cache or mask, NaN in x).
 
     Source: Touvron et al. 2023 (LLaMA), §2.2: pre-normalisation with RMSNorm, rotary embeddings; the FFN is
     GELU by default, LLaMA's SwiGLU with ``ffn="swiglu"`` (then the layer equals transformers'
@@ -101,24 +101,23 @@ class LMBlock(nn.Module):
         """x (B, L, d_model) -> (B, L, d_model); with ``need_weights`` also the weights (B, H, L, S).
 
         S = L plus the tokens already in ``kv_cache``; ``backend`` "naive" or "tiled" (tiles of ``tile_size``).
-
-        Raises:
-            TypeError: x not a floating tensor, or of another dtype than the weights. ValueError: x not (B, L,
-                d_model) with L >= 1. And MultiHeadAttention.forward's errors.
         """
-        check_tensor("x", x, floating=True, ndim=3)
-        d_model = self.norm1.normalized_shape[0]
-        if x.shape[-1] != d_model or x.shape[1] == 0:
-            raise ValueError(f"x must be (B, L, d_model) = (B, L >= 1, {d_model}), got shape {shape_of(x)}")
-        w_dtype = self.norm1.weight.dtype
-        if x.dtype != w_dtype:
-            raise TypeError(f"x has dtype {x.dtype} but the layer's weights are {w_dtype}; convert one of them "
-                            f"(x.to({w_dtype}) or layer.to({x.dtype}))")
+        self._check_input(x)  # the errors of the class docstring's Raises
         a, w = self.attn(self.norm1(x), is_causal=True, kv_cache=kv_cache, attn_mask=attn_mask, backend=backend,
                          tile_size=tile_size, need_weights=need_weights)  # (B, L, d_model): tokens exchange information
         x = x + a
         x = x + self.ffn(self.norm2(x))  # each token on its own
         return (x, w) if need_weights else x
+
+    def _check_input(self, x) -> None:
+        check_tensor("x", x, floating=True, ndim=3)
+        d_model = self.norm1.normalized_shape[0]
+        if x.shape[-1] != d_model or x.shape[1] == 0:
+            raise ValueError(f"x must be (B, L, d_model) = (B, L >= 1, {d_model}), got shape {shape_of(x)}")
+        w_dtype = self.norm1.weight.dtype
+        if x.dtype != w_dtype:  # checked before the RMSNorm, which would warn and compute in mixed dtypes
+            raise TypeError(f"x has dtype {x.dtype} but the layer's weights are {w_dtype}; convert one of them "
+                            f"(x.to({w_dtype}) or layer.to({x.dtype}))")
 
 
 class DecoderLM(nn.Module):
