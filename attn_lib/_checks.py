@@ -513,6 +513,9 @@ def check_iterator(name: str, value):
         TypeError: not an iterator; for an iterable such as a list the message says to wrap it: ``iter(...)``.
     """
     if not hasattr(value, "__next__"):
-        hint = f"; wrap it: iter(your_{type(value).__name__})" if hasattr(value, "__iter__") else ""
-        raise TypeError(f"{name} must be an iterator (next({name}) gives the next item), got {_got(value)}{hint}")
+        if hasattr(value, "__iter__") and hasattr(value, "__len__") and not isinstance(value, torch.Tensor):
+            got = f"a {type(value).__name__} of {len(value)} items; wrap it: iter(your_{type(value).__name__})"
+        else:
+            got = _got(value)
+        raise TypeError(f"{name} must be an iterator (next({name}) gives the next item), got {got}")
     return value
