@@ -148,10 +148,15 @@ def bos_windows(stream: torch.Tensor, batch_size: int, seq_len: int, bos: int,
             bos: the BOS id (an int >= 0).
         generator: a ``torch.Generator`` for the window starts (None: torch's global one).
 
+    The starts are drawn from 0..N - seq_len - 1 (0 when N = seq_len): the last window (start N - seq_len) is never
+    drawn, one window of ~5900 in ``data/corpus.txt``. Kept as it is so that notebook 11's trained model, tests/test_streaming.py's
+    measured gaps and the notebook's outputs stay those published (:func:`attn_lib.capstone.random_windows` draws
+    every window).
+
     Raises:
         TypeError: stream not an integer tensor; batch_size, seq_len or bos not an int; generator neither None nor
             a torch.Generator.
-        ValueError: stream not 1-D; batch_size < 1, seq_len < 2, bos < 0; a stream not longer than seq_len.
+        ValueError: stream not 1-D; batch_size < 1, seq_len < 2, bos < 0; a stream shorter than seq_len.
 
     Source: the course's own; a BOS at the start of every window, as LLMs' documents have, so that the model can
     learn a sink there (Xiao et al. 2023).
@@ -162,9 +167,9 @@ def bos_windows(stream: torch.Tensor, batch_size: int, seq_len: int, bos: int,
     B, T = check_int("batch_size", batch_size, minimum=1), check_int("seq_len", seq_len, minimum=2)
     check_int("bos", bos, minimum=0)
     check_generator("generator", generator)
-    if len(stream) <= T:
-        raise ValueError(f"stream must be longer than seq_len={T}, got {len(stream)} tokens")
-    start = torch.randint(0, len(stream) - T, (B,), generator=generator)
+    if len(stream) < T:
+        raise ValueError(f"stream must hold at least seq_len={T} tokens (one window), got {len(stream)}")
+    start = torch.randint(0, max(1, len(stream) - T), (B,), generator=generator)  # max: N = T has one window, 0
     chunk = stream[start[:, None] + torch.arange(T)]  # (B, T): T - 1 inputs after BOS, T targets
     return torch.cat([torch.full((B, 1), bos), chunk[:, :-1]], 1), chunk
 
@@ -180,7 +185,7 @@ def train_sink_model(*, seed: int = 0, steps: int = 200, seq_len: int = 64, d_mo
 
     Raises:
         TypeError: seed, steps, d_model or seq_len not an int.
-        ValueError: steps or d_model < 1, seed < 0, seq_len < 2, not shorter than the corpus or above the model's
+        ValueError: steps or d_model < 1, seed < 0, seq_len < 2, longer than the corpus or above the model's
             max_len (2048); a d_model the 4 heads do not split into an even head_dim (RoPE). TypeError / ValueError:
             lr not a finite number > 0.
 

@@ -304,6 +304,7 @@ def exact_match(examples: Sequence[DateExample], predictions: Sequence[str]) -> 
     """Fraction of predictions equal to the target, character for character, and the wrong ones.
 
     Raises:
+        TypeError: a prediction that is not a str (it could never equal a target).
         ValueError: different numbers of examples and predictions, or no examples.
 
     Args:
@@ -316,6 +317,9 @@ def exact_match(examples: Sequence[DateExample], predictions: Sequence[str]) -> 
     """
     if len(examples) != len(predictions) or not examples:
         raise ValueError(f"need as many predictions as examples (> 0), got {len(predictions)} and {len(examples)}")
+    for i, p in enumerate(predictions):
+        if not isinstance(p, str):
+            raise TypeError(f"predictions must be str (decoded text), got {_got(p)} at index {i}")
     errors = [(ex, p) for ex, p in zip(examples, predictions) if p != ex.target]
     return Evaluation(1 - len(errors) / len(examples), errors)
 
@@ -581,8 +585,8 @@ def save_model(model, path: Path | str = CHECKPOINT, *, losses: Sequence[float] 
         the Path written.
 
     Raises:
-        nothing of its own: AttributeError without ``model.config``, TypeError for a config json cannot
-        write, OSError from the file system.
+        TypeError: a model without a ``config`` dict (e.g. a plain nn.Module), or a config json cannot write;
+        OSError from the file system.
 
     Source: the safetensors format (HuggingFace's ``safetensors.torch.save_file``, metadata as str).
     """
@@ -590,6 +594,8 @@ def save_model(model, path: Path | str = CHECKPOINT, *, losses: Sequence[float] 
 
     from safetensors.torch import save_file
 
+    if not isinstance(getattr(model, "config", None), dict):
+        raise TypeError(f"model must have a config dict (e.g. a Seq2SeqTransformer), got {type(model).__name__}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}

@@ -96,3 +96,11 @@ def test_streaming_refuses_bad_input_by_name(call, error, match):
         call(model, ids)
     assert masked_logits(model, ids[:0], causal_mask(6)).shape == (0, 6, 11)  # B = 0: an empty batch, no error
     assert streaming_logits(model, ids[:0], window=2, num_sinks=1)[0].shape == (0, 6, 11)
+
+
+def test_bos_windows_takes_a_stream_of_exactly_one_window():
+    """Issue 38 §5's twin: a stream of exactly seq_len tokens holds one window (start 0); it was refused."""
+    x, y = bos_windows(torch.arange(5, 9), 3, 4, 0)
+    assert torch.equal(y, torch.arange(5, 9).expand(3, 4)) and torch.equal(x, torch.tensor([0, 5, 6, 7]).expand(3, 4))
+    with pytest.raises(ValueError, match="stream must hold at least seq_len=4 tokens"):
+        bos_windows(torch.arange(3), 2, 4, 0)

@@ -253,3 +253,7 @@ def test_other_date_helpers_refuse_bad_input(model):
         translate(None, "1 Jan 2000")  # was AttributeError
     with pytest.raises(TypeError, match="return_attentions must be a bool"):
         translate(model, "1 Jan 2000", return_attentions="yes")  # was truthy
+    with pytest.raises(TypeError, match="predictions must be str .* at index 0"):
+        exact_match(load_splits()["test"][:2], [1, 2])  # was an accuracy of 0
+    with pytest.raises(TypeError, match="model must have a config dict"):
+        save_model(torch.nn.Linear(2, 2), "unused.safetensors")  # was AttributeError
