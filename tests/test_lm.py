@@ -263,3 +263,15 @@ def test_generate_refuses_nan_logits_instead_of_picking_a_token():
         m.lm_head.weight[5] = float("nan")  # tied: the embedding row of token 5 too; any logit row has a NaN
     with pytest.raises(ValueError, match=r"logits contains NaN .*expected finite values or -inf"):
         m.generate([[1, 2]], 2, use_cache=False)
+
+
+def test_one_cache_object_for_two_layers_is_refused():
+    """Issue 38 §3: kv_caches=[c, c] mixed both layers' keys in one cache: logits off by 0.03, silently."""
+    m = _model()
+    shared = KVCache()
+    with pytest.raises(ValueError, match="kv_caches holds the same cache object for layers 0 and 1"):
+        m(torch.tensor([[1, 2, 3]]), [shared, shared])
+    with pytest.raises(ValueError, match="cache_factory's caches holds the same cache object for layers 0 and 1"):
+        m.generate([[1, 2]], 3, cache_factory=lambda: shared)
+    with pytest.raises(ValueError, match="same cache object"):
+        m.generate([[1, 2]], 3, kv_caches=[shared, shared])

@@ -55,6 +55,16 @@ INITS = ("gpt2", "torch")
 FFNS = ("gelu", "swiglu")
 
 
+def _check_distinct(name: str, caches) -> None:
+    """One cache object per layer: a cache shared by two layers would mix their keys and values silently."""
+    first: dict[int, int] = {}
+    for i, c in enumerate(caches):
+        if id(c) in first:
+            raise ValueError(f"{name} holds the same cache object for layers {first[id(c)]} and {i}; each layer needs "
+                             f"its own (model.new_kv_caches(), or a factory that makes a new cache per call)")
+        first[id(c)] = i
+
+
 class LMBlock(nn.Module):
     """One pre-norm decoder layer: causal (grouped-query) self-attention with RoPE, then a feed-forward network.
 
@@ -315,6 +325,7 @@ class DecoderLM(nn.Module):
         Raises:
             TypeError: factory is not callable (None, or a cache instance instead of a function making
                 one), or what it returns is not a :class:`attn_lib.kv_cache.KVCacheProtocol`.
+            ValueError: factory returns one cache object for two layers (``lambda: shared``).
         """
         if not isinstance(factory, type) and isinstance(factory, KVCacheProtocol):
             raise TypeError(f"cache_factory must make a new cache per layer (a class or a function such as "
@@ -324,6 +335,7 @@ class DecoderLM(nn.Module):
         if not isinstance(caches[0], KVCacheProtocol):
             raise TypeError(f"cache_factory must return a KV cache (attn_lib.kv_cache.KVCacheProtocol), "
                             f"got {type(caches[0]).__name__}")
+        _check_distinct("cache_factory's caches", caches)
         return caches
 
     def _check_cache_list(self, kv_caches, *, none_ok: bool) -> None:
@@ -335,6 +347,7 @@ class DecoderLM(nn.Module):
                                f" of {sorted({type(c).__name__ for c in kv_caches})}"))
         if len(kv_caches) != len(self.layers):
             raise ValueError(f"kv_caches must hold one cache per layer ({len(self.layers)}), got {len(kv_caches)}")
+        _check_distinct("kv_caches", kv_caches)
 
     def _check_empty_caches(self, kv_caches, use_cache: bool) -> None:
         """generate's kv_caches: a list/tuple of one empty KVCacheProtocol per layer, and use_cache=True."""
@@ -363,7 +376,8 @@ class DecoderLM(nn.Module):
 
         Raises:
             TypeError / ValueError: ids not int64 (B, L) within the vocabulary; kv_caches not a list of KV
-                caches (a single cache), or not one per layer; an unknown ``attention``.
+                caches (a single cache), not one per layer, or one cache object for two layers; an unknown
+                ``attention``.
         """
         return self._run(input_ids, kv_caches, attention, need_weights=False)[0]
 
@@ -438,7 +452,8 @@ class DecoderLM(nn.Module):
                 not a list or tuple of KV caches (:class:`attn_lib.kv_cache.KVCacheProtocol`).
             ValueError: ragged prompts, ids outside the vocabulary, max_new_tokens < 0 or
                 P + max_new_tokens > max_len; temperature < 0, top_k < 1; an unknown ``attention``;
-                kv_caches with ``use_cache=False``, not one per layer, or not empty.
+                kv_caches with ``use_cache=False``, not one per layer, one cache object for two layers, or not
+                empty; a cache_factory that returns one cache object for two layers.
         """
         one_d = (isinstance(prompt_ids, torch.Tensor) and prompt_ids.dim() == 1) or (
             isinstance(prompt_ids, (list, tuple)) and not any(isinstance(p, (list, tuple)) for p in prompt_ids))
