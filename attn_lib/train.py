@@ -245,14 +245,28 @@ def seq2seq_loss(model, batch: DateBatch) -> torch.Tensor:
         a 0-dim float tensor (the model's dtype, float32 here): the mean over non-padding target positions.
 
     Raises:
-        nothing of its own: the model's checks (TypeError/ValueError on bad ids or masks) and
+        TypeError: batch not a DateBatch. The model's checks (TypeError/ValueError on bad ids or masks) and
         ``F.cross_entropy``'s.
 
     Source: the course's own: notebook 07 (teacher forcing); torch's ``F.cross_entropy`` with
     ``ignore_index`` = pad.
     """
+    _check_date_batch(batch)
     logits = model(batch.src, batch.tgt_in, batch.src_padding_mask, batch.tgt_padding_mask).logits  # (B, L, V)
     return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=TARGET_VOCAB.pad_id)
+
+
+def _check_date_batch(batch) -> None:
+    if not isinstance(batch, DateBatch):
+        raise TypeError(f"batch must be an attn_lib.data.DateBatch (from collate or endless_batches), got {_got(batch)}")
+
+
+def _check_model_kind(model, kind: str) -> None:
+    """predict_*'s model: the architecture its framing needs (kind: a class name of attn_lib.models)."""
+    import attn_lib.models as models
+
+    if not isinstance(model, getattr(models, kind)):
+        raise TypeError(f"model must be an attn_lib.models.{kind}, got {_got(model)}")
 
 
 def _in_batches(examples, batch_size):
@@ -270,10 +284,13 @@ def predict_seq2seq(model, examples: Sequence[DateExample], *, batch_size: int =
         batch_size: an int: examples per batch of (B, S) int64 source ids.
 
     Raises:
-        TypeError / ValueError: batch_size not an int >= 1; collate's and ``model.generate``'s.
+        TypeError: model not a Seq2SeqTransformer. TypeError / ValueError: batch_size not an int >= 1; collate's
+        and ``model.generate``'s.
 
     Source: the course's own: notebook 07 (greedy decoding, up to 12 new tokens).
     """
+    check_int("batch_size", batch_size, minimum=1)
+    _check_model_kind(model, "Seq2SeqTransformer")
     model.eval()
     preds = []
     with single_thread():
@@ -304,7 +321,8 @@ def exact_match(examples: Sequence[DateExample], predictions: Sequence[str]) -> 
     """Fraction of predictions equal to the target, character for character, and the wrong ones.
 
     Raises:
-        TypeError: a prediction that is not a str (it could never equal a target).
+        TypeError: an example that is not a DateExample; a prediction that is not a str (it could never equal a
+            target).
         ValueError: different numbers of examples and predictions, or no examples.
 
     Args:
@@ -317,6 +335,9 @@ def exact_match(examples: Sequence[DateExample], predictions: Sequence[str]) -> 
     """
     if len(examples) != len(predictions) or not examples:
         raise ValueError(f"need as many predictions as examples (> 0), got {len(predictions)} and {len(examples)}")
+    for i, ex in enumerate(examples):
+        if not isinstance(ex, DateExample):
+            raise TypeError(f"examples must be DateExample items, got {_got(ex)} at index {i}")
     for i, p in enumerate(predictions):
         if not isinstance(p, str):
             raise TypeError(f"predictions must be str (decoded text), got {_got(p)} at index {i}")
@@ -338,10 +359,11 @@ def encoder_only_inputs(batch: DateBatch) -> tuple[torch.Tensor, torch.Tensor]:
         ids long (B, 10 + S), padding_mask bool (B, 10 + S) (slots are real tokens).
 
     Raises:
-        nothing of its own (a batch without ``src`` / ``src_padding_mask`` raises AttributeError).
+        TypeError: batch not a :class:`attn_lib.data.DateBatch`.
 
     Source: the course's own: notebook 07 (BERT-like slot filling; Devlin et al. 2019, section 3.1 for [MASK]).
     """
+    _check_date_batch(batch)
     B = batch.src.shape[0]
     slots = torch.full((B, NUM_SLOTS), MASK_ID, dtype=torch.long)
     ids = torch.cat([slots, batch.src], dim=1)
@@ -378,10 +400,13 @@ def predict_encoder_only(model, examples: Sequence[DateExample], *, batch_size: 
         Logits (B, 10 + S, V_tgt) float; the slots' arg-max (B, 10) int64 is decoded into one str per example.
 
     Raises:
-        TypeError / ValueError: batch_size not an int >= 1; collate's and the model's.
+        TypeError: model not an EncoderOnly. TypeError / ValueError: batch_size not an int >= 1; collate's and the
+        model's.
 
     Source: the course's own: notebook 07.
     """
+    check_int("batch_size", batch_size, minimum=1)
+    _check_model_kind(model, "EncoderOnly")
     model.eval()
     preds = []
     with single_thread():
@@ -404,10 +429,12 @@ def decoder_only_inputs(batch: DateBatch) -> tuple[torch.Tensor, torch.Tensor]:
         ids long (B, L), labels long (B, L).
 
     Raises:
-        nothing of its own (SOURCE_VOCAB.encode's ValueError for a target character it lacks).
+        TypeError: batch not a :class:`attn_lib.data.DateBatch`. SOURCE_VOCAB.encode's ValueError for a target
+        character it lacks.
 
     Source: the course's own: notebook 07 (GPT-style prompt + answer; labels -100 as transformers' ``labels``).
     """
+    _check_date_batch(batch)
     rows, label_rows = [], []
     src_lens = batch.src_padding_mask.sum(1).tolist()
     for b, n in enumerate(src_lens):
@@ -463,11 +490,13 @@ def predict_decoder_only(model, examples: Sequence[DateExample], *, batch_size: 
         one str per example: the decoded answer.
 
     Raises:
-        TypeError / ValueError: batch_size not an int >= 1; ``model.generate``'s (e.g. a prompt longer than
-            max_len - 11).
+        TypeError: model not a DecoderLM. TypeError / ValueError: batch_size not an int >= 1;
+            ``model.generate``'s (e.g. a prompt longer than max_len - 11).
 
     Source: the course's own: notebook 07 (greedy decoding, HuggingFace's ``generate(do_sample=False)``).
     """
+    check_int("batch_size", batch_size, minimum=1)
+    _check_model_kind(model, "DecoderLM")
     model.eval()
     preds = []
     eos = SOURCE_VOCAB.eos_id
@@ -532,11 +561,14 @@ def train_date_model(seed: int = 0, *, progress: bool = True, stop_after: int | 
                                   stop_after=stop_after)
 
 
+_TRAIN_KEYS = ("steps", "batch_size", "lr", "warmup_steps", "fused")  # what _train_on_dates reads
+
+
 def _config(base: dict, overrides: dict, name: str) -> dict:
-    """``{**base, **overrides}``, refusing a name ``base`` lacks (a typo would otherwise be silently ignored)."""
-    unknown = sorted(set(overrides) - set(base))
+    """``{**base, **overrides}``, refusing a name _train_on_dates does not read (a typo would be silently ignored)."""
+    unknown = sorted(set(overrides) - set(_TRAIN_KEYS))
     if unknown:
-        raise TypeError(f"unexpected override(s) {unknown}: the entries of {name} are {sorted(base)}")
+        raise TypeError(f"unexpected override(s) {unknown} of {name}: expected some of {list(_TRAIN_KEYS)}")
     return {**base, **overrides}
 
 

@@ -257,3 +257,21 @@ def test_other_date_helpers_refuse_bad_input(model):
         exact_match(load_splits()["test"][:2], [1, 2])  # was an accuracy of 0
     with pytest.raises(TypeError, match="model must have a config dict"):
         save_model(torch.nn.Linear(2, 2), "unused.safetensors")  # was AttributeError
+
+
+def test_date_helpers_refuse_the_wrong_batch_or_architecture(model):
+    """Issue 38 §4: AttributeError ('NoneType' has no attribute 'src'), or the other model's generate signature."""
+    exs = load_splits()["test"][:3]
+    for fn in (encoder_only_inputs, decoder_only_inputs):
+        with pytest.raises(TypeError, match="batch must be an attn_lib.data.DateBatch"):
+            fn(None)
+    with pytest.raises(TypeError, match="batch must be an attn_lib.data.DateBatch"):
+        seq2seq_loss(model, (1, 2))
+    with pytest.raises(TypeError, match="model must be an attn_lib.models.Seq2SeqTransformer, got DecoderLM"):
+        predict_seq2seq(DecoderLM(len(SOURCE_VOCAB), d_model=16), exs)  # was generate's 'multiple values' TypeError
+    with pytest.raises(TypeError, match="model must be an attn_lib.models.EncoderOnly, got Seq2SeqTransformer"):
+        predict_encoder_only(model, exs)  # was a ValueError about src ids outside the vocabulary
+    with pytest.raises(TypeError, match="model must be an attn_lib.models.DecoderLM, got Seq2SeqTransformer"):
+        predict_decoder_only(model, exs)
+    with pytest.raises(TypeError, match="examples must be DateExample items, got str 'a' at index 0"):
+        exact_match("ab", ["a", "b"])  # was AttributeError
