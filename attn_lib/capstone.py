@@ -199,11 +199,13 @@ def held_out_loss(model, batches) -> float:
     scored token: a Python float. The model is evaluated in eval mode without gradients, then restored.
 
     Raises:
-        TypeError: batches not a list or tuple. ValueError: no batch (the mean over nothing is undefined);
+        TypeError: model not an nn.Module; batches not a list or tuple. ValueError: no batch (the mean over nothing is undefined);
             :func:`copy_loss`'s errors (a batch without scored positions).
 
     Source: the course's own.
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (e.g. a TinyDecoder), got {_got(model)}")
     if not isinstance(batches, (list, tuple)):
         raise TypeError(f"batches must be a list of (inputs, targets) batches, got {_got(batches)}")
     if batches and isinstance(batches[0], torch.Tensor):
@@ -233,13 +235,15 @@ class HeldOutCurve:
 
     Raises:
         TypeError / ValueError: every not an int >= 1; batches not an iterator (a list: pass ``iter(list)``);
-            held_out not a non-empty list (as :func:`held_out_loss`).
+            model not an nn.Module; held_out not a non-empty list (as :func:`held_out_loss`).
 
     Source: the course's own (a held-out curve without changing :func:`attn_lib.train.train_loop`).
     """
 
     def __init__(self, batches: Iterator, model, held_out: list, every: int = 50):
         check_iterator("batches", batches)
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module (e.g. a TinyDecoder), got {_got(model)}")
         if not isinstance(held_out, (list, tuple)) or not held_out:
             raise (TypeError if not isinstance(held_out, (list, tuple)) else ValueError)(
                 f"held_out must be a non-empty list of (inputs, targets) batches, got {_got(held_out)}")

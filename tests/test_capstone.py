@@ -254,3 +254,7 @@ def test_copy_loss_and_held_out_loss_refuse_an_empty_set():
         C.HeldOutCurve([C.copy_batch(2)], m, [C.copy_batch(2)])
     with pytest.raises(ValueError, match="held_out must be a non-empty list"):
         C.HeldOutCurve(C.copy_batches(2), m, [])
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        C.held_out_loss(None, [C.copy_batch(2)])  # was AttributeError: no attribute 'training'
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        C.HeldOutCurve(C.copy_batches(2), None, [C.copy_batch(2)])
