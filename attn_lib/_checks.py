@@ -539,3 +539,35 @@ def claim_cache(cache, owner, *, name: str = "cache") -> None:
         cache._attn_lib_owner = weakref.ref(owner)
     except (AttributeError, TypeError):  # a cache class with __slots__: nothing to record
         pass
+
+
+# ---------------------------------------------------------------------------------------------- added for issue 38
+# (appended, not merged into __all__ above, so that parallel edits of this file do not collide)
+__all__ += ["check_generator", "check_iterator"]
+
+
+def check_generator(name: str, value) -> torch.Generator | None:
+    """Return ``value`` if it is None or a ``torch.Generator`` (the random draws' source).
+
+    Raises:
+        TypeError: anything else, e.g. a seed (an int) where ``torch.Generator().manual_seed(seed)`` was meant.
+    """
+    if value is not None and not isinstance(value, torch.Generator):
+        hint = f"; for a seed, pass torch.Generator().manual_seed({value})" if isinstance(value, int) else ""
+        raise TypeError(f"{name} must be a torch.Generator or None, got {_got(value)}{hint}")
+    return value
+
+
+def check_iterator(name: str, value):
+    """Return ``value`` if it is an iterator (``next(value)`` works), e.g. a generator of training batches.
+
+    Raises:
+        TypeError: not an iterator; for an iterable such as a list the message says to wrap it: ``iter(...)``.
+    """
+    if not hasattr(value, "__next__"):
+        if hasattr(value, "__iter__") and hasattr(value, "__len__") and not isinstance(value, torch.Tensor):
+            got = f"a {type(value).__name__} of {len(value)} items; wrap it: iter(your_{type(value).__name__})"
+        else:
+            got = _got(value)
+        raise TypeError(f"{name} must be an iterator (next({name}) gives the next item), got {got}")
+    return value

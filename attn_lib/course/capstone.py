@@ -28,7 +28,8 @@ from typing import Iterator
 import torch
 from torch.nn import functional as F
 
-from attn_lib._checks import check_int, check_tensor
+from attn_lib._checks import (TOKEN_ID_DTYPES, _got, check_generator, check_int, check_iterator, check_tensor,
+                              shape_of)
 from attn_lib.models.lm import ATTENTIONS, DecoderLM
 
 __all__ = ["ATTENTIONS", "WORDS", "SEP", "VOCAB_SIZE", "TinyDecoder", "encode", "decode", "copy_batch",
@@ -93,11 +94,27 @@ def decode(ids) -> str:
     """The words of ``ids`` (a list of ints or a (L,) int64 tensor), space-separated: a str; inverse of :func:`encode`.
 
     Raises:
-        IndexError: an id outside 0..16.
+        TypeError: ids neither a list/tuple of ints nor a 1-D integer tensor (a str, a float, a bool id).
+        ValueError: a tensor that is not 1-D; an id outside 0..16 (a negative id is refused, not read from the end).
 
     Source: the course's own (notebook 10's copy task).
     """
-    ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+    if isinstance(ids, torch.Tensor):
+        if ids.dtype not in TOKEN_ID_DTYPES:
+            raise TypeError(f"ids must hold integer word ids (int64), got dtype {ids.dtype}")
+        if ids.dim() != 1:
+            raise ValueError(f"ids must be one sequence (L,) of word ids, got shape {shape_of(ids)}; decode each row")
+        ids = ids.tolist()
+    elif isinstance(ids, (list, tuple)):
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise TypeError(f"ids must hold int word ids, got {_got(i)}")
+    else:
+        raise TypeError(f"ids must be a list of int word ids or a (L,) int64 tensor, got {_got(ids)}")
+    bad = sorted({i for i in ids if not 0 <= i < VOCAB_SIZE})
+    if bad:
+        raise ValueError(f"ids holds {bad[:8]}, outside the task's vocabulary 0..{VOCAB_SIZE - 1} "
+                         f"(16 words and the separator {SEP})")
     return " ".join("|" if i == SEP else WORDS[i] for i in ids)
 
 
@@ -110,7 +127,8 @@ def copy_batch(batch_size: int, generator: torch.Generator | None = None, *, min
         with -100 (ignored by ``F.cross_entropy``) where the next token is one of the random first half.
 
     Raises:
-        TypeError / ValueError: sizes not ints, min_words < 1 or max_words < min_words.
+        TypeError / ValueError: sizes not ints, min_words < 1 or max_words < min_words; generator neither None
+            nor a torch.Generator.
 
     Source: the repeated random sequence of Olsson et al. 2022 ("In-context Learning and Induction Heads"),
     section 2, as a small supervised task.
@@ -118,6 +136,7 @@ def copy_batch(batch_size: int, generator: torch.Generator | None = None, *, min
     B = check_int("batch_size", batch_size, minimum=1)
     lo = check_int("min_words", min_words, minimum=1)
     hi = check_int("max_words", max_words, minimum=lo)
+    check_generator("generator", generator)
     n = int(torch.randint(lo, hi + 1, (1,), generator=generator))
     words = torch.randint(0, len(WORDS), (B, n), generator=generator)  # (B, n) random: unpredictable
     seq = torch.cat([words, torch.full((B, 1), SEP), words], dim=1)  # (B, 2n + 1)
@@ -141,6 +160,20 @@ def copy_batches(batch_size: int = 32, *, seed: int = 0, **kwargs) -> Iterator[t
         yield copy_batch(batch_size, gen, **kwargs)
 
 
+def _check_batch(batch, name: str = "batch") -> tuple[torch.Tensor, torch.Tensor]:
+    """An (inputs (B, L), targets (B, L)) pair with at least one scored target (!= -100)."""
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2 or not all(isinstance(t, torch.Tensor) for t in batch):
+        raise TypeError(f"{name} must be a pair (inputs, targets) of (B, L) tensors, as copy_batch returns, got "
+                        f"{_got(batch)}")
+    inputs, targets = batch
+    if targets.shape != inputs.shape:
+        raise ValueError(f"{name}'s targets must have the inputs' shape {shape_of(inputs)}, got {shape_of(targets)}")
+    if not bool((targets != -100).any()):
+        raise ValueError(f"{name} has no scored position (every target is -100, shape {shape_of(targets)}): its mean "
+                         f"loss would be NaN; expected at least one target id")
+    return inputs, targets
+
+
 def copy_loss(model, batch) -> torch.Tensor:
     """Mean next-token cross-entropy (nats) over the scored (copy) positions; ``loss_fn`` of ``train_loop``.
 
@@ -151,11 +184,12 @@ def copy_loss(model, batch) -> torch.Tensor:
         a 0-dim float tensor, shape ().
 
     Raises:
-        nothing of its own: the model's errors, ``F.cross_entropy``'s.
+        TypeError: batch not an (inputs, targets) pair of tensors. ValueError: targets of another shape than
+            inputs, or with no scored position (all -100: the mean over nothing would be NaN). The model's errors.
 
     Source: next-token cross-entropy with transformers' convention of ignoring label -100.
     """
-    inputs, targets = batch
+    inputs, targets = _check_batch(batch)
     return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
@@ -165,14 +199,27 @@ def held_out_loss(model, batches) -> float:
     scored token: a Python float. The model is evaluated in eval mode without gradients, then restored.
 
     Raises:
-        nothing of its own: :func:`copy_loss`'s.
+        TypeError: model not an nn.Module; batches not a list or tuple. ValueError: no batch (the mean over nothing is undefined);
+            :func:`copy_loss`'s errors (a batch without scored positions).
 
     Source: the course's own.
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (e.g. a TinyDecoder), got {_got(model)}")
+    if not isinstance(batches, (list, tuple)):
+        raise TypeError(f"batches must be a list of (inputs, targets) batches, got {_got(batches)}")
+    if batches and isinstance(batches[0], torch.Tensor):
+        raise TypeError(f"batches must be a list of (inputs, targets) batches, got a {type(batches).__name__} of "
+                        f"tensors (one batch?); wrap it: [batch]")
+    if not batches:
+        raise ValueError("batches must hold at least one (inputs, targets) batch, got an empty list: the mean "
+                         "held-out loss over no token is undefined")
     was = model.training
     model.eval()
-    total = sum(copy_loss(model, b).item() * int((b[1] != -100).sum()) for b in batches)
-    model.train(was)
+    try:
+        total = sum(copy_loss(model, b).item() * int((b[1] != -100).sum()) for b in batches)
+    finally:
+        model.train(was)
     return total / sum(int((b[1] != -100).sum()) for b in batches)
 
 
@@ -187,12 +234,19 @@ class HeldOutCurve:
     Attributes: ``steps`` (list of int), ``losses`` (list of float, :func:`held_out_loss`); no tensors.
 
     Raises:
-        TypeError / ValueError: every not an int >= 1.
+        TypeError / ValueError: every not an int >= 1; batches not an iterator (a list: pass ``iter(list)``);
+            model not an nn.Module; held_out not a non-empty list (as :func:`held_out_loss`).
 
     Source: the course's own (a held-out curve without changing :func:`attn_lib.course.train.train_loop`).
     """
 
     def __init__(self, batches: Iterator, model, held_out: list, every: int = 50):
+        check_iterator("batches", batches)
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module (e.g. a TinyDecoder), got {_got(model)}")
+        if not isinstance(held_out, (list, tuple)) or not held_out:
+            raise (TypeError if not isinstance(held_out, (list, tuple)) else ValueError)(
+                f"held_out must be a non-empty list of (inputs, targets) batches, got {_got(held_out)}")
         self.batches, self.model, self.held_out = batches, model, held_out
         self.every = check_int("every", every, minimum=1)
         self.steps: list[int] = []
@@ -229,11 +283,14 @@ def generate(model: DecoderLM, prompt: torch.Tensor, max_new_tokens: int, *, use
         each new token was chosen.
 
     Raises:
-        TypeError / ValueError: as DecoderLM.generate (max_new_tokens must be >= 1 here).
+        TypeError: model not a :class:`~attn_lib.models.lm.DecoderLM`. TypeError / ValueError: as
+            DecoderLM.generate (max_new_tokens must be >= 1 here).
 
     Source: HuggingFace's ``generate`` (do_sample, temperature, top_k), which tests/models/test_lm_from_hf.py matches
     (DecoderLM.from_hf of a random Llama).
     """
+    if not isinstance(model, DecoderLM):
+        raise TypeError(f"model must be an attn_lib DecoderLM (e.g. a TinyDecoder), got {_got(model)}")
     check_tensor("prompt", prompt, ndim=2)
     check_int("max_new_tokens", max_new_tokens, minimum=1)
     return model.generate(prompt, max_new_tokens, use_cache, attention=attention, temperature=temperature,
@@ -244,12 +301,20 @@ def corpus_token_stream(tokenizer, lines, eos_id: int) -> torch.Tensor:
     """All ``lines`` encoded with ``tokenizer``, each followed by ``eos_id``, as one (N,) int64 tensor.
 
     Raises:
-        nothing of its own: the tokenizer's errors.
+        TypeError: tokenizer without an ``encode`` method; lines a single str (pass a list of lines) or not
+            iterable; a line not a str; eos_id not an int. ValueError: eos_id < 0. The tokenizer's own errors.
 
     Source: the course's own (GPT-2's document separator, Radford et al. 2019).
     """
+    if not callable(getattr(tokenizer, "encode", None)):
+        raise TypeError(f"tokenizer must have an encode(str) -> list of ids method, got {_got(tokenizer)}")
+    if isinstance(lines, str) or not hasattr(lines, "__iter__"):
+        raise TypeError(f"lines must be a list (or iterable) of str, one document each, got {_got(lines)}")
+    check_int("eos_id", eos_id, minimum=0)
     ids: list[int] = []
     for line in lines:
+        if not isinstance(line, str):
+            raise TypeError(f"lines must hold str, got {_got(line)}")
         ids += tokenizer.encode(line) + [eos_id]
     return torch.tensor(ids, dtype=torch.long)
 
@@ -257,14 +322,29 @@ def corpus_token_stream(tokenizer, lines, eos_id: int) -> torch.Tensor:
 def random_windows(stream: torch.Tensor, batch_size: int, seq_len: int, generator=None):
     """A batch of random windows: inputs (B, seq_len) and targets (B, seq_len), int64, the inputs shifted by one.
 
+    A window reads seq_len + 1 tokens of ``stream`` (N,), so a stream holds N - seq_len windows, starting at
+    0..N - seq_len - 1; each is drawn with probability 1 / (N - seq_len), the last one too.
+
     Raises:
-        RuntimeError: a stream not longer than seq_len + 1 (torch.randint's empty range).
+        TypeError: stream not an integer tensor; batch_size or seq_len not an int; generator neither None nor a
+            torch.Generator.
+        ValueError: stream not 1-D; batch_size < 1; seq_len < 1; a stream shorter than seq_len + 1 tokens (no
+            window).
 
     Source: the course's own (next-token prediction, Radford et al. 2018).
     """
-    start = torch.randint(0, len(stream) - seq_len - 1, (batch_size,), generator=generator)
-    idx = start[:, None] + torch.arange(seq_len + 1)  # (B, seq_len + 1)
-    chunk = stream[idx]
+    check_tensor("stream", stream, ndim=1)
+    if stream.dtype not in TOKEN_ID_DTYPES:
+        raise TypeError(f"stream must hold integer token ids (int64), got dtype {stream.dtype}")
+    B = check_int("batch_size", batch_size, minimum=1)
+    T = check_int("seq_len", seq_len, minimum=1)
+    check_generator("generator", generator)
+    if len(stream) < T + 1:
+        raise ValueError(f"stream must hold at least seq_len + 1 = {T + 1} tokens (one window of inputs and "
+                         f"targets), got {len(stream)}")
+    start = torch.randint(0, len(stream) - T, (B,), generator=generator)  # N - T windows: 0..N - T - 1
+    idx = start[:, None] + torch.arange(T + 1)  # (B, seq_len + 1)
+    chunk = stream[idx].long()
     return chunk[:, :-1], chunk[:, 1:]
 
 
@@ -273,10 +353,22 @@ def unigram_cross_entropy(train_ids: torch.Tensor, eval_ids: torch.Tensor, vocab
     int64 (add-one smoothed) scored on ``eval_ids`` (M,) int64. A model that uses context should go below it.
 
     Raises:
-        RuntimeError: ids outside [0, vocab_size) (torch's indexing).
+        TypeError: train_ids or eval_ids not a 1-D integer tensor; vocab_size not an int.
+        ValueError: not 1-D; eval_ids empty (the mean over no token is undefined); vocab_size < 1; an id outside
+            [0, vocab_size) in either (a negative id would be read from the end, a larger one counted outside).
 
     Source: Laplace's add-one smoothing, as in Jurafsky and Martin, 2024 (Speech and Language Processing, section 3.5).
     """
-    counts = torch.bincount(train_ids, minlength=vocab_size).double() + 1.0
+    V = check_int("vocab_size", vocab_size, minimum=1)
+    for name, ids in (("train_ids", train_ids), ("eval_ids", eval_ids)):
+        check_tensor(name, ids, ndim=1)
+        if ids.dtype not in TOKEN_ID_DTYPES:
+            raise TypeError(f"{name} must hold integer token ids (int64), got dtype {ids.dtype}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= V):
+            bad = ids[(ids < 0) | (ids >= V)].unique()[:8].tolist()
+            raise ValueError(f"{name} holds ids {bad} outside the vocabulary 0..{V - 1} (vocab_size={V})")
+    if eval_ids.numel() == 0:
+        raise ValueError("eval_ids must hold at least one token: the mean cross-entropy over none is undefined")
+    counts = torch.bincount(train_ids.long(), minlength=V).double() + 1.0
     log_p = (counts / counts.sum()).log()
-    return float(-log_p[eval_ids].mean())
+    return float(-log_p[eval_ids.long()].mean())

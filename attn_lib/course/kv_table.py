@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attn_lib._checks import check_int, check_number
+from attn_lib._checks import _got, check_int, check_number
 
 __all__ = ["ModelKV", "PUBLISHED", "cache_bytes", "kv_table", "format_kv_table", "plot_kv_table"]
 
@@ -38,9 +38,11 @@ class ModelKV:
     and k_R (B, S, dr): :meth:`per_token_layer_bytes` is their size for one token (B = 1, S = 1).
 
     Raises:
-        nothing of its own: a frozen dataclass without validation (a negative or float size is stored as given
-        and :func:`cache_bytes` computes with it); assigning a field raises dataclasses.FrozenInstanceError, a
-        missing name/source/global_layers TypeError.
+        TypeError: name, source or note not a str; a size not an int (a float or a bool refused); a missing
+            name/source/global_layers.
+        ValueError: a size < 0; no layer at all; local layers without a window >= 1; neither MLA's
+            kv_lora_rank >= 1 nor num_kv_heads and head_dim >= 1 (the cache would count 0 bytes). Assigning a
+            field raises dataclasses.FrozenInstanceError.
 
     Source: the models' Hugging Face config.json (the ``source`` field of each entry of :data:`PUBLISHED`); the
     per-token formulas as DeepSeek-V2 (DeepSeek-AI 2024), §2.1.4, Table 1: 2·Hkv·head_dim per (G)QA layer,
@@ -58,6 +60,23 @@ class ModelKV:
     qk_rope_head_dim: int = 0
     note: str = ""
 
+    def __post_init__(self) -> None:
+        for field in ("name", "source", "note"):
+            if not isinstance(getattr(self, field), str):
+                raise TypeError(f"ModelKV.{field} must be a str, got {_got(getattr(self, field))}")
+        for field in ("global_layers", "num_kv_heads", "head_dim", "local_layers", "window", "kv_lora_rank",
+                      "qk_rope_head_dim"):
+            check_int(f"ModelKV.{field}", getattr(self, field), minimum=0)
+        if self.global_layers + self.local_layers == 0:
+            raise ValueError(f"ModelKV {self.name!r} needs at least one layer (global_layers + local_layers >= 1), "
+                             f"got 0")
+        if self.local_layers and not self.window:
+            raise ValueError(f"ModelKV {self.name!r} has local_layers={self.local_layers} but window=0; a "
+                             f"sliding-window layer needs window >= 1")
+        if not self.kv_lora_rank and not (self.num_kv_heads and self.head_dim):
+            raise ValueError(f"ModelKV {self.name!r} caches nothing: give MLA's kv_lora_rank >= 1, or num_kv_heads "
+                             f">= 1 and head_dim >= 1 (got {self.num_kv_heads} and {self.head_dim})")
+
     @property
     def kind(self) -> str:
         """"MLA", "GQA" (or "MQA"/"MHA" by heads would need num_heads: GQA here), plus "+window"/"+linear"."""
@@ -69,7 +88,12 @@ class ModelKV:
         return base
 
     def per_token_layer_bytes(self, bytes_per_element: float = 2) -> float:
-        """Bytes one token adds to one layer's cache."""
+        """Bytes one token adds to one layer's cache (bytes_per_element: a number > 0, 2 for bf16).
+
+        Raises:
+            TypeError: bytes_per_element not a number. ValueError: NaN, infinite or <= 0.
+        """
+        bytes_per_element = check_number("bytes_per_element", bytes_per_element, positive=True)
         if self.kv_lora_rank:
             return (self.kv_lora_rank + self.qk_rope_head_dim) * bytes_per_element
         return 2 * self.num_kv_heads * self.head_dim * bytes_per_element
@@ -101,7 +125,7 @@ def cache_bytes(model: ModelKV, seq_len: int, *, bytes_per_element: float = 2) -
     """KV-cache bytes of one sequence of ``seq_len`` tokens: global layers keep all, local ones min(seq_len, window).
 
     Args:
-        model: a :class:`ModelKV` (not checked: another object raises AttributeError).
+        model: a :class:`ModelKV`.
         seq_len: int >= 0, the cached tokens S. bytes_per_element: float > 0, 2 for bf16 (default).
 
     Returns:
@@ -109,11 +133,14 @@ def cache_bytes(model: ModelKV, seq_len: int, *, bytes_per_element: float = 2) -
         values per (G)QA layer, (1, S, r + dr) latents per MLA layer).
 
     Raises:
-        TypeError: seq_len not an int (a float or a bool refused); bytes_per_element not a number.
+        TypeError: model not a :class:`ModelKV`; seq_len not an int (a float or a bool refused);
+            bytes_per_element not a number.
         ValueError: seq_len < 0; bytes_per_element NaN, infinite or <= 0.
 
     Source: the course's own formula (notebook 11), as in the module's docstring.
     """
+    if not isinstance(model, ModelKV):
+        raise TypeError(f"model must be a ModelKV, got {_got(model)}")
     S = check_int("seq_len", seq_len, minimum=0)
     e = check_number("bytes_per_element", bytes_per_element, positive=True)
     per = model.per_token_layer_bytes(e)
@@ -132,23 +159,42 @@ def kv_table(seq_len: int = 131072, models: list[ModelKV] | None = None) -> list
         float, int, str, str; no tensors. bytes_per_token counts every layer (local ones too), bf16.
 
     Raises:
-        TypeError / ValueError: as :func:`cache_bytes` (seq_len not an int >= 0), for the first model; with an
-            empty ``models`` nothing is checked and ``[]`` is returned.
+        TypeError: models neither None nor a list or tuple of :class:`ModelKV` (a single ModelKV: wrap it in a
+            list); seq_len not an int. ValueError: seq_len < 0 (checked even for an empty ``models``, which gives
+            ``[]``).
 
     Source: the course's own (notebook 11's table), from the config.json of each model (the ``source`` column).
     """
+    check_int("seq_len", seq_len, minimum=0)
+    models = PUBLISHED if models is None else models
+    if not isinstance(models, (list, tuple)) or not all(isinstance(m, ModelKV) for m in models):
+        what = _got(models) if not isinstance(models, (list, tuple)) else \
+            f"a {type(models).__name__} of {sorted({type(m).__name__ for m in models})}"
+        raise TypeError(f"models must be None or a list of ModelKV (e.g. [PUBLISHED[0]]), got {what}")
     rows = []
-    for m in PUBLISHED if models is None else models:
+    for m in models:
         layers = m.global_layers + m.local_layers
         rows.append({"model": m.name, "kind": m.kind, "bytes_per_token": layers * m.per_token_layer_bytes(),
                      "bytes_at": cache_bytes(m, seq_len), "seq_len": seq_len, "source": m.source, "note": m.note})
     return rows
 
 
+_ROW_KEYS = ("model", "kind", "bytes_per_token", "bytes_at", "seq_len")
+
+
 def _tokens(rows: list[dict]) -> str:
-    """The first row's seq_len as a column label: "128k" for a multiple of 1024, else the number ("1000")."""
+    """The first row's seq_len as a column label: "128k" for a multiple of 1024, else the number ("1000").
+
+    Also the rows' check for format_kv_table and plot_kv_table: a non-empty list of kv_table's dicts.
+    """
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
+        raise TypeError(f"rows must be kv_table()'s list of dicts, got {_got(rows)}")
     if not rows:
         raise ValueError("rows must hold at least one row of kv_table(), got an empty list")
+    for i, r in enumerate(rows):
+        missing = [k for k in _ROW_KEYS if k not in r]
+        if missing:
+            raise ValueError(f"rows[{i}] lacks {missing}; expected kv_table()'s rows with keys {list(_ROW_KEYS)}")
     n = rows[0]["seq_len"]
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
 
@@ -165,7 +211,8 @@ def format_kv_table(rows: list[dict]) -> str:
         str, a header, a rule and one line per row, joined by newlines.
 
     Raises:
-        ValueError: an empty list (no row to name the column). A row without one of the keys raises KeyError.
+        TypeError: rows not a list of dicts. ValueError: an empty list (no row to name the column); a row
+            without one of the keys "model", "kind", "bytes_per_token", "bytes_at", "seq_len".
 
     Source: the course's own (notebook 11).
     """
@@ -189,8 +236,8 @@ def plot_kv_table(rows: list[dict], *, ax=None):
         GQA + linear attention).
 
     Raises:
-        ValueError: an empty list. A row without one of the keys raises KeyError; matplotlib missing raises
-        ModuleNotFoundError.
+        TypeError / ValueError: as :func:`format_kv_table` (rows not a non-empty list of kv_table()'s dicts);
+        matplotlib missing raises ModuleNotFoundError.
 
     Source: the course's own (notebook 11's plot); colours of Okabe & Ito 2008 (attn_lib.course.style.PALETTE).
     """
@@ -198,6 +245,7 @@ def plot_kv_table(rows: list[dict], *, ax=None):
 
     from attn_lib.course.viz import PALETTE
 
+    label = _tokens(rows)  # checks the rows before a figure is made
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.2))
     names = [r["model"] for r in rows][::-1]
@@ -205,6 +253,6 @@ def plot_kv_table(rows: list[dict], *, ax=None):
     colours = [PALETTE[0] if "MLA" in r["kind"] else PALETTE[2] if "window" in r["kind"] else PALETTE[1]
                for r in rows][::-1]
     ax.barh(names, gib, color=colours)
-    ax.set_xlabel(f"KV cache of one {_tokens(rows)}-token sequence, GiB (bf16)")
+    ax.set_xlabel(f"KV cache of one {label}-token sequence, GiB (bf16)")
     ax.set_title("blue: MLA, orange: GQA, green: GQA + sliding windows")
     return ax

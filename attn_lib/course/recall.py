@@ -22,7 +22,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attn_lib._checks import check_choice, check_head_dim, check_int, check_number
+from attn_lib._checks import (_got, check_bool, check_choice, check_generator, check_head_dim, check_int, check_number,
+                              check_token_ids, shape_of)
 from attn_lib.deltanet import gated_delta_rule, l2_normalize
 from attn_lib.linear import linear_attention
 
@@ -43,11 +44,12 @@ def make_recall_batch(batch_size: int, num_pairs: int, *, generator: torch.Gener
 
     Args:
         batch_size: B. num_pairs: the pairs per sequence. num_keys, num_values: the vocabularies (ints >= 1).
-        generator: the torch.Generator all draws come from (not checked: None draws from torch's global RNG, so
-            the batch is then not reproducible).
+        generator: the torch.Generator all draws come from (None draws from torch's global RNG, so the batch is
+            then not reproducible).
 
     Raises:
-        TypeError: a count not an int (a bool refused). ValueError: a count < 1, or more pairs than keys.
+        TypeError: a count not an int (a bool refused); generator neither None nor a torch.Generator.
+        ValueError: a count < 1, or more pairs than keys.
 
     Source: Arora et al. 2023 (Zoology), multi-query associative recall, reduced to one query with one token
     per pair: the course's own variant.
@@ -55,6 +57,7 @@ def make_recall_batch(batch_size: int, num_pairs: int, *, generator: torch.Gener
     for n, v in (("batch_size", batch_size), ("num_pairs", num_pairs), ("num_keys", num_keys),
                  ("num_values", num_values)):
         check_int(n, v, minimum=1)
+    check_generator("generator", generator)
     if num_pairs > num_keys:
         raise ValueError(f"num_pairs must be <= num_keys={num_keys} (the keys are distinct), got {num_pairs}")
     keys = torch.rand(batch_size, num_keys, generator=generator).argsort(-1)[:, :num_pairs]
@@ -122,7 +125,7 @@ class RecallModel(nn.Module):
         check_head_dim(d_model, num_heads)
         check_int("num_keys", num_keys, minimum=1)
         check_int("num_values", num_values, minimum=1)
-        self.kind = kind
+        self.kind, self.num_keys, self.num_values = kind, num_keys, num_values
         kinds = [("softmax" if (i + 1) % 4 == 0 else "deltanet") if kind == "hybrid" else kind
                  for i in range(num_layers)]
         self.key_emb = nn.Embedding(num_keys, d_model)
@@ -143,9 +146,16 @@ class RecallModel(nn.Module):
             (B, num_values) float32 logits, read at the last position (the query).
 
         Raises:
-            nothing of its own (not checked): ids outside the vocabularies raise IndexError from nn.Embedding,
-            floating ids RuntimeError.
+            TypeError: keys or values not integer tensors. ValueError: not (B, L) with L >= 1, B = 0 (no sequence),
+                keys and values of different shapes, ids outside [0, num_keys) / [0, num_values] (the "no value"
+                id num_values included).
         """
+        keys = check_token_ids("keys", keys, vocab_size=self.num_keys)
+        values = check_token_ids("values", values, vocab_size=self.num_values + 1)
+        if values.shape != keys.shape:
+            raise ValueError(f"keys and values must have one shape (B, L), got {shape_of(keys)} and {shape_of(values)}")
+        if keys.shape[0] == 0:
+            raise ValueError(f"keys must hold at least one sequence (B >= 1), got shape {shape_of(keys)}")
         x = self.key_emb(keys) + self.value_emb(values)
         for norm, mixer in zip(self.norms, self.mixers):
             x = x + mixer(norm(x))
@@ -156,21 +166,27 @@ def recall_accuracy(model: RecallModel, num_pairs: int, *, num_examples: int = 5
     """Share of fresh sequences (seeded apart from training) whose value the model recalls exactly.
 
     Args:
-        model: a :class:`RecallModel` built with the default num_keys / num_values (the batches use them).
+        model: a :class:`RecallModel` (the batches use its num_keys / num_values).
         num_pairs, num_examples: ints >= 1 (the pairs per sequence and the number of sequences).
-        seed: int; the batch is drawn from a generator seeded 10_000 + 101·seed + num_pairs.
+        seed: int >= 0; the batch is drawn from a generator seeded 10_000 + 101·seed + num_pairs.
 
     Takes no tensors: it draws keys/values (num_examples, num_pairs + 1) int64 and compares the argmax of the
     (num_examples, num_values) logits with the target. Returns a float in [0, 1]. Leaves the model in eval mode.
 
     Raises:
-        TypeError / ValueError: as :func:`make_recall_batch` (num_pairs or num_examples not an int >= 1, more
-            than 128 pairs).
+        TypeError: model not a :class:`RecallModel`; seed not an int. ValueError: seed < 0. TypeError /
+            ValueError: as :func:`make_recall_batch` (num_pairs or num_examples not an int >= 1, more pairs than
+            the model's num_keys).
 
     Source: the course's own (notebook 12), the accuracy of Zoology's recall task (Arora et al. 2023).
     """
+    if not isinstance(model, RecallModel):
+        raise TypeError(f"model must be an attn_lib.course.recall.RecallModel, got {_got(model)}")
+    check_int("seed", seed, minimum=0)
+    check_int("num_pairs", num_pairs, minimum=1)
     g = torch.Generator().manual_seed(10_000 + seed * 101 + num_pairs)
-    keys, values, target = make_recall_batch(num_examples, num_pairs, generator=g)
+    keys, values, target = make_recall_batch(num_examples, num_pairs, generator=g, num_keys=model.num_keys,
+                                             num_values=model.num_values)
     with torch.no_grad():
         return float((model.eval()(keys, values).argmax(-1) == target).float().mean())
 
@@ -185,20 +201,23 @@ def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAI
 
     Args:
         kind: as :class:`RecallModel`. steps: int >= 1. batch_size: int >= 1, sequences per step.
-        pair_counts: a non-empty sequence of ints in [1, 128]. lr: AdamW's peak learning rate (float >= 0),
-            warmed up over 50 steps, then cosine-decayed. seed: int. progress: show a tqdm bar.
+        pair_counts: a non-empty sequence of ints in [1, 128]. lr: AdamW's peak learning rate (float > 0),
+            warmed up over 50 steps, then cosine-decayed. seed: int >= 0. progress: bool, show a tqdm bar.
 
     Takes no tensors: its batches are :func:`make_recall_batch`'s (batch_size, n + 1) int64 ids.
 
     Raises:
         TypeError / ValueError: steps or batch_size not an int >= 1; kind as :class:`RecallModel`; pair_counts
-            empty or not ints in [1, 128]; lr not a number >= 0.
+            empty or not ints in [1, 128]; lr not a finite number > 0 (0 would train not at all); seed not an
+            int >= 0; progress not a bool.
 
     Source: the course's own (notebook 12); AdamW (Loshchilov & Hutter 2019) as ``torch.optim.AdamW``.
     """
     check_int("steps", steps, minimum=1)
     check_int("batch_size", batch_size, minimum=1)
-    check_number("lr", lr, minimum=0.0)
+    check_number("lr", lr, positive=True)
+    check_int("seed", seed, minimum=0)
+    check_bool("progress", progress)
     check_choice("kind", kind, KINDS)
     if isinstance(pair_counts, (str, bytes)) or not hasattr(pair_counts, "__len__"):
         raise TypeError(f"pair_counts must be a sequence of ints, got {type(pair_counts).__name__}")

@@ -25,7 +25,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import check_int, check_tensor, check_token_ids, shape_of
+from attn_lib._checks import (TOKEN_ID_DTYPES, check_generator, check_int, check_number, check_tensor, check_token_ids,
+                              shape_of)
 from attn_lib.course.capstone import TinyDecoder
 from attn_lib.gqa import grouped_query_attention
 from attn_lib.kv_cache import _check_chunk
@@ -47,7 +48,10 @@ class SinkRingKVCache:
     Shapes: ``update(key (B, Hkv, S_new, E), value (B, Hkv, S_new, Ev))`` -> keys (B, Hkv, S', E), values
     (B, Hkv, S', Ev), positions (S',) int64, S' <= num_sinks + window + S_new (the sinks, the ring's slots, empty
     ones included, and the chunk).
-    Dtypes: key and value floating, of one dtype (float32, float64, ...), stored and returned as given.
+    Dtypes: key and value floating, of one dtype (float32, float64, ...), stored and returned as given; the first
+    update fixes the dtype, device, B, Hkv and head dims (a later chunk of another dtype is refused, never promoted).
+    The stored keys and values are copies: changing the caller's tensors afterwards does not change the cache.
+    An empty chunk (S_new = 0) stores nothing and returns what is stored (an empty (B, Hkv, 0, E) if nothing is).
 
     Raises:
         TypeError / ValueError: window not an int >= 1, num_sinks not an int >= 0.
@@ -63,6 +67,7 @@ class SinkRingKVCache:
         self.sink_keys: torch.Tensor | None = None
         self.sink_values: torch.Tensor | None = None
         self._seen = 0
+        self._spec: tuple | None = None  # (key shape, value shape, dtype, device) of the first chunk
 
     @property
     def seq_len(self) -> int:
@@ -82,12 +87,15 @@ class SinkRingKVCache:
             (keys, values, positions): (B, Hkv, S', E), (B, Hkv, S', Ev), (S',) int64; sinks first.
 
         Raises:
-            TypeError / ValueError: as :class:`attn_lib.kv_cache.KVCache`'s checks.
+            TypeError / ValueError: as :class:`attn_lib.kv_cache.KVCache`'s checks: not 4-D floating tensors, NaN
+                or infinity; a dtype (TypeError), device, B, Hkv or head dim other than the first chunk's.
         """
-        _check_chunk("SinkRingKVCache", key, value, None)
+        _check_chunk("SinkRingKVCache", key, value, self._spec)
+        if self._spec is None:
+            self._spec = (key.shape, value.shape, key.dtype, key.device)
         n_sink = max(0, min(key.shape[2], self.num_sinks - self._seen))
-        if n_sink:
-            ks, vs = key[:, :, :n_sink], value[:, :, :n_sink]
+        if n_sink:  # copies: a view would change when the caller changes its tensor
+            ks, vs = key[:, :, :n_sink].clone(), value[:, :, :n_sink].clone()
             self.sink_keys = ks if self.sink_keys is None else torch.cat([self.sink_keys, ks], 2)
             self.sink_values = vs if self.sink_values is None else torch.cat([self.sink_values, vs], 2)
         parts_k, parts_v, parts_p = [], [], []
@@ -105,6 +113,8 @@ class SinkRingKVCache:
             parts_v.append(self.ring.values)
             parts_p.append(torch.where(self.ring.positions >= 0, self.ring.positions + self.num_sinks, -1))
         self._seen += key.shape[2]
+        if not parts_k:  # nothing stored and an empty chunk: empty keys, values and positions
+            return key[:, :, :0].clone(), value[:, :, :0].clone(), torch.zeros(0, dtype=torch.long, device=key.device)
         return torch.cat(parts_k, 2), torch.cat(parts_v, 2), torch.cat(parts_p)
 
 
@@ -134,22 +144,32 @@ def bos_windows(stream: torch.Tensor, batch_size: int, seq_len: int, bos: int,
     (B, seq_len), int64.
 
     Args:
-        stream: (N,) integer token ids (int64 from :func:`char_corpus`; not checked to be integers: a float stream
-            gives float windows). batch_size: B. seq_len: the window length. bos: the BOS id (an int).
+        stream: (N,) integer token ids (int64 from :func:`char_corpus`). batch_size: B. seq_len: the window length.
+            bos: the BOS id (an int >= 0).
         generator: a ``torch.Generator`` for the window starts (None: torch's global one).
 
+    The starts are drawn from 0..N - seq_len - 1 (0 when N = seq_len): the last window (start N - seq_len) is never
+    drawn, one window of ~5900 in ``data/corpus.txt``. Kept as it is so that notebook 11's trained model, tests/course/test_streaming.py's
+    measured gaps and the notebook's outputs stay those published (:func:`attn_lib.course.capstone.random_windows` draws
+    every window).
+
     Raises:
-        TypeError: stream not a tensor; batch_size or seq_len not an int.
-        ValueError: stream not 1-D; batch_size < 1, seq_len < 2; a stream not longer than seq_len.
+        TypeError: stream not an integer tensor; batch_size, seq_len or bos not an int; generator neither None nor
+            a torch.Generator.
+        ValueError: stream not 1-D; batch_size < 1, seq_len < 2, bos < 0; a stream shorter than seq_len.
 
     Source: the course's own; a BOS at the start of every window, as LLMs' documents have, so that the model can
     learn a sink there (Xiao et al. 2023).
     """
     check_tensor("stream", stream, ndim=1)
+    if stream.dtype not in TOKEN_ID_DTYPES:
+        raise TypeError(f"stream must hold integer token ids (int64), got dtype {stream.dtype}")
     B, T = check_int("batch_size", batch_size, minimum=1), check_int("seq_len", seq_len, minimum=2)
-    if len(stream) <= T:
-        raise ValueError(f"stream must be longer than seq_len={T}, got {len(stream)} tokens")
-    start = torch.randint(0, len(stream) - T, (B,), generator=generator)
+    check_int("bos", bos, minimum=0)
+    check_generator("generator", generator)
+    if len(stream) < T:
+        raise ValueError(f"stream must hold at least seq_len={T} tokens (one window), got {len(stream)}")
+    start = torch.randint(0, max(1, len(stream) - T), (B,), generator=generator)  # max: N = T has one window, 0
     chunk = stream[start[:, None] + torch.arange(T)]  # (B, T): T - 1 inputs after BOS, T targets
     return torch.cat([torch.full((B, 1), bos), chunk[:, :-1]], 1), chunk
 
@@ -165,14 +185,15 @@ def train_sink_model(*, seed: int = 0, steps: int = 200, seq_len: int = 64, d_mo
 
     Raises:
         TypeError: seed, steps, d_model or seq_len not an int.
-        ValueError: steps or d_model < 1, seed < 0, seq_len < 2, not shorter than the corpus or above the model's
-            max_len (2048); a d_model the 4 heads do not split into an even head_dim (RoPE). lr is not checked
-            here (torch's AdamW raises ValueError for lr < 0).
+        ValueError: steps or d_model < 1, seed < 0, seq_len < 2, longer than the corpus or above the model's
+            max_len (2048); a d_model the 4 heads do not split into an even head_dim (RoPE). TypeError / ValueError:
+            lr not a finite number > 0.
 
     Source: the course's own training loop; the BOS-led windows give the model a fixed first token, where
     Xiao et al. 2023 (StreamingLLM) observe attention sinks.
     """
     check_int("steps", steps, minimum=1)
+    check_number("lr", lr, positive=True)
     gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
     stream, bos = char_corpus()
     torch.manual_seed(seed)
@@ -290,12 +311,15 @@ def window_losses(model: TinyDecoder, ids: torch.Tensor, targets: torch.Tensor, 
     Raises:
         TypeError / ValueError: model and ids as :func:`masked_logits`; window or num_sinks not an int; targets
             not integer ids in the vocabulary or not of ids' shape; window not in [num_sinks + 1, L - 1];
-            num_sinks < 0.
+            num_sinks < 0; B = 0 (a mean loss over no sequence is undefined).
 
     Source: Xiao et al. 2023 (StreamingLLM), §3.1: window attention against sinks plus a window, on one model.
     """
     ids = _check_model(model, ids)
     L = ids.shape[1]
+    if ids.shape[0] == 0:
+        raise ValueError(f"ids must hold at least one sequence (B >= 1) to average a loss over, got shape "
+                         f"{shape_of(ids)}")
     check_int("num_sinks", num_sinks, minimum=0)
     check_int("window", window, minimum=num_sinks + 1, maximum=L - 1)
     targets = check_token_ids("targets", targets, vocab_size=model.vocab_size)

@@ -27,7 +27,8 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import check_int
+from attn_lib._checks import (_got, check_bool, check_callable, check_finite, check_int, check_iterator, check_number,
+                              check_tensor, shape_of)
 from attn_lib.course.data import (SOURCE_VOCAB, TARGET_VOCAB, DateBatch, DateExample, collate)
 from attn_lib.models.decoding import _evaluating
 
@@ -50,10 +51,12 @@ def single_thread(threads: int | None = 1):
         threads: an int >= 1, or None. No tensors in or out (a context manager).
 
     Raises:
-        nothing of its own (torch.set_num_threads raises RuntimeError/TypeError for a bad count).
+        TypeError: threads neither None nor an int. ValueError: threads < 1.
 
     Source: torch's ``torch.set_num_threads``; the course's own: notebook 07.
     """
+    if threads is not None:
+        check_int("threads", threads, minimum=1)
     old = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -94,11 +97,13 @@ def endless_batches(examples: Sequence[DateExample], batch_size: int, *, seed: i
         :class:`attn_lib.course.data.DateBatch`: src (B, S) int64, masks (B, S)/(B, L) bool, tgt_in/tgt_out (B, L) int64.
 
     Raises:
-        TypeError: batch_size, bucket or seed not an int. ValueError: batch_size not in 1..len(examples),
-            bucket < 1. Raised by the call itself, before the first batch is drawn.
+        TypeError: batch_size, bucket or seed not an int. ValueError: no examples, batch_size not in
+            1..len(examples), bucket < 1. Raised by the call itself, before the first batch is drawn.
 
     Source: the course's own: notebook 07 (bucketing by length as in Vaswani et al. 2017, section 5.1).
     """
+    if not examples:
+        raise ValueError("examples must hold at least one DateExample, got none")
     check_int("batch_size", batch_size, minimum=1, maximum=len(examples))
     check_int("bucket", bucket, minimum=1)
     check_int("seed", seed)
@@ -144,16 +149,42 @@ def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, 
         :class:`TrainResult`.
 
     Raises:
-        ValueError: ``steps`` not a positive int, or a loss that is not finite (names the step).
+        TypeError: model not an nn.Module; batches not an iterator (a list: pass ``iter(list)``); loss_fn not
+            callable; steps, warmup_steps, threads or stop_after not an int (None allowed for the last two); lr,
+            weight_decay or clip_norm not a number; desc not a str; progress or fused not a bool; ``loss_fn``
+            returning something other than a floating tensor.
+        ValueError: a model without parameters; steps < 1, warmup_steps < 0, threads < 1, stop_after < 1
+            (it would train not at all); lr <= 0, NaN or infinite; weight_decay < 0; clip_norm <= 0 or NaN (a
+            negative norm flips the gradients, 0 zeroes them; ``float("inf")`` means no clipping); a loss of more
+            than one element, one that does not depend on the parameters (no grad), or that is not finite (names
+            the step); batches that run out before the last step.
 
     Shapes: ``loss_fn`` returns a 0-dim float tensor, shape (), i.e. (1,) squeezed; batches are
     whatever ``loss_fn`` takes, e.g. DateBatch tensors (B, S) int64.
     """
     from tqdm.auto import tqdm
 
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=bool(fused))
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {_got(model)}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(f"model ({type(model).__name__}) has no trainable parameters: nothing to train")
+    check_iterator("batches", batches)
+    check_callable("loss_fn", loss_fn)
+    check_int("steps", steps, minimum=1)
+    check_number("lr", lr, positive=True)
+    check_int("warmup_steps", warmup_steps, minimum=0)
+    check_number("weight_decay", weight_decay, minimum=0.0)
+    check_number("clip_norm", clip_norm, positive=True, finite=False)  # inf: no clipping
+    if not isinstance(desc, str):
+        raise TypeError(f"desc must be a str (the progress bar's label), got {_got(desc)}")
+    check_bool("progress", progress)
+    check_bool("fused", fused)
+    if threads is not None:
+        check_int("threads", threads, minimum=1)
+    if stop_after is not None:
+        check_int("stop_after", stop_after, minimum=1)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=fused)
 
     def lr_factor(step):  # linear warm-up, then cosine decay to 0
         if step < warmup_steps:
@@ -168,9 +199,12 @@ def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, 
         n = steps if stop_after is None else min(steps, stop_after)
         bar = tqdm(range(n), desc=desc, disable=not progress)
         for step in bar:
-            loss = loss_fn(model, next(batches))
-            if not torch.isfinite(loss):
-                raise ValueError(f"the loss became {loss.item()} at step {step}; lower lr")
+            try:
+                batch = next(batches)
+            except StopIteration:
+                raise ValueError(f"batches ran out after {step} batches; steps={steps} (stop_after={stop_after}) "
+                                 f"needs one batch per step: pass an endless iterator (endless_batches)") from None
+            loss = _check_loss(loss_fn(model, batch), step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
@@ -182,6 +216,21 @@ def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, 
         bar.close()
     model.eval()
     return TrainResult(losses, time.perf_counter() - start)
+
+
+def _check_loss(loss, step: int) -> torch.Tensor:
+    """train_loop's rule for what loss_fn returns: one finite floating number that depends on the parameters."""
+    if not isinstance(loss, torch.Tensor) or not loss.is_floating_point():
+        raise TypeError(f"loss_fn must return a scalar floating tensor (shape ()), got {_got(loss)} at step {step}")
+    if loss.numel() != 1:
+        raise ValueError(f"loss_fn must return a scalar loss (shape ()), got shape {shape_of(loss)} at step {step}; "
+                         f"reduce it, e.g. with .mean()")
+    if not loss.requires_grad:
+        raise ValueError(f"the loss at step {step} does not depend on the model's parameters (requires_grad is "
+                         f"False): computed under torch.no_grad(), detached, or from a constant")
+    if not torch.isfinite(loss):
+        raise ValueError(f"the loss became {loss.item()} at step {step}; lower lr")
+    return loss.reshape(())
 
 
 # --------------------------------------------------------------------------- encoder-decoder
@@ -196,14 +245,28 @@ def seq2seq_loss(model, batch: DateBatch) -> torch.Tensor:
         a 0-dim float tensor (the model's dtype, float32 here): the mean over non-padding target positions.
 
     Raises:
-        nothing of its own: the model's checks (TypeError/ValueError on bad ids or masks) and
+        TypeError: batch not a DateBatch. The model's checks (TypeError/ValueError on bad ids or masks) and
         ``F.cross_entropy``'s.
 
     Source: the course's own: notebook 07 (teacher forcing); torch's ``F.cross_entropy`` with
     ``ignore_index`` = pad.
     """
+    _check_date_batch(batch)
     logits = model(batch.src, batch.tgt_in, batch.src_padding_mask, batch.tgt_padding_mask).logits  # (B, L, V)
     return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=TARGET_VOCAB.pad_id)
+
+
+def _check_date_batch(batch) -> None:
+    if not isinstance(batch, DateBatch):
+        raise TypeError(f"batch must be an attn_lib.course.data.DateBatch (from collate or endless_batches), got {_got(batch)}")
+
+
+def _check_model_kind(model, kind: str) -> None:
+    """predict_*'s model: the architecture its framing needs (kind: a class name of attn_lib.models)."""
+    import attn_lib.models as models
+
+    if not isinstance(model, getattr(models, kind)):
+        raise TypeError(f"model must be an attn_lib.models.{kind}, got {_got(model)}")
 
 
 def _in_batches(examples, batch_size):
@@ -221,10 +284,13 @@ def predict_seq2seq(model, examples: Sequence[DateExample], *, batch_size: int =
         batch_size: an int: examples per batch of (B, S) int64 source ids.
 
     Raises:
-        TypeError / ValueError: batch_size not an int >= 1; collate's and ``model.generate``'s.
+        TypeError: model not a Seq2SeqTransformer. TypeError / ValueError: batch_size not an int >= 1; collate's
+        and ``model.generate``'s.
 
     Source: the course's own: notebook 07 (greedy decoding, up to 12 new tokens).
     """
+    check_int("batch_size", batch_size, minimum=1)
+    _check_model_kind(model, "Seq2SeqTransformer")
     model.eval()
     preds = []
     with single_thread():
@@ -255,6 +321,8 @@ def exact_match(examples: Sequence[DateExample], predictions: Sequence[str]) -> 
     """Fraction of predictions equal to the target, character for character, and the wrong ones.
 
     Raises:
+        TypeError: an example that is not a DateExample; a prediction that is not a str (it could never equal a
+            target).
         ValueError: different numbers of examples and predictions, or no examples.
 
     Args:
@@ -267,6 +335,12 @@ def exact_match(examples: Sequence[DateExample], predictions: Sequence[str]) -> 
     """
     if len(examples) != len(predictions) or not examples:
         raise ValueError(f"need as many predictions as examples (> 0), got {len(predictions)} and {len(examples)}")
+    for i, ex in enumerate(examples):
+        if not isinstance(ex, DateExample):
+            raise TypeError(f"examples must be DateExample items, got {_got(ex)} at index {i}")
+    for i, p in enumerate(predictions):
+        if not isinstance(p, str):
+            raise TypeError(f"predictions must be str (decoded text), got {_got(p)} at index {i}")
     errors = [(ex, p) for ex, p in zip(examples, predictions) if p != ex.target]
     return Evaluation(1 - len(errors) / len(examples), errors)
 
@@ -285,10 +359,11 @@ def encoder_only_inputs(batch: DateBatch) -> tuple[torch.Tensor, torch.Tensor]:
         ids long (B, 10 + S), padding_mask bool (B, 10 + S) (slots are real tokens).
 
     Raises:
-        nothing of its own (a batch without ``src`` / ``src_padding_mask`` raises AttributeError).
+        TypeError: batch not a :class:`attn_lib.course.data.DateBatch`.
 
     Source: the course's own: notebook 07 (BERT-like slot filling; Devlin et al. 2019, section 3.1 for [MASK]).
     """
+    _check_date_batch(batch)
     B = batch.src.shape[0]
     slots = torch.full((B, NUM_SLOTS), MASK_ID, dtype=torch.long)
     ids = torch.cat([slots, batch.src], dim=1)
@@ -325,10 +400,13 @@ def predict_encoder_only(model, examples: Sequence[DateExample], *, batch_size: 
         Logits (B, 10 + S, V_tgt) float; the slots' arg-max (B, 10) int64 is decoded into one str per example.
 
     Raises:
-        TypeError / ValueError: batch_size not an int >= 1; collate's and the model's.
+        TypeError: model not an EncoderOnly. TypeError / ValueError: batch_size not an int >= 1; collate's and the
+        model's.
 
     Source: the course's own: notebook 07.
     """
+    check_int("batch_size", batch_size, minimum=1)
+    _check_model_kind(model, "EncoderOnly")
     model.eval()
     preds = []
     with single_thread():
@@ -351,10 +429,12 @@ def decoder_only_inputs(batch: DateBatch) -> tuple[torch.Tensor, torch.Tensor]:
         ids long (B, L), labels long (B, L).
 
     Raises:
-        nothing of its own (SOURCE_VOCAB.encode's ValueError for a target character it lacks).
+        TypeError: batch not a :class:`attn_lib.course.data.DateBatch`. SOURCE_VOCAB.encode's ValueError for a target
+        character it lacks.
 
     Source: the course's own: notebook 07 (GPT-style prompt + answer; labels -100 as transformers' ``labels``).
     """
+    _check_date_batch(batch)
     rows, label_rows = [], []
     src_lens = batch.src_padding_mask.sum(1).tolist()
     for b, n in enumerate(src_lens):
@@ -410,11 +490,13 @@ def predict_decoder_only(model, examples: Sequence[DateExample], *, batch_size: 
         one str per example: the decoded answer.
 
     Raises:
-        TypeError / ValueError: batch_size not an int >= 1; ``model.generate``'s (e.g. a prompt longer than
-            max_len - 11).
+        TypeError: model not a DecoderLM. TypeError / ValueError: batch_size not an int >= 1;
+            ``model.generate``'s (e.g. a prompt longer than max_len - 11).
 
     Source: the course's own: notebook 07 (greedy decoding, HuggingFace's ``generate(do_sample=False)``).
     """
+    check_int("batch_size", batch_size, minimum=1)
+    _check_model_kind(model, "DecoderLM")
     model.eval()
     preds = []
     eos = SOURCE_VOCAB.eos_id
@@ -472,11 +554,22 @@ def train_date_model(seed: int = 0, *, progress: bool = True, stop_after: int | 
     """
     from attn_lib.models.seq2seq import Seq2SeqTransformer
 
-    cfg = {**DATE_TRAIN_CONFIG, **overrides}
+    cfg = _config(DATE_TRAIN_CONFIG, overrides, "DATE_TRAIN_CONFIG")
     torch.manual_seed(seed)
     model = Seq2SeqTransformer(len(SOURCE_VOCAB), len(TARGET_VOCAB), **DATE_MODEL_CONFIG)
     return model, _train_on_dates(model, cfg, seed=seed, progress=progress, desc="encoder-decoder",
                                   stop_after=stop_after)
+
+
+_TRAIN_KEYS = ("steps", "batch_size", "lr", "warmup_steps", "fused")  # what _train_on_dates reads
+
+
+def _config(base: dict, overrides: dict, name: str) -> dict:
+    """``{**base, **overrides}``, refusing a name _train_on_dates does not read (a typo would be silently ignored)."""
+    unknown = sorted(set(overrides) - set(_TRAIN_KEYS))
+    if unknown:
+        raise TypeError(f"unexpected override(s) {unknown} of {name}: expected some of {list(_TRAIN_KEYS)}")
+    return {**base, **overrides}
 
 
 def _train_on_dates(model, cfg: dict, *, seed: int, progress: bool, desc: str, stop_after: int | None = None):
@@ -509,7 +602,7 @@ def uptrain_date_model(model, *, seed: int = 1, progress: bool = True, **overrid
         unknown override name.
     """
     torch.manual_seed(seed)
-    return _train_on_dates(model, {**GQA_UPTRAIN_CONFIG, **overrides}, seed=seed, progress=progress, desc="uptraining")
+    return _train_on_dates(model, _config(GQA_UPTRAIN_CONFIG, overrides, "GQA_UPTRAIN_CONFIG"), seed=seed, progress=progress, desc="uptraining")
 
 
 def save_model(model, path: Path | str = CHECKPOINT, *, losses: Sequence[float] | None = None) -> Path:
@@ -524,8 +617,8 @@ def save_model(model, path: Path | str = CHECKPOINT, *, losses: Sequence[float] 
         the Path written.
 
     Raises:
-        nothing of its own: AttributeError without ``model.config``, TypeError for a config json cannot
-        write, OSError from the file system.
+        TypeError: a model without a ``config`` dict (e.g. a plain nn.Module), or a config json cannot write;
+        OSError from the file system.
 
     Source: the safetensors format (HuggingFace's ``safetensors.torch.save_file``, metadata as str).
     """
@@ -533,6 +626,8 @@ def save_model(model, path: Path | str = CHECKPOINT, *, losses: Sequence[float] 
 
     from safetensors.torch import save_file
 
+    if not isinstance(getattr(model, "config", None), dict):
+        raise TypeError(f"model must have a config dict (e.g. a Seq2SeqTransformer), got {type(model).__name__}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
@@ -625,8 +720,9 @@ def translate(model, texts: str | Sequence[str], src_vocab=None, tgt_vocab=None,
         list of :class:`Translation`, one per text.
 
     Raises:
-        TypeError: ``texts`` is not a str or a sequence of str.
-        ValueError: empty text, a text with characters outside the source vocabulary (the message names
+        TypeError: model not a Seq2SeqTransformer; ``texts`` is not a str or a sequence of str; return_attentions
+            not a bool; max_new_tokens not an int.
+        ValueError: max_new_tokens < 0 (or above what the model's generate allows); empty text, a text with characters outside the source vocabulary (the message names
             them), or longer than the model's max_len.
 
     Shapes: the texts become src (B, S) int64 ids with a (B, S) bool padding mask; cross_attentions of
@@ -635,7 +731,11 @@ def translate(model, texts: str | Sequence[str], src_vocab=None, tgt_vocab=None,
     Source: the course's own: notebook 07 (its text box).
     """
     from attn_lib.masks import padding_mask
+    from attn_lib.models.seq2seq import Seq2SeqTransformer
 
+    if not isinstance(model, Seq2SeqTransformer):
+        raise TypeError(f"model must be an attn_lib.models.Seq2SeqTransformer (e.g. load_model()), got {_got(model)}")
+    check_bool("return_attentions", return_attentions)
     src_vocab = SOURCE_VOCAB if src_vocab is None else src_vocab
     tgt_vocab = TARGET_VOCAB if tgt_vocab is None else tgt_vocab
     if isinstance(texts, str):
@@ -690,8 +790,11 @@ def span_hit_rate(cross_attentions: torch.Tensor, examples: Sequence, fields: Se
         float tensor (layers, H): the fraction of hits per head, over all examples and counted positions.
 
     Raises:
-        ValueError: not 5-D, a batch size different from ``len(examples)``, fewer than 10 target positions,
-            or an unknown field.
+        TypeError: cross_attentions not a floating tensor (or something torch cannot read as one); fields a single
+            str (pass a tuple: ``("year",)``) or holding a non-str.
+        ValueError: not 5-D, no example (B = 0: a rate over nothing is undefined), a batch size different from
+            ``len(examples)``, fewer than 10 target positions, S = 0, no layer or head, NaN or infinity in the
+            weights, no field or an unknown field.
 
     Source: the course's own: notebook 07 (cross-attention read as an alignment, as in Bahdanau et al. 2015's figures).
     """
@@ -700,10 +803,22 @@ def span_hit_rate(cross_attentions: torch.Tensor, examples: Sequence, fields: Se
     w = torch.as_tensor(cross_attentions)
     if w.dim() != 5:
         raise ValueError(f"cross_attentions must be (B, layers, H, T, S), got shape {tuple(w.shape)}")
+    check_tensor("cross_attentions", w, floating=True)
+    if w.shape[0] == 0 or len(examples) == 0:
+        raise ValueError(f"span_hit_rate needs at least one example (B >= 1): a hit rate over none is undefined; "
+                         f"got cross_attentions of shape {shape_of(w)} and {len(examples)} examples")
     if w.shape[0] != len(examples):
         raise ValueError(f"cross_attentions has B={w.shape[0]} but {len(examples)} examples were given")
     if w.shape[3] < 10:
         raise ValueError(f"cross_attentions must cover the 10 target characters (T >= 10), got T={w.shape[3]}")
+    if w.shape[4] == 0 or w.shape[1] == 0 or w.shape[2] == 0:
+        raise ValueError(f"cross_attentions must have at least one layer, head and source position, got shape "
+                         f"{shape_of(w)}")
+    check_finite("cross_attentions", w)
+    if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+        raise TypeError(f"fields must be a tuple of field names such as ('year', 'month'), got {_got(fields)}")
+    if not fields:
+        raise ValueError(f"fields must name at least one of {FIELDS}, got none")
     bad = [f for f in fields if f not in FIELDS]
     if bad:
         raise ValueError(f"fields must be among {FIELDS}, got {bad}")

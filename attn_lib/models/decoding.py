@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from attn_lib._checks import check_int, check_number, check_tensor
+from attn_lib._checks import check_callable, check_finite, check_int, check_number, check_tensor, shape_of
 
 __all__ = ["check_max_new_tokens", "check_prompts", "check_sampling", "greedy_loop", "sample_loop", "sample_next",
            "temperature_scale", "top_k_filter"]
@@ -127,6 +127,24 @@ def check_sampling(temperature, top_k, generator=None) -> tuple[float, int | Non
     return float(temperature), top_k
 
 
+def _check_logits(logits, *, choose: bool = False, ndim=None) -> torch.Tensor:
+    """Logits (..., V): a floating tensor of finite values or -inf (a blocked token); NaN and +inf refused.
+
+    ``choose=True`` (a token is picked from each row): V >= 1 and every row keeps at least one token > -inf.
+    """
+    check_tensor("logits", logits, floating=True, min_ndim=1, ndim=ndim)
+    check_finite("logits", logits, allow_neg_inf=True)
+    if choose:
+        if logits.shape[-1] == 0:
+            raise ValueError(f"logits must score at least one token (V >= 1), got shape {shape_of(logits)}")
+        blocked = (logits == float("-inf")).all(dim=-1)
+        if bool(blocked.any()):
+            first = tuple(int(i) for i in blocked.nonzero()[0])
+            raise ValueError(f"logits row {first} of shape {shape_of(logits)} is -inf everywhere: no token is "
+                             f"allowed, so none can be chosen; expected at least one finite logit per row")
+    return logits
+
+
 def temperature_scale(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """``logits / temperature`` (temperature > 0): below 1 sharpens the softmax, above 1 flattens it.
 
@@ -137,13 +155,21 @@ def temperature_scale(logits: torch.Tensor, temperature: float) -> torch.Tensor:
         (..., V), the dtype of ``logits``; equal to HuggingFace's ``TemperatureLogitsWarper(temperature)``.
 
     Raises:
-        TypeError: logits not a floating tensor. ValueError: temperature <= 0 (use greedy decoding for 0).
+        TypeError: logits not a floating tensor. ValueError: temperature <= 0 (use greedy decoding for 0); NaN or
+            +inf in logits (-inf, a blocked token, is kept); a temperature so small that a finite logit divided by
+            it overflows the dtype (it would become +-inf, and the softmax NaN).
     """
-    check_tensor("logits", logits, floating=True)
+    _check_logits(logits)
     temperature = check_number("temperature", temperature, minimum=0.0)
     if temperature == 0:
         raise ValueError("temperature must be > 0 to scale logits, got 0 (temperature 0 means greedy: argmax)")
-    return logits / temperature
+    scaled = logits / temperature
+    if not torch.equal(torch.isinf(scaled), torch.isinf(logits)):  # a finite logit overflowed
+        big = float(logits[torch.isfinite(logits)].abs().max())
+        raise ValueError(f"temperature={temperature!r} is too small for these {logits.dtype} logits: the largest "
+                         f"finite |logit| {big:.3g} / temperature overflows (max {torch.finfo(logits.dtype).max:.3g}); "
+                         f"use temperature=0 for greedy decoding (the limit T -> 0) or a larger temperature")
+    return scaled
 
 
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -157,9 +183,10 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
         (Fan et al. 2018, "Hierarchical Neural Story Generation", section 5.4: top-k sampling).
 
     Raises:
-        TypeError: logits not a floating tensor; top_k not an int. ValueError: top_k < 1.
+        TypeError: logits not a floating tensor; top_k not an int. ValueError: top_k < 1; logits 0-dim; NaN or
+            +inf in logits (NaN is neither kept nor dropped by a comparison; -inf is allowed).
     """
-    check_tensor("logits", logits, floating=True)
+    _check_logits(logits)
     k = min(check_int("top_k", top_k, minimum=1), logits.shape[-1])
     kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1) the k-th largest score
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -183,10 +210,12 @@ def sample_next(logits: torch.Tensor, *, temperature: float = 0.0, top_k: int | 
         (B,) int64 token ids.
 
     Raises:
-        TypeError / ValueError: as :func:`check_sampling`; logits not a 2-D floating tensor.
+        TypeError / ValueError: as :func:`check_sampling`; logits not a 2-D floating tensor. ValueError: NaN or
+            +inf in logits (greedy decoding would pick a NaN token, sampling would fail inside torch); V = 0; a
+            row of -inf only (no token allowed); as :func:`temperature_scale` (a temperature that overflows).
     """
     temperature, top_k = check_sampling(temperature, top_k, generator)
-    check_tensor("logits", logits, ndim=2, floating=True)
+    _check_logits(logits, choose=True, ndim=2)
     if temperature == 0:
         return logits.argmax(dim=-1)
     scores = temperature_scale(logits, temperature)
@@ -220,15 +249,26 @@ def sample_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size:
         (B, N_out) int64 tokens; a row's ``eos_id`` is kept, positions after it hold ``pad_id``.
 
     Raises:
-        TypeError / ValueError: bad temperature, top_k or generator (:func:`check_sampling`); logits returned
-            by ``next_logits`` that are not a 2-D floating tensor (:func:`sample_next`).
-        batch_size, max_new_tokens, eos_id, pad_id and device are not checked: the callers check them.
+        TypeError / ValueError: bad temperature, top_k or generator (:func:`check_sampling`); next_logits not
+            callable; batch_size or max_new_tokens not an int >= 0; eos_id neither None nor an int >= 0; pad_id
+            not an int >= 0; logits returned by ``next_logits`` that are not (batch_size, V) floating, or that
+            :func:`sample_next` refuses (NaN, +inf, a row of -inf only). device is not checked (torch's errors).
     """
     check_sampling(temperature, top_k, generator)
+    check_callable("next_logits", next_logits)
+    check_int("batch_size", batch_size, minimum=0)
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
+    if eos_id is not None:
+        check_int("eos_id", eos_id, minimum=0)
+    check_int("pad_id", pad_id, minimum=0)
     new = torch.empty(batch_size, 0, dtype=torch.long, device=device)
     done = torch.zeros(batch_size, dtype=torch.bool, device=device)
     for _ in range(max_new_tokens):
-        nxt = sample_next(next_logits(new), temperature=temperature, top_k=top_k, generator=generator)  # (B,)
+        logits = next_logits(new)
+        if isinstance(logits, torch.Tensor) and (logits.dim() != 2 or logits.shape[0] != batch_size):
+            raise ValueError(f"next_logits must return (batch_size, V) = ({batch_size}, V) logits, got shape "
+                             f"{shape_of(logits)}")
+        nxt = sample_next(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B,)
         if eos_id is not None:
             nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         new = torch.cat([new, nxt[:, None].to(new.device)], dim=1)  # (B, t+1)
@@ -247,8 +287,8 @@ def greedy_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size:
     so far, (B, t) int64, to float logits (B, V); the result is (B, N_out) int64, N_out <= N = max_new_tokens.
 
     Raises:
-        nothing of its own (temperature 0 and no top_k pass :func:`check_sampling`); TypeError / ValueError from
-        :func:`sample_next` when ``next_logits`` returns no 2-D floating tensor.
+        nothing of its own: TypeError / ValueError as :func:`sample_loop` (next_logits, batch_size,
+        max_new_tokens, eos_id, pad_id; logits that are not (B, V) floating, hold NaN or +inf, or a row of -inf).
 
     Source: greedy search, HuggingFace's ``generate(do_sample=False)``: ties go to the lowest id (``torch.argmax``).
     """

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from attn_lib._checks import (check_bool, check_callable, check_choice, check_int as _check_int, check_number,
-                              check_rope_base, check_token_ids)
+                              check_rope_base, check_tensor, check_token_ids, shape_of)
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
 from attn_lib.mha import MultiHeadAttention
 from attn_lib.models.blocks import FeedForward, SwiGLU
@@ -53,6 +53,16 @@ ATTENDS = ("causal", "self")
 INITS = ("gpt2", "torch")
 #: Feed-forward networks: "gelu" (FeedForward: two linear maps with biases, GELU) or "swiglu" (SwiGLU, LLaMA's).
 FFNS = ("gelu", "swiglu")
+
+
+def _check_distinct(name: str, caches) -> None:
+    """One cache object per layer: a cache shared by two layers would mix their keys and values silently."""
+    first: dict[int, int] = {}
+    for i, c in enumerate(caches):
+        if id(c) in first:
+            raise ValueError(f"{name} holds the same cache object for layers {first[id(c)]} and {i}; each layer needs "
+                             f"its own (model.new_kv_caches(), or a factory that makes a new cache per call)")
+        first[id(c)] = i
 
 
 class LMBlock(nn.Module):
@@ -75,9 +85,9 @@ class LMBlock(nn.Module):
         TypeError / ValueError: as :class:`attn_lib.mha.MultiHeadAttention` (a size not an int, H not dividing
             d_model, Hkv not dividing H, an odd head_dim with RoPE, rope_base not > 1) and
             :class:`attn_lib.models.blocks.FeedForward` (d_ff); ValueError for an ``ffn`` other than "gelu" or
-            "swiglu" and for a norm_eps < 0 (TypeError if not a number or None). ``forward``: as
-            ``MultiHeadAttention.forward`` (x not floating of the module's dtype, an unknown backend, a bad cache or
-            mask).
+            "swiglu" and for a norm_eps < 0 (TypeError if not a number or None). ``forward``: TypeError for x not a
+            floating tensor or not of the weights' dtype, ValueError for x not (B, L, d_model) with L >= 1; then as
+            ``MultiHeadAttention.forward`` (an unknown backend, a bad cache or mask, NaN in x).
 
     Source: Touvron et al. 2023 (LLaMA), §2.2: pre-normalisation with RMSNorm, rotary embeddings; the FFN is
     GELU by default, LLaMA's SwiGLU with ``ffn="swiglu"`` (then the layer equals transformers'
@@ -102,11 +112,22 @@ class LMBlock(nn.Module):
 
         S = L plus the tokens already in ``kv_cache``; ``backend`` "naive" or "tiled" (tiles of ``tile_size``).
         """
+        self._check_input(x)  # the errors of the class docstring's Raises
         a, w = self.attn(self.norm1(x), is_causal=True, kv_cache=kv_cache, attn_mask=attn_mask, backend=backend,
                          tile_size=tile_size, need_weights=need_weights)  # (B, L, d_model): tokens exchange information
         x = x + a
         x = x + self.ffn(self.norm2(x))  # each token on its own
         return (x, w) if need_weights else x
+
+    def _check_input(self, x) -> None:
+        check_tensor("x", x, floating=True, ndim=3)
+        d_model = self.norm1.normalized_shape[0]
+        if x.shape[-1] != d_model or x.shape[1] == 0:
+            raise ValueError(f"x must be (B, L, d_model) = (B, L >= 1, {d_model}), got shape {shape_of(x)}")
+        w_dtype = self.norm1.weight.dtype
+        if x.dtype != w_dtype:  # checked before the RMSNorm, which would warn and compute in mixed dtypes
+            raise TypeError(f"x has dtype {x.dtype} but the layer's weights are {w_dtype}; convert one of them "
+                            f"(x.to({w_dtype}) or layer.to({x.dtype}))")
 
 
 class DecoderLM(nn.Module):
@@ -304,6 +325,7 @@ class DecoderLM(nn.Module):
         Raises:
             TypeError: factory is not callable (None, or a cache instance instead of a function making
                 one), or what it returns is not a :class:`attn_lib.kv_cache.KVCacheProtocol`.
+            ValueError: factory returns one cache object for two layers (``lambda: shared``).
         """
         if not isinstance(factory, type) and isinstance(factory, KVCacheProtocol):
             raise TypeError(f"cache_factory must make a new cache per layer (a class or a function such as "
@@ -313,6 +335,7 @@ class DecoderLM(nn.Module):
         if not isinstance(caches[0], KVCacheProtocol):
             raise TypeError(f"cache_factory must return a KV cache (attn_lib.kv_cache.KVCacheProtocol), "
                             f"got {type(caches[0]).__name__}")
+        _check_distinct("cache_factory's caches", caches)
         return caches
 
     def _check_cache_list(self, kv_caches, *, none_ok: bool) -> None:
@@ -324,6 +347,7 @@ class DecoderLM(nn.Module):
                                f" of {sorted({type(c).__name__ for c in kv_caches})}"))
         if len(kv_caches) != len(self.layers):
             raise ValueError(f"kv_caches must hold one cache per layer ({len(self.layers)}), got {len(kv_caches)}")
+        _check_distinct("kv_caches", kv_caches)
 
     def _check_empty_caches(self, kv_caches, use_cache: bool) -> None:
         """generate's kv_caches: a list/tuple of one empty KVCacheProtocol per layer, and use_cache=True."""
@@ -352,7 +376,8 @@ class DecoderLM(nn.Module):
 
         Raises:
             TypeError / ValueError: ids not int64 (B, L) within the vocabulary; kv_caches not a list of KV
-                caches (a single cache), or not one per layer; an unknown ``attention``.
+                caches (a single cache), not one per layer, or one cache object for two layers; an unknown
+                ``attention``.
         """
         return self._run(input_ids, kv_caches, attention, need_weights=False)[0]
 
@@ -427,7 +452,8 @@ class DecoderLM(nn.Module):
                 not a list or tuple of KV caches (:class:`attn_lib.kv_cache.KVCacheProtocol`).
             ValueError: ragged prompts, ids outside the vocabulary, max_new_tokens < 0 or
                 P + max_new_tokens > max_len; temperature < 0, top_k < 1; an unknown ``attention``;
-                kv_caches with ``use_cache=False``, not one per layer, or not empty.
+                kv_caches with ``use_cache=False``, not one per layer, one cache object for two layers, or not
+                empty; a cache_factory that returns one cache object for two layers.
         """
         one_d = (isinstance(prompt_ids, torch.Tensor) and prompt_ids.dim() == 1) or (
             isinstance(prompt_ids, (list, tuple)) and not any(isinstance(p, (list, tuple)) for p in prompt_ids))

@@ -176,3 +176,85 @@ def test_errors():
         m(torch.zeros(1, 3, dtype=torch.long), [attn_lib.KVCache()])
     with pytest.raises(ValueError, match="need_weights"):
         m.layers[0].attn(torch.zeros(1, 3, 32), is_causal=True, backend="tiled", need_weights=True)
+
+
+def test_random_windows_draws_every_window_the_last_one_too():
+    """Issue 38 §5: a stream of N tokens holds N - L windows of L + 1 tokens, starting at 0..N - L - 1. Before,
+    the upper bound was exclusive twice over: the start N - L - 1 was never drawn, and a stream of exactly L + 1
+    tokens (one window) raised torch's RuntimeError. Each start has probability 1/7 here: in 2000 draws the
+    chance that one is missed is 7 * (6/7)**2000 < 1e-130."""
+    stream = torch.arange(100, 110)  # N = 10
+    x, y = C.random_windows(stream, 2000, 3, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (2000, 3) and x.dtype == y.dtype == torch.int64
+    assert sorted(set((x[:, 0] - 100).tolist())) == list(range(7))  # 0..N - L - 1 = 0..6, the last one too
+    assert torch.equal(y, x + 1)  # targets are the inputs shifted by one
+    one_x, one_y = C.random_windows(stream, 4, 9)  # exactly one window: N = L + 1
+    assert torch.equal(one_x, stream[:9].expand(4, 9)) and torch.equal(one_y, stream[1:].expand(4, 9))
+
+
+@pytest.mark.parametrize("call, error, match", [
+    # helpers that returned a number for an id they should refuse (issue 38 §3)
+    (lambda: C.decode([-1]), ValueError, r"ids holds \[-1\], outside the task's vocabulary 0..16"),  # was 'box'
+    (lambda: C.decode([17]), ValueError, r"ids holds \[17\]"),  # was IndexError
+    (lambda: C.decode([True]), TypeError, "ids must hold int word ids, got bool True"),  # was 'cat'
+    (lambda: C.decode(torch.tensor([[1, 2]])), ValueError, r"one sequence \(L,\)"),  # was TypeError from WORDS[list]
+    (lambda: C.decode(torch.tensor([1.0])), TypeError, "integer word ids"),
+    (lambda: C.decode("the cat"), TypeError, "ids must be a list of int word ids"),
+    (lambda: C.unigram_cross_entropy(torch.tensor([0, 1]), torch.tensor([-1]), 3), ValueError,
+     r"eval_ids holds ids \[-1\] outside the vocabulary 0..2"),  # was 1.609: log p of the last id
+    (lambda: C.unigram_cross_entropy(torch.tensor([0, 5]), torch.tensor([1]), 3), ValueError,
+     r"train_ids holds ids \[5\]"),  # was 2.079: id 5 counted outside the vocabulary, in the normaliser
+    (lambda: C.unigram_cross_entropy(torch.tensor([0, 1]), torch.tensor([], dtype=torch.long), 3), ValueError,
+     "eval_ids must hold at least one token"),  # was NaN
+    (lambda: C.unigram_cross_entropy(torch.tensor([0.0]), torch.tensor([0]), 3), TypeError, "integer token ids"),
+    (lambda: C.unigram_cross_entropy([0], torch.tensor([0]), 3), TypeError, "train_ids must be a torch.Tensor"),
+    (lambda: C.unigram_cross_entropy(torch.tensor([0]), torch.tensor([0]), 0), ValueError, "vocab_size"),
+    (lambda: C.random_windows(torch.arange(10), 2, -1), ValueError, "seq_len must be an int >= 1, got -1"),  # was (2, 0)
+    (lambda: C.random_windows(torch.arange(10), 2, 10), ValueError, "at least seq_len \\+ 1 = 11 tokens"),
+    (lambda: C.random_windows(torch.arange(10), -1, 3), ValueError, "batch_size"),
+    (lambda: C.random_windows(torch.arange(10.0), 2, 3), TypeError, "integer token ids"),  # was float windows
+    (lambda: C.random_windows(torch.arange(10)[None], 2, 3), ValueError, "stream must have 1 dims"),
+    (lambda: C.random_windows(torch.arange(10), 2, 3, 5), TypeError, "generator must be a torch.Generator"),
+    (lambda: C.copy_batch(2, 3), TypeError, r"torch.Generator\(\).manual_seed\(3\)"),  # was randint's TypeError
+    (lambda: C.corpus_token_stream(_Tok(), ["a"], -1), ValueError, "eos_id must be an int >= 0, got -1"),  # was kept
+    (lambda: C.corpus_token_stream(_Tok(), "ab", 0), TypeError, "lines must be a list"),  # was one doc per char
+    (lambda: C.corpus_token_stream(_Tok(), [3], 0), TypeError, "lines must hold str"),
+    (lambda: C.corpus_token_stream(None, ["a"], 0), TypeError, "tokenizer must have an encode"),
+    (lambda: C.generate(None, torch.tensor([[1]]), 1), TypeError, "model must be an attn_lib DecoderLM"),
+])
+def test_capstone_helpers_refuse_what_they_answered_wrongly(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+class _Tok:
+    def encode(self, text):
+        return [1] * len(text)
+
+
+def test_copy_loss_and_held_out_loss_refuse_an_empty_set():
+    """Issue 38: held_out_loss([]) raised ZeroDivisionError; a batch without scored position gave copy_loss NaN and
+    held_out_loss ZeroDivisionError; a list where HeldOutCurve wants an iterator failed at the first next()."""
+    m = C.TinyDecoder(C.VOCAB_SIZE, d_model=16)
+    unscored = (torch.zeros(2, 3, dtype=torch.long), torch.full((2, 3), -100))
+    with pytest.raises(ValueError, match="no scored position .* would be NaN"):
+        C.copy_loss(m, unscored)
+    with pytest.raises(ValueError, match="batches must hold at least one"):
+        C.held_out_loss(m, [])
+    with pytest.raises(ValueError, match="no scored position"):
+        C.held_out_loss(m.train(), [unscored])
+    assert m.training  # the mode is restored after an error too
+    with pytest.raises(TypeError, match=r"batches must be a list .*wrap it: \[batch\]"):
+        C.held_out_loss(m, C.copy_batch(2))  # one batch, not a list of batches: was a wrong mean over rows
+    with pytest.raises(ValueError, match=r"targets must have the inputs' shape \(2, 3\)"):
+        C.copy_loss(m, (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long)))
+    with pytest.raises(TypeError, match="batch must be a pair"):
+        C.copy_loss(m, torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"iter\(your_list\)"):
+        C.HeldOutCurve([C.copy_batch(2)], m, [C.copy_batch(2)])
+    with pytest.raises(ValueError, match="held_out must be a non-empty list"):
+        C.HeldOutCurve(C.copy_batches(2), m, [])
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        C.held_out_loss(None, [C.copy_batch(2)])  # was AttributeError: no attribute 'training'
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        C.HeldOutCurve(C.copy_batches(2), None, [C.copy_batch(2)])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from attn_lib.course.kv_table import PUBLISHED, cache_bytes, format_kv_table, kv_table
+from attn_lib.course.kv_table import PUBLISHED, ModelKV, cache_bytes, format_kv_table, kv_table
 
 S = 131072
 # (model, bytes per token over all layers, bytes at 128k): 2 (K and V) * layers * kv heads * head_dim * 2 bytes;
@@ -39,3 +39,31 @@ def test_cache_bytes_below_the_window_counts_every_token():
     assert cache_bytes(gemma, 1000) == 62 * 1000 * 2 * 16 * 128 * 2
     with pytest.raises(ValueError, match="seq_len"):
         cache_bytes(gemma, -1)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    # wrong types (issue 38 §4): before, AttributeError 'str' object has no attribute 'global_layers'
+    (lambda: kv_table(models="abc"), TypeError, r"models must be None or a list of ModelKV .*got str 'abc'"),
+    (lambda: kv_table(models=[1]), TypeError, r"got a list of \['int'\]"),
+    (lambda: kv_table(models=PUBLISHED[0]), TypeError, "models must be None or a list of ModelKV"),
+    (lambda: kv_table(1.5, models=[]), TypeError, "seq_len must be an int"),  # was [] without a check
+    (lambda: cache_bytes("x", 3), TypeError, "model must be a ModelKV, got str 'x'"),
+    # sizes that gave a number of bytes no model has: before, stored and multiplied as given
+    (lambda: PUBLISHED[0].per_token_layer_bytes(0), ValueError, "bytes_per_element must be a number > 0"),  # was 0
+    (lambda: PUBLISHED[0].per_token_layer_bytes(-2), ValueError, "bytes_per_element"),  # was -4096
+    (lambda: PUBLISHED[0].per_token_layer_bytes("2"), TypeError, "bytes_per_element must be a number"),  # '22...'
+    (lambda: ModelKV("x", "s", global_layers=-1, num_kv_heads=2, head_dim=4), ValueError,
+     "ModelKV.global_layers must be an int >= 0, got -1"),
+    (lambda: ModelKV("x", "s", global_layers=1.5, num_kv_heads=2, head_dim=4), TypeError, "global_layers"),
+    (lambda: ModelKV("x", "s", global_layers=1, local_layers=2, num_kv_heads=2, head_dim=4), ValueError,
+     "local_layers=2 but window=0"),
+    (lambda: ModelKV("x", "s", global_layers=1), ValueError, "caches nothing"),
+    (lambda: ModelKV("x", "s", global_layers=0, num_kv_heads=1, head_dim=2), ValueError, "at least one layer"),
+    (lambda: ModelKV(1, "s", global_layers=1, num_kv_heads=2, head_dim=4), TypeError, "ModelKV.name must be a str"),
+    (lambda: format_kv_table("abc"), TypeError, "rows must be kv_table\\(\\)'s list of dicts"),  # was TypeError
+    (lambda: format_kv_table([{"model": "x"}]), ValueError, r"rows\[0\] lacks \['kind'"),  # was KeyError
+])
+def test_kv_table_refuses_bad_input_by_name(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+    assert kv_table(models=[]) == [] and kv_table(models=tuple(PUBLISHED[:1]))[0]["model"] == "Llama 3.1 70B"

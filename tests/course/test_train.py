@@ -170,3 +170,108 @@ def test_shipped_checkpoint_is_what_the_code_trains():
     assert max(abs(a - b) for a, b in zip(first.losses, shipped.training_losses)) < 1e-4
     test = load_splits()["test"]
     assert exact_match(test, predict_seq2seq(shipped, test)).accuracy >= 0.99
+
+
+def _tiny_run(**kwargs):
+    """train_loop on a linear model with endless random batches; kwargs replace its arguments."""
+    torch.manual_seed(0)
+    args = dict(model=torch.nn.Linear(2, 1), batches=iter(lambda: torch.randn(4, 2), None),
+                loss_fn=lambda m, b: m(b).pow(2).mean(), steps=3, progress=False) | kwargs
+    return train_loop(args.pop("model"), args.pop("batches"), args.pop("loss_fn"), **args)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    # hyper-parameters that trained backwards or not at all (issue 38 §3): before, all ran without an error
+    (dict(clip_norm=-1.0), ValueError, "clip_norm must be a number > 0, got -1.0"),  # flipped the gradients
+    (dict(clip_norm=0.0), ValueError, "clip_norm must be a number > 0, got 0.0"),  # zeroed them
+    (dict(warmup_steps=-5), ValueError, "warmup_steps must be an int >= 0, got -5"),  # lr factor < 0: ascent
+    (dict(stop_after=-1), ValueError, "stop_after must be an int >= 1, got -1"),  # returned [] untrained
+    (dict(stop_after=0), ValueError, "stop_after must be an int >= 1, got 0"),
+    (dict(lr=0.0), ValueError, "lr must be a number > 0, got 0.0"),
+    # argument types (issue 38 §4): before, torch's or Python's own errors, or silently accepted
+    (dict(lr="x"), TypeError, "lr must be a number, got str 'x'"),  # was "'<=' not supported"
+    (dict(threads=0), ValueError, "threads must be an int >= 1, got 0"),  # was set_num_threads' RuntimeError
+    (dict(threads=1.5), TypeError, "threads must be an int >= 1, got float 1.5"),
+    (dict(batches=[torch.randn(4, 2)] * 3), TypeError, r"batches must be an iterator .*iter\(your_list\)"),
+    (dict(batches=iter([torch.randn(4, 2)])), ValueError, "batches ran out after 1 batches; steps=3"),  # StopIteration
+    (dict(loss_fn=None), TypeError, "loss_fn must be a function"),  # was 'NoneType' object is not callable
+    (dict(loss_fn=lambda m, b: m(b).pow(2)), ValueError, r"scalar loss \(shape \(\)\), got shape \(4, 1\) at step 0"),
+    (dict(loss_fn=lambda m, b: 1.0), TypeError, "loss_fn must return a scalar floating tensor"),
+    (dict(loss_fn=lambda m, b: torch.tensor(1.0)), ValueError, "does not depend on the model's parameters"),
+    (dict(weight_decay=-1.0), ValueError, "weight_decay must be a number >= 0.0"),
+    (dict(clip_norm=None), TypeError, "clip_norm must be a number"),
+    (dict(warmup_steps=2.5), TypeError, "warmup_steps must be an int"),  # was a fractional warm-up
+    (dict(fused="no"), TypeError, "fused must be a bool"),  # was bool("no") = True
+    (dict(progress="no"), TypeError, "progress must be a bool"),
+    (dict(desc=5), TypeError, "desc must be a str"),
+    (dict(steps=2.0), TypeError, "steps must be an int >= 1, got float 2.0"),
+    (dict(model=None), TypeError, "model must be a torch.nn.Module"),
+    (dict(model=torch.nn.ReLU()), ValueError, "no trainable parameters"),
+])
+def test_train_loop_refuses_bad_arguments_by_name(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        _tiny_run(**kwargs)
+
+
+def test_train_loop_edges_that_stay_valid():
+    assert len(_tiny_run(clip_norm=float("inf")).losses) == 3  # no clipping
+    assert len(_tiny_run(warmup_steps=0).losses) == 3  # no warm-up
+    assert len(_tiny_run(stop_after=2).losses) == 2
+    assert len(_tiny_run(threads=None).losses) == 3
+
+
+@pytest.mark.parametrize("weights, examples, fields, error, match", [
+    ("empty", 0, ("year",), ValueError, r"at least one example \(B >= 1\)"),  # was a tensor of NaN
+    ("ok", 3, (), ValueError, "fields must name at least one"),  # was NaN
+    ("ok", 3, "year", TypeError, r"fields must be a tuple of field names"),  # was an error listing 'y', 'e', ...
+    ("nan", 3, ("year",), ValueError, "cross_attentions contains NaN"),  # was a rate of 0.25
+    ("int", 3, ("year",), TypeError, "must have a floating dtype"),
+    ("S=0", 3, ("year",), ValueError, "at least one layer, head and source position"),  # was IndexError
+])
+def test_span_hit_rate_refuses_an_empty_set_and_bad_weights(weights, examples, fields, error, match):
+    exs = load_splits()["test"][:examples]
+    w = {"empty": torch.zeros(0, 1, 1, 10, 5), "ok": torch.rand(3, 1, 1, 10, 30),
+         "nan": torch.full((3, 1, 1, 10, 30), float("nan")), "int": torch.ones(3, 1, 1, 10, 30, dtype=torch.long),
+         "S=0": torch.rand(3, 1, 1, 10, 0)}[weights]
+    with pytest.raises(error, match=match):
+        span_hit_rate(w, exs, fields=fields)
+
+
+def test_other_date_helpers_refuse_bad_input(model):
+    from attn_lib.course.train import single_thread, train_date_model, uptrain_date_model
+
+    with pytest.raises(TypeError, match=r"unexpected override\(s\) \['stepz'\]"):
+        train_date_model(0, progress=False, stepz=2)  # was ignored: the full 3000 steps ran
+    with pytest.raises(TypeError, match=r"unexpected override\(s\) \['lrr'\]"):
+        uptrain_date_model(model, progress=False, lrr=1.0)
+    with pytest.raises(ValueError, match="threads must be an int >= 1, got 0"):
+        with single_thread(0):  # was torch's RuntimeError
+            pass
+    with pytest.raises(ValueError, match="examples must hold at least one"):
+        endless_batches([], 1)  # was "batch_size must be an int in [1, 0]"
+    with pytest.raises(TypeError, match="model must be an attn_lib.models.Seq2SeqTransformer"):
+        translate(None, "1 Jan 2000")  # was AttributeError
+    with pytest.raises(TypeError, match="return_attentions must be a bool"):
+        translate(model, "1 Jan 2000", return_attentions="yes")  # was truthy
+    with pytest.raises(TypeError, match="predictions must be str .* at index 0"):
+        exact_match(load_splits()["test"][:2], [1, 2])  # was an accuracy of 0
+    with pytest.raises(TypeError, match="model must have a config dict"):
+        save_model(torch.nn.Linear(2, 2), "unused.safetensors")  # was AttributeError
+
+
+def test_date_helpers_refuse_the_wrong_batch_or_architecture(model):
+    """Issue 38 §4: AttributeError ('NoneType' has no attribute 'src'), or the other model's generate signature."""
+    exs = load_splits()["test"][:3]
+    for fn in (encoder_only_inputs, decoder_only_inputs):
+        with pytest.raises(TypeError, match="batch must be an attn_lib.course.data.DateBatch"):
+            fn(None)
+    with pytest.raises(TypeError, match="batch must be an attn_lib.course.data.DateBatch"):
+        seq2seq_loss(model, (1, 2))
+    with pytest.raises(TypeError, match="model must be an attn_lib.models.Seq2SeqTransformer, got DecoderLM"):
+        predict_seq2seq(DecoderLM(len(SOURCE_VOCAB), d_model=16), exs)  # was generate's 'multiple values' TypeError
+    with pytest.raises(TypeError, match="model must be an attn_lib.models.EncoderOnly, got Seq2SeqTransformer"):
+        predict_encoder_only(model, exs)  # was a ValueError about src ids outside the vocabulary
+    with pytest.raises(TypeError, match="model must be an attn_lib.models.DecoderLM, got Seq2SeqTransformer"):
+        predict_decoder_only(model, exs)
+    with pytest.raises(TypeError, match="examples must be DateExample items, got str 'a' at index 0"):
+        exact_match("ab", ["a", "b"])  # was AttributeError

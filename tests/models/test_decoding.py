@@ -109,3 +109,61 @@ def test_bad_sampling_arguments_are_named():
         temperature_scale(logits, 0.0)
     with pytest.raises(TypeError, match="logits"):
         sample_next(torch.zeros(2, 5, dtype=torch.long))
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("row, match", [
+    ([0.0, NAN, 1.0], r"logits contains NaN \(1 value\), first at index \(0, 1\)"),  # greedy picked the NaN (id 1)
+    ([0.0, INF, 1.0], r"logits contains \+inf"),  # sampling: softmax NaN, torch.multinomial's RuntimeError
+    ([-INF, -INF, -INF], r"logits row \(0,\) .* is -inf everywhere: no token is allowed"),  # greedy returned id 0
+    ([], r"at least one token \(V >= 1\)"),  # V = 0: argmax IndexError / multinomial RuntimeError
+])
+def test_sampling_refuses_logits_no_token_can_be_chosen_from(row, match, temperature):
+    """Issue 38: before, greedy returned the NaN token 1 and the all -inf row's token 0; sampling raised torch's error."""
+    logits = torch.tensor([row])
+    with pytest.raises(ValueError, match=match):
+        sample_next(logits, temperature=temperature)
+    with pytest.raises(ValueError, match=match):
+        sample_loop(lambda new: logits, 1, 2, temperature=temperature)
+    ok = torch.tensor([[0.0, -INF, 1.0]])  # -inf alone is a blocked token, not an error
+    assert sample_next(ok).item() == 2 and sample_next(ok, temperature=1.0, generator=torch.Generator()).item() != 1
+
+
+def test_top_k_and_temperature_refuse_nan_and_overflow():
+    """Issue 38: top-k kept the NaN (a comparison with NaN is False); a temperature whose division overflows
+    gave +inf logits (then NaN probabilities) instead of an error."""
+    with pytest.raises(ValueError, match="logits contains NaN"):
+        top_k_filter(torch.tensor([[0.0, NAN, 1.0]]), 1)  # before: [0, nan, 1] returned, the NaN kept
+    with pytest.raises(ValueError, match="logits contains NaN"):
+        temperature_scale(torch.tensor([[NAN]]), 1.0)
+    with pytest.raises(ValueError, match="logits must have at least 1 dims"):
+        top_k_filter(torch.tensor(1.0), 1)  # before: IndexError
+    for t in (1e-39, 1e-320):  # 2 / t overflows float32 (max 3.4e38); 1e-320 is a subnormal double
+        with pytest.raises(ValueError, match=rf"temperature={t!r} is too small .* use temperature=0"):
+            temperature_scale(torch.tensor([[1.0, 2.0]]), t)  # before: [inf, inf]
+        with pytest.raises(ValueError, match="too small"):
+            sample_next(torch.tensor([[1.0, 2.0]]), temperature=t)  # before: torch.multinomial's RuntimeError
+    with pytest.raises(ValueError, match="too small"):
+        temperature_scale(torch.tensor([[3e38, 0.0]]), 0.5)  # a finite logit near the max, doubled: inf
+    # the edges that stay valid: -inf is kept, a huge temperature flattens to 0, float64 holds 2 / 1e-39
+    assert temperature_scale(torch.tensor([[-INF, 2.0]]), 0.5).tolist() == [[-INF, 4.0]]
+    assert torch.equal(temperature_scale(torch.tensor([[1.0, 2.0]]), 1e300), torch.zeros(1, 2))  # uniform limit
+    assert temperature_scale(torch.tensor([[1.0, 2.0]], dtype=torch.float64), 1e-39)[0, 1] == 2.0 / 1e-39
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(next_logits=None), TypeError, "next_logits must be a function"),  # before: 'NoneType' not callable
+    (dict(batch_size=-1), ValueError, "batch_size must be an int >= 0, got -1"),  # before: torch's RuntimeError
+    (dict(max_new_tokens=-1), ValueError, "max_new_tokens must be an int >= 0, got -1"),  # before: silently none
+    (dict(eos_id="a"), TypeError, "eos_id must be an int >= 0"),  # before: silently never stopped
+    (dict(pad_id=1.5), TypeError, "pad_id must be an int >= 0"),
+    (dict(batch_size=2), ValueError, r"next_logits must return \(batch_size, V\) = \(2, V\) logits, got shape \(1, 3\)"),
+])
+def test_sample_loop_checks_its_arguments(kwargs, error, match):
+    args = dict(next_logits=lambda new: torch.zeros(1, 3), batch_size=1, max_new_tokens=2) | kwargs
+    with pytest.raises(error, match=match):
+        sample_loop(args.pop("next_logits"), args.pop("batch_size"), args.pop("max_new_tokens"), **args)
+    assert sample_loop(lambda new: torch.zeros(0, 3), 0, 2).shape == (0, 2)  # B = 0: an empty batch, no error

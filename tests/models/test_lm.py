@@ -238,3 +238,40 @@ def test_forward_names_a_single_cache_passed_for_the_list():
     from attn_lib.models import LMBlock  # the name notebook 07 uses is importable from the package
 
     assert LMBlock is type(m.layers[0])
+
+
+@pytest.mark.parametrize("x, error, match", [
+    (torch.randn(1, 3, 32, dtype=torch.float64), TypeError,  # was a UserWarning from rms_norm, then MHA's error
+     r"x has dtype torch.float64 but the layer's weights are torch.float32"),
+    (torch.ones(1, 3, 32, dtype=torch.long), TypeError, "x must have a floating dtype"),  # was NotImplementedError
+    (torch.randn(1, 0, 32), ValueError, r"x must be \(B, L, d_model\) = \(B, L >= 1, 32\), got shape \(1, 0, 32\)"),
+    (torch.randn(1, 3, 16), ValueError, r"got shape \(1, 3, 16\)"),
+    (torch.randn(3, 32), ValueError, "x must have 3 dims"),
+])
+def test_lm_block_refuses_bad_input_by_name(x, error, match):
+    """Issue 38 §4: an input dtype other than the weights', an integer input, L = 0 (amax's IndexError)."""
+    block = _model().layers[0]
+    with pytest.raises(error, match=match):
+        block(x)
+    assert block(torch.randn(0, 3, 32)).shape == (0, 3, 32)  # B = 0: an empty batch, no error
+
+
+def test_generate_refuses_nan_logits_instead_of_picking_a_token():
+    """Issue 38 §3: greedy decoding picked the NaN token (torch.argmax treats NaN as the largest)."""
+    m = _model()
+    with torch.no_grad():
+        m.lm_head.weight[5] = float("nan")  # tied: the embedding row of token 5 too; any logit row has a NaN
+    with pytest.raises(ValueError, match=r"logits contains NaN .*expected finite values or -inf"):
+        m.generate([[1, 2]], 2, use_cache=False)
+
+
+def test_one_cache_object_for_two_layers_is_refused():
+    """Issue 38 §3: kv_caches=[c, c] mixed both layers' keys in one cache: logits off by 0.03, silently."""
+    m = _model()
+    shared = KVCache()
+    with pytest.raises(ValueError, match="kv_caches holds the same cache object for layers 0 and 1"):
+        m(torch.tensor([[1, 2, 3]]), [shared, shared])
+    with pytest.raises(ValueError, match="cache_factory's caches holds the same cache object for layers 0 and 1"):
+        m.generate([[1, 2]], 3, cache_factory=lambda: shared)
+    with pytest.raises(ValueError, match="same cache object"):
+        m.generate([[1, 2]], 3, kv_caches=[shared, shared])
