@@ -33,7 +33,7 @@ help:
 	@echo "  make test-browser   every notebook in JupyterLab in headless Chromium, the website and a slide deck"
 	@echo "Teaching (docs/teaching.md, docs/hub.md):"
 	@echo "  make slides         one reveal.js deck per lab (docs/teaching.md's plan) into build/slides/, offline"
-	@echo "  make quizzes        one quiz per lab from the prediction questions, into build/quizzes/"
+	@echo "  make quizzes        quiz banks per lab (Moodle XML, keys; ROSTER=file: one quiz per student) into build/quizzes/"
 	@echo "  make release        the student edition (nbgrader release) into release/ and build/student-edition/"
 	@echo "  make autograde SUBMISSIONS=dir   sandboxed grading into grades/"
 	@echo "  make test-class     release, synthetic and attacking students, the gradebook"
@@ -220,6 +220,9 @@ build/slides/index.html: notebooks/*.ipynb docs/teaching.md scripts/build_slides
 
 slides: install build/slides/index.html
 
-# Quizzes (docs/teaching/quizzes.md is the committed copy; tests/test_teaching_kit.py checks it is current).
+# Quizzes (classroom/quiz_bank.py; docs/teaching/quizzes.md is the committed bank, tests/test_teaching_kit.py checks
+# it is current): the Moodle XML export and the banks' keys into build/quizzes/; with ROSTER=file (student ids, one a
+# line) also each student's quiz (build/quizzes/students/<id>/lab-NN.md) and the keys (build/quizzes/keys/lab-NN.md).
+ROSTER ?=
 quizzes: install
-	$(BIN)/python -m classroom.quizzes --out build/quizzes
+	$(BIN)/python -m classroom.quizzes --out build/quizzes $(if $(ROSTER),--roster $(ROSTER))
