@@ -76,6 +76,33 @@ def test_every_lab_has_misconceptions_tied_to_its_notebooks():
             assert named and all(n in lab.prefixes for n in named), (lab.number, ref)
 
 
+def _sections(text: str) -> dict[int, str]:
+    parts = re.split(r"^## ", text, flags=re.M)[1:]
+    return {int(m.group(1)): p for p in parts if (m := re.match(r"Lab (\d+) ·", p))}
+
+
+def test_every_lab_has_instructor_notes():
+    """Minutes per part adding up to the 90-minute lab, the board, two discussion prompts, and stumbles that are
+    misconceptions listed for that lab."""
+    notes = _sections((KIT / "instructor_notes.md").read_text())
+    misconceptions = _sections((KIT / "misconceptions.md").read_text())
+    for lab in labs():
+        part = notes.get(lab.number)
+        assert part is not None, f"instructor_notes.md has no section for lab {lab.number}"
+        minutes = [int(m) for m in re.findall(r"^\|[^|]+\|\s*(\d+)\s*\|$", part, flags=re.M)]
+        assert len(minutes) >= 3 and sum(minutes) == 90, (lab.number, minutes)
+        board = re.search(r"\*\*On the board\.\*\* (\S.{40,})", part)
+        assert board, f"lab {lab.number}: no board plan"
+        prompts = part.split("**Discussion prompts.**")[1].split("**Common stumbles.**")[0]
+        assert re.findall(r"^\d\. ", prompts, flags=re.M) == ["1. ", "2. "], lab.number
+        stumbles = re.findall(r"^- (\*\*.+?\*\*)", part.split("**Common stumbles.**")[1], flags=re.M)
+        known = re.findall(r"^- (\*\*.+?\*\*)", misconceptions[lab.number], flags=re.M)
+        assert len(stumbles) >= 2, lab.number
+        for s in stumbles:
+            assert s in known, f"lab {lab.number}: {s} is not a misconception of misconceptions.md's lab {lab.number}"
+    assert set(notes) == {lab.number for lab in labs()}
+
+
 def test_syllabus_weights_add_up_and_the_schedule_names_every_lab():
     text = (KIT / "syllabus.md").read_text()
     weights = [int(w) for w in re.findall(r"^\|[^|]+\|\s*(\d+) %\s*\|", text, flags=re.M)]
@@ -88,5 +115,6 @@ def test_the_kit_is_linked_from_the_guide_and_the_readme():
     assert "teaching/README.md" in (REPO_ROOT / "docs" / "teaching.md").read_text()
     assert "docs/teaching/README.md" in (REPO_ROOT / "README.md").read_text()
     index = (KIT / "README.md").read_text()
-    for page in ("syllabus.md", "rubrics.md", "quizzes.md", "misconceptions.md"):
+    for page in ("syllabus.md", "rubrics.md", "quizzes.md", "misconceptions.md", "instructor_notes.md",
+                 "ai_policy.md", "ta_guide.md", "install_faq.md"):
         assert f"]({page})" in index and (KIT / page).exists()
