@@ -111,6 +111,28 @@ def test_syllabus_weights_add_up_and_the_schedule_names_every_lab():
         assert f"| {lab.title} |" in text, lab.title
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{round(seconds / 60)} min"
+
+
+def test_the_grading_budget_is_the_measured_figure_times_the_class():
+    """docs/teaching.md's budget table is arithmetic on the one measured figure (wall time / 30 submissions)."""
+    guide = (REPO_ROOT / "docs" / "teaching.md").read_text()
+    wall = int(re.search(r"\| wall time, 30 submissions, 2 at once \| (\d+) s", guide).group(1))
+    per = wall / 30
+    assert f"**{per:.1f} s per student-notebook**" in guide
+    notebooks = len(list(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
+    section = guide.split("#### The grading budget")[1]
+    rows = re.findall(r"^\| ([\d,]+) \| ([\d ]+) \| (.+?) \| (.+?) \| (.+?) \|$", section, flags=re.M)
+    assert [int(r[0].replace(",", "")) for r in rows] == [30, 300, 1000]
+    for students, sn, two, sixteen, target in rows:
+        n = int(students.replace(",", ""))
+        assert int(sn.replace(" ", "")) == n * notebooks
+        assert two == _duration(n * notebooks * round(per, 1)), (n, two)
+        assert sixteen == _duration(n * notebooks * round(per, 1) / 8), (n, sixteen)
+        assert target == _duration(n * notebooks * 3), (n, target)
+
+
 def test_the_kit_is_linked_from_the_guide_and_the_readme():
     assert "teaching/README.md" in (REPO_ROOT / "docs" / "teaching.md").read_text()
     assert "docs/teaching/README.md" in (REPO_ROOT / "README.md").read_text()
