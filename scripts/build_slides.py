@@ -125,7 +125,8 @@ def lab_notes(lab: Lab, notes: Path = NOTES) -> dict:
                           flags=re.M | re.S)
     return {"idea": field("The idea"), "equation": equation.group(1), "reading": equation.group(2),
             "board": field("On the board"),
-            "prompts": [" ".join(p.split()) for p in re.findall(r"^\d\. (.+?)(?=^\d\. |\Z)", prompts, flags=re.M | re.S)],
+            "prompts": [" ".join(p.split())
+                        for p in re.findall(r"^\d\. (.+?)(?=^\d\. |\Z)", prompts, flags=re.M | re.S)],
             "stumbles": [(s, " ".join(r.split())) for s, r in stumbles]}
 
 
@@ -337,7 +338,8 @@ def talk_slides(lab: Lab, notebooks: Path = ROOT / "notebooks", notes: Path = NO
         opening.append([_md(f"# {p['title']}\n\n**You will learn**\n\n{learn}")])
     opening.append([_md(f"## The idea\n\n{info['idea']}"),
                     _md(f"On the board: {info['board']}", "notes")])
-    opening.append([_md(f"## One equation\n\n{info['equation']}\n\n{info['reading'][:1].upper()}{info['reading'][1:]}")])
+    reading = info["reading"][:1].upper() + info["reading"][1:]
+    opening.append([_md(f"## One equation\n\n{info['equation']}\n\n{reading}")])
     live = next((lc for p in parts if (lc := live_cell(p))), None)
     if live is None:
         raise TalkError(f"{lab.slug}: no notebook of the lab has a short cell that runs with its imports alone")

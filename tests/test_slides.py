@@ -146,7 +146,8 @@ def test_a_live_cell_needs_only_its_setup():
         return c
 
     parts = {"code": [cell("import torch\nimport attn_lib"), cell("big = torch.ones(3)\nprint(big)"),
-                      cell("y = undefined_elsewhere + 1\nprint(y)"), cell("z = big * 2\nassert z.sum() == 6\nprint(z)")]}
+                      cell("y = undefined_elsewhere + 1\nprint(y)"),
+                      cell("z = big * 2\nassert z.sum() == 6\nprint(z)")]}
     setup, chosen = build_slides.live_cell(parts)
     assert chosen is parts["code"][3]  # the one with an assert; the cell with an undefined name is never chosen
     assert "import torch" in setup and "big = torch.ones(3)" in setup and "attn_lib.setup()" in setup
