@@ -1052,3 +1052,145 @@ def _(r, qid):
         "The step updates a fixed d × d state and reads it once: constant work and memory per token, where "
         "softmax attention reads a cache that grows with the context.",
     )
+
+
+# ---------------------------------------------------------------- 13, 14: written ahead of their notebooks
+# (13 sparse and compressed attention, 14 attention at scale). A lab uses them once its plan row names the notebook;
+# until then tests/test_quiz_bank.py checks their answers but no quiz draws them.
+@template("13.local_global_pairs")
+def _(r, qid):
+    n, w, g = r.randint(10, 24), r.randint(1, 3), r.randint(1, 2)
+    ans = sum(1 for i in range(n) for j in range(n) if abs(i - j) <= w or i < g or j < g)
+    return number(
+        qid,
+        f"A Longformer-style mask over {n} tokens: each token attends to the keys within distance {w} of it (both"
+        f" sides, itself included), and the first {g} token{'s are' if g > 1 else ' is'} global (attends to every"
+        " token and is attended by every token). How many (query, key) pairs may attend?",
+        ans,
+        f"Count the pairs with |i − j| ≤ {w}, or i < {g}, or j < {g}: {ans}, against {n * n} for full attention; the"
+        " local band grows as n·(2w + 1), the global rows and columns as 2·g·n.",
+        n=n,
+        window=w,
+        num_global=g,
+    )
+
+
+@template("13.topk_ratio")
+def _(r, qid):
+    n, k = r.choice([4096, 8192, 32768]), r.choice([256, 512, 1024, 2048])
+    return number(
+        qid,
+        f"Each of {n} queries attends only to its {k} selected keys (top-k sparse attention). How many times fewer"
+        " multiply-adds does the attention itself (scores and weighted sum) take than full attention over all"
+        f" {n} keys?",
+        n / k,
+        f"Full: n·n·d per product; selected: n·k·d: {n}/{k} = {n / k:g} times fewer. Choosing the keys costs extra"
+        " (an indexer scores every key cheaply), which this count leaves out.",
+        n=n,
+        k=k,
+    )
+
+
+@template("13.block_fraction")
+def _(r, qid):
+    b = r.choice([64, 128])
+    blocks = r.choice([16, 32, 64])
+    k = r.randint(2, 8)
+    return number(
+        qid,
+        f"Block-sparse attention over {blocks * b} tokens in blocks of {b}: every query block reads {k} key blocks."
+        " What fraction of the full score matrix is computed?",
+        k / blocks,
+        f"{blocks} query blocks × {k} key blocks out of {blocks} × {blocks}: {k}/{blocks} = {k / blocks:.4g}.",
+        decimals=4,
+        blocks=blocks,
+        k=k,
+        block=b,
+    )
+
+
+@template("13.eviction_exact")
+def _(r, qid):
+    return choice(
+        qid,
+        "A KV cache keeps only the keys with the largest accumulated attention and evicts the rest. Decoding with it,"
+        " compared with the full cache, is ...",
+        "an approximation: the evicted keys' weights are lost and the kept ones renormalised",
+        [
+            "exact, because evicted keys had small weights",
+            "exact whenever the cache is half full",
+            "identical to a sliding window",
+        ],
+        "Softmax renormalises over the keys that remain; a key with weight 0.01 still moved the output, and a key"
+        " that was unimportant so far may matter to a later query. Windows and sinks are exact only for the mask they"
+        " define.",
+    )
+
+
+@template("14.paged_slots")
+def _(r, qid):
+    page = r.choice([16, 32])
+    lengths = [r.randint(1, 200) for _ in range(3)]
+    pages = sum(-(-n // page) for n in lengths)
+    return number(
+        qid,
+        f"A paged KV cache with pages of {page} tokens holds three sequences of {lengths[0]}, {lengths[1]} and"
+        f" {lengths[2]} tokens. How many pages are in use?",
+        pages,
+        f"Each sequence takes ceil(length / {page}) pages: "
+        + " + ".join(str(-(-n // page)) for n in lengths)
+        + f" = {pages}; at most {page} − 1 slots per sequence stay empty, instead of a whole maximum-length buffer.",
+        page=page,
+        lengths=lengths,
+    )
+
+
+@template("14.ring_transfers")
+def _(r, qid):
+    devices = r.choice([2, 4, 8, 16])
+    return number(
+        qid,
+        f"Ring attention over {devices} devices: the sequence is split into {devices} blocks, each device keeps its"
+        " query block and passes key/value blocks around the ring until every query block has met every key block."
+        " How many key/value blocks does each device receive?",
+        devices - 1,
+        f"It starts with its own block and needs the other {devices - 1}, one per step around the ring.",
+        devices=devices,
+    )
+
+
+@template("14.decode_bound")
+def _(r, qid):
+    weights_gb, cache_gb = r.choice([14, 16, 140]), r.choice([1, 2, 8])
+    bandwidth = r.choice([1000, 2000, 4800])
+    tps = bandwidth / (weights_gb + cache_gb)
+    return number(
+        qid,
+        f"Decoding one sequence, every step reads the model's weights ({weights_gb} GB) and its KV cache"
+        f" ({cache_gb} GB) from memory at {bandwidth} GB/s. Memory-bound, at most how many tokens per second?",
+        tps,
+        f"{bandwidth} / ({weights_gb} + {cache_gb}) = {tps:.3g} tokens/s: the arithmetic per step is small, so the"
+        " reads set the pace; batching sequences shares the weight reads.",
+        decimals=1,
+        weights_gb=weights_gb,
+        cache_gb=cache_gb,
+        bandwidth=bandwidth,
+    )
+
+
+@template("14.batching")
+def _(r, qid):
+    return choice(
+        qid,
+        "A memory-bound decoder serves 1 sequence, then 8 sequences of the same length in one batch. Its tokens per"
+        " second ...",
+        "grow, but less than 8 times: the weights are read once per step for all 8, each sequence's KV cache is read"
+        " on its own",
+        [
+            "stay the same: the GPU is already busy",
+            "grow exactly 8 times",
+            "fall: batching adds padding",
+        ],
+        "Per step the weight reads are shared by the batch and the cache reads are not; as the caches grow the step"
+        " time approaches the sum of the caches, and the gain from batching shrinks.",
+    )
