@@ -4,6 +4,7 @@ from a classmate's, and the Moodle XML export parses and follows the format's ru
 
 import math
 import random
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -234,8 +235,12 @@ def test_a_hand_out_has_no_answers_and_the_key_has_every_student(tmp_path):
         quizzes.read_roster(roster)
 
 
-# Moodle XML's rules (docs.moodle.org "Moodle XML format", and question/format/xml/format.php's import)
+# Moodle XML's rules (docs.moodle.org "Moodle XML format", and question/format/xml/format.php's import: a question
+# without name/text is an error, trans_format knows these five text formats and takes anything else for html, an
+# answer's fraction attribute is a percentage, a numerical answer is a number with a <tolerance> inside <answer>).
 MOODLE_FRACTIONS = {"100", "0"}
+MOODLE_FORMATS = {"moodle_auto_format", "html", "plain_text", "wiki_like", "markdown"}
+NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
 
 
 def test_the_moodle_export_parses_and_follows_the_format():
@@ -243,6 +248,7 @@ def test_the_moodle_export_parses_and_follows_the_format():
     assert text.startswith('<?xml version="1.0" encoding="UTF-8"?>')
     root = ET.fromstring(text.encode("utf-8"))
     assert root.tag == "quiz" and len(root)
+    assert {el.get("format") for el in root.iter() if el.get("format")} <= MOODLE_FORMATS
     names, categories, current = set(), [], None
     counts = {}
     for q in root:
@@ -272,6 +278,7 @@ def test_the_moodle_export_parses_and_follows_the_format():
             assert len(answers) >= 3 and len({a.find("text").text for a in answers}) == len(answers)
         else:
             (a,) = answers
+            assert NUMBER.fullmatch(a.find("text").text) and NUMBER.fullmatch(a.find("tolerance").text)
             value, tol = float(a.find("text").text), float(a.find("tolerance").text)
             assert math.isfinite(value) and tol >= 0
     assert len(categories) == len(labs()) == len(set(categories))
