@@ -34,8 +34,8 @@ help:
 	@echo "  make book           the course website into build/book/, offline"
 	@echo "  make test-browser   every notebook in JupyterLab in headless Chromium, the website and a slide deck"
 	@echo "Teaching (docs/teaching.md, docs/hub.md):"
-	@echo "  make slides         one reveal.js deck per lab (docs/teaching.md's plan) into build/slides/, offline"
-	@echo "  make quizzes        one quiz per lab from the prediction questions, into build/quizzes/"
+	@echo "  make slides         one reveal.js talk per lab (docs/teaching.md's plan) into build/slides/, offline"
+	@echo "  make quizzes        quiz banks per lab (Moodle XML, keys; ROSTER=file: one quiz per student) into build/quizzes/"
 	@echo "  make release        the student edition (nbgrader release) into release/ and build/student-edition/"
 	@echo "  make autograde SUBMISSIONS=dir   sandboxed grading into grades/"
 	@echo "  make test-class     release, synthetic and attacking students, the gradebook"
@@ -222,21 +222,26 @@ autograde: release
 test-class: install $(CLASS_STAMP)
 	ATTN_CELL_TIMEOUT=30 $(CLASS_BIN)/python -m pytest tests_class -v --durations=0 -p no:cacheprovider
 
-# Slides (docs/teaching.md, "Slides"): one reveal.js deck per lab of the teaching plan, from the executed notebooks'
-# saved outputs, into build/slides/lab-NN.html (static) and lab-NN.ipynb (live, with jupyterlab-rise). Offline:
-# reveal.js and what nbconvert's template loads are npm-installed into build/reveal/ (versions pinned here and in
-# scripts/build_slides.py, NPM_PACKAGES). Rebuilt when a notebook, the plan or the builder changes.
+# Slides (docs/teaching.md, "Slides"): one reveal.js talk (15-20 slides) per lab of the teaching plan, from the
+# executed notebooks' saved outputs and docs/teaching/instructor_notes.md, into build/slides/lab-NN.html (static) and
+# lab-NN.ipynb (live, with jupyterlab-rise). Offline: reveal.js and what nbconvert's template loads are npm-installed
+# into build/reveal/ (versions pinned here and in scripts/build_slides.py, NPM_PACKAGES). Rebuilt when a notebook,
+# the plan, the instructor notes or the builder changes.
 SLIDES_NPM := reveal.js@4.0.2 mathjax@2.7.7 requirejs@2.3.7 jquery@3.7.1
 REVEAL_JS  := build/reveal/node_modules/reveal.js/dist/reveal.js
 .PHONY: slides quizzes
 $(REVEAL_JS):
 	npm install --no-save --no-audit --no-fund --no-package-lock --prefix build/reveal $(SLIDES_NPM)
 
-build/slides/index.html: notebooks/*.ipynb docs/teaching.md scripts/build_slides.py classroom/labs.py | $(STAMP) $(REVEAL_JS)
+build/slides/index.html: notebooks/*.ipynb docs/teaching.md docs/teaching/instructor_notes.md scripts/build_slides.py \
+		classroom/labs.py | $(STAMP) $(REVEAL_JS)
 	$(BIN)/python scripts/build_slides.py --out build/slides --reveal build/reveal
 
 slides: install build/slides/index.html
 
-# Quizzes (docs/teaching/quizzes.md is the committed copy; tests/test_teaching_kit.py checks it is current).
+# Quizzes (classroom/quiz_bank.py; docs/teaching/quizzes.md is the committed bank, tests/test_teaching_kit.py checks
+# it is current): the Moodle XML export and the banks' keys into build/quizzes/; with ROSTER=file (student ids, one a
+# line) also each student's quiz (build/quizzes/students/<id>/lab-NN.md) and the keys (build/quizzes/keys/lab-NN.md).
+ROSTER ?=
 quizzes: install
-	$(BIN)/python -m classroom.quizzes --out build/quizzes
+	$(BIN)/python -m classroom.quizzes --out build/quizzes $(if $(ROSTER),--roster $(ROSTER))

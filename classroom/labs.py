@@ -1,8 +1,9 @@
-"""The labs of the teaching plan, read from the plan itself (docs/teaching.md, "A plan for 8 labs of 90 minutes").
+"""The labs of the teaching plan, read from the plan itself (docs/teaching.md, "A plan for 12 labs of 90 minutes").
 
 The plan's table is the one place that says which notebooks make up a lab; the slides (``make slides``,
-scripts/build_slides.py), the quizzes (:mod:`classroom.quizzes`) and the misconceptions page follow it, so a
-change to the plan changes them all. Standard library only (no nbgrader, no torch).
+scripts/build_slides.py), the quizzes (:mod:`classroom.quizzes`), the instructor notes and the misconceptions page
+follow it, so a change to the plan changes them all; tests/test_teaching_kit.py checks that every notebook on disk
+is in exactly one lab. Standard library only (no nbgrader, no torch).
 
     python -m classroom.labs      # prints the labs as the plan defines them
 """

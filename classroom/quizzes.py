@@ -1,118 +1,243 @@
-"""One quiz per lab, generated from the "predict, then check" question registry (:mod:`attn_lib.course.exercises.concepts`).
+"""Quizzes per lab from the quiz bank (:mod:`classroom.quiz_bank`): new questions, a different quiz per student,
+answer keys, and an export that learning-management systems import (Moodle XML).
 
-    python -m classroom.quizzes                    # prints docs/teaching/quizzes.md's text
-    python -m classroom.quizzes --write            # rewrites docs/teaching/quizzes.md (committed)
-    python -m classroom.quizzes --out build/quizzes  # lab-NN.md (to hand out: no answers) + lab-NN-key.md per lab
+    python -m classroom.quizzes                     # prints docs/teaching/quizzes.md's text (the bank, with answers)
+    python -m classroom.quizzes --write             # rewrites docs/teaching/quizzes.md (committed)
+    python -m classroom.quizzes --out build/quizzes [--roster students.txt]   # what `make quizzes` writes:
+        moodle/attention-course.xml   every lab's bank, VARIANTS draws of each question, one category per lab
+        moodle/lab-NN.xml             the same, one lab per file
+        bank/lab-NN-key.md            the lab's bank with answers and derivations (one draw of each question)
+        students/<id>/lab-NN.md       with --roster: each student's quiz, no answers
+        keys/lab-NN.md                with --roster: every student's answers for that lab, with derivations
 
-A lab's quiz is the questions of its notebooks (the labs are the teaching plan's, :mod:`classroom.labs`), in the
-notebooks' order: the question as the notebook asks it, its choices, and in the answer key the answer, the reasoning
-and, for every wrong choice, the misconception it points to (the hint ``check_prediction`` gives for that choice).
-Questions of notebooks that are in no lab (the capstone, 10) make a last quiz of their own. The students saw these
-questions in the notebooks: in a quiz they check what stayed, without the notebook's cell to run.
-``tests/test_teaching_kit.py`` checks that the committed docs/teaching/quizzes.md is what this module generates.
+A lab's bank is every template whose notebook is in the lab (the labs are the teaching plan's, :mod:`classroom.labs`).
+A student's quiz draws :data:`QUIZ_SIZE` of them, draws each one's numbers and orders its choices, all from a
+seed made of the student id and the lab (SHA-256), so the same student always gets the same quiz and the key can be
+rebuilt at any time from the roster alone. In Moodle, import ``moodle/attention-course.xml`` (Question bank >
+Import > Moodle XML) and add to each lab's quiz "random questions" from that lab's category: Moodle then draws per
+student, from the variants. ``tests/test_quiz_bank.py`` recomputes every numeric answer, checks that every lab has
+a bank and that the export parses and follows Moodle XML's rules.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import html
+import random
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from classroom.labs import ROOT, Lab, labs
+from classroom.quiz_bank import TEMPLATES, Item
 
 QUIZZES_MD = ROOT / "docs" / "teaching" / "quizzes.md"
+QUIZ_SIZE = 4  # questions per student and lab
+VARIANTS = 3  # draws of each question in the Moodle export
+CATEGORY = "$course$/top/Attention course"
 
 
-def _questions():
-    from attn_lib.course.exercises import concepts
-
-    concepts._load_all()
-    return concepts.QUESTIONS
+def bank(lab: Lab) -> list[str]:
+    """The template ids of the lab's notebooks, in notebook order, then registry order."""
+    return [qid for p in lab.prefixes for qid in TEMPLATES if qid[:2] == p]
 
 
-def quiz_sets() -> list[tuple[str, tuple[str, ...], list]]:
-    """[(title, notebook prefixes, questions)]: one per lab of the plan, then one for notebooks in no lab."""
-    questions = _questions()
-    plan = labs()
-    sets, covered = [], set()
-    for lab in plan:
-        qs = [q for q in questions.values() if q.id[:2] in lab.prefixes]
-        qs.sort(key=lambda q: lab.prefixes.index(q.id[:2]))  # stable: registry order within a notebook
-        covered.update(lab.prefixes)
-        sets.append((f"{lab.slug} · {lab.title}: " + ", ".join(f"`{n}`" for n in lab.notebooks), lab.prefixes, qs))
-    rest = sorted({q.id[:2] for q in questions.values()} - covered)
-    if rest:
-        notebooks = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if p.stem[:2] in rest)
-        qs = [q for q in questions.values() if q.id[:2] in rest]
-        sets.append(("Notebooks in no lab: " + ", ".join(f"`{n}`" for n in notebooks), tuple(rest), qs))
-    return sets
+def draw(qid: str, variant: int = 0) -> Item:
+    """The ``variant``-th draw of a template (deterministic: seeded with the id and the variant)."""
+    return TEMPLATES[qid](random.Random(f"{qid}#{variant}"))
 
 
-def _answer(q) -> str:
-    return f"**{q.answer}** ({q.choices[q.answer]})" if q.choices else f"**{q.answer:g}**"
+def _seed(*parts: str) -> int:
+    return int.from_bytes(hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()[:8], "big")
 
 
-def _question_lines(n: int, q) -> list[str]:
-    lines = [f"{n}. {q.prompt} *(`{q.id}`)*"]
-    if q.choices:
-        lines += [f"   - **{k}**: {text}" for k, text in q.choices.items()]
+def student_quiz(student: str, lab: Lab, size: int = QUIZ_SIZE) -> list[Item]:
+    """The student's quiz for the lab: ``size`` questions of its bank, numbers drawn and choices ordered per student.
+
+    Raises:
+        ValueError: ``student`` is empty, or the lab has no question in the bank.
+    """
+    if not isinstance(student, str) or not student.strip():
+        raise ValueError(f"student: expected a non-empty student id, got {student!r}")
+    ids = bank(lab)
+    if not ids:
+        raise ValueError(f"lab: {lab.slug} ({', '.join(lab.notebooks)}) has no question in classroom/quiz_bank.py")
+    rng = random.Random(_seed(student, lab.slug))
+    chosen = rng.sample(ids, min(size, len(ids)))
+    chosen.sort(key=ids.index)  # the lab's order: notebooks first to last
+    return [TEMPLATES[qid](random.Random(rng.getrandbits(64))).shuffled(rng) for qid in chosen]
+
+
+# ---------------------------------------------------------------- Markdown
+def _question_lines(n: int, item: Item) -> list[str]:
+    lines = [f"{n}. {item.text}"]
+    if item.kind == "choice":
+        lines += [f"   - **{'abcdefgh'[i]})** {c}" for i, c in enumerate(item.choices)]
     else:
         lines.append("   - (answer with a number)")
     return lines
 
 
-def _key_lines(n: int, q) -> list[str]:
-    lines = [f"{n}. {_answer(q)}. {q.explanation}"]
-    for key, hint in q.hints.items():
-        label = f"**{key}**" if q.choices else f"too {key}"
-        lines.append(f"   - {label} points to a misconception: {hint}")
-    return lines
+def _key_line(n: int, item: Item) -> str:
+    tol = f" (accept ± {item.tolerance:.2g})" if item.kind == "number" and item.tolerance else ""
+    return f"{n}. **{item.answer_text}**{tol}. {item.explanation} *(`{item.qid}`)*"
 
 
-def quiz_markdown(title: str, questions: list, *, key: bool = True, level: str = "##") -> str:
+def quiz_markdown(title: str, items: list[Item], *, key: bool, level: str = "#") -> str:
     lines = [f"{level} {title}", ""]
-    if not questions:
-        return "\n".join(lines + ["No question is registered for these notebooks yet.", ""])
-    for n, q in enumerate(questions, 1):
-        lines += _question_lines(n, q)
+    for n, item in enumerate(items, 1):
+        lines += _question_lines(n, item)
     if key:
-        lines += ["", "**Answer key**", ""]
-        for n, q in enumerate(questions, 1):
-            lines += _key_lines(n, q)
+        lines += ["", "**Answer key**", ""] + [_key_line(n, it) for n, it in enumerate(items, 1)]
     return "\n".join(lines) + "\n"
 
 
+def _lab_heading(lab: Lab) -> str:
+    return f"{lab.slug} · {lab.title}: " + ", ".join(f"`{n}`" for n in lab.notebooks)
+
+
 def quizzes_markdown() -> str:
-    """docs/teaching/quizzes.md: every quiz with its answer key."""
-    head = ["# Quizzes, one per lab", "",
-            "Generated by `python -m classroom.quizzes --write` from the question registry",
-            "(`attn_lib/course/exercises/predict_questions.py`) and the labs of the plan ([teaching.md](../teaching.md)); do not edit",
-            "by hand: `tests/test_teaching_kit.py` fails when this page and the registry disagree. Hand out a quiz",
-            "without its key (`make quizzes` writes `build/quizzes/lab-NN.md`, questions only, and `lab-NN-key.md`).",
-            "A wrong choice's line in the key names the misconception it reveals: use it in the wrap-up.", ""]
-    return "\n".join(head) + "\n" + "\n".join(quiz_markdown(t, qs) for t, _, qs in quiz_sets())
+    """docs/teaching/quizzes.md: every lab's bank (one draw of each question), with answers and derivations."""
+    head = [
+        "# Quiz banks, one per lab",
+        "",
+        "Generated by `python -m classroom.quizzes --write` from `classroom/quiz_bank.py` and the labs of the plan",
+        "([teaching.md](../teaching.md)); do not edit by hand: `tests/test_teaching_kit.py` fails when this page and",
+        'the bank disagree. These are new questions, not the notebooks\' "predict, then check" ones. Each question',
+        "draws its numbers at random; below is one draw (variant 0) with its answer and derivation.",
+        "`tests/test_quiz_bank.py` recomputes every numeric answer another way (torch or the course's `attn_lib`).",
+        "",
+        f"Each student gets {QUIZ_SIZE} questions of the lab's bank, with their own numbers and choice order, fixed by",
+        "their student id: `make quizzes ROSTER=students.txt` writes `build/quizzes/students/<id>/lab-NN.md` and",
+        "the keys `build/quizzes/keys/lab-NN.md`. For an LMS, import `build/quizzes/moodle/attention-course.xml`",
+        f"(Moodle XML: one category per lab, {VARIANTS} draws of each question) and build each lab's quiz from",
+        (
+            "random questions of its category. The lab's common misconceptions are in"
+            " [misconceptions.md](misconceptions.md)."
+        ),
+        "",
+    ]
+    parts = [quiz_markdown(_lab_heading(lab), [draw(q) for q in bank(lab)], key=True, level="##") for lab in labs()]
+    return "\n".join(head) + "\n" + "\n".join(parts)
 
 
-def write_handouts(out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
+# ---------------------------------------------------------------- Moodle XML
+def _text(parent: ET.Element, tag: str, text: str, fmt: str | None = None) -> ET.Element:
+    el = ET.SubElement(parent, tag, {"format": fmt} if fmt else {})
+    ET.SubElement(el, "text").text = text
+    return el
+
+
+def _html(text: str) -> str:
+    return f"<p>{html.escape(text, quote=False)}</p>"
+
+
+def _moodle_question(quiz: ET.Element, item: Item, name: str) -> None:
+    kind = "multichoice" if item.kind == "choice" else "numerical"
+    q = ET.SubElement(quiz, "question", {"type": kind})
+    _text(q, "name", name)
+    _text(q, "questiontext", _html(item.text), "html")
+    _text(q, "generalfeedback", _html(item.explanation), "html")
+    ET.SubElement(q, "defaultgrade").text = "1.0000000"
+    ET.SubElement(q, "penalty").text = "0.3333333"
+    ET.SubElement(q, "hidden").text = "0"
+    ET.SubElement(q, "idnumber").text = name
+    if kind == "multichoice":
+        ET.SubElement(q, "single").text = "true"
+        ET.SubElement(q, "shuffleanswers").text = "true"
+        ET.SubElement(q, "answernumbering").text = "abc"
+        ET.SubElement(q, "showstandardinstruction").text = "0"
+        for tag in ("correctfeedback", "partiallycorrectfeedback", "incorrectfeedback"):
+            _text(q, tag, "", "html")
+        for i, c in enumerate(item.choices):
+            a = _text(q, "answer", _html(c), "html")
+            a.set("fraction", "100" if i == item.answer else "0")
+            _text(a, "feedback", "", "html")
+    else:
+        a = _text(q, "answer", repr(float(item.answer)), "moodle_auto_format")
+        a.set("fraction", "100")
+        _text(a, "feedback", "", "html")
+        ET.SubElement(a, "tolerance").text = repr(float(item.tolerance))
+        ET.SubElement(q, "unitgradingtype").text = "0"
+        ET.SubElement(q, "unitpenalty").text = "0.1000000"
+        ET.SubElement(q, "showunits").text = "3"
+        ET.SubElement(q, "unitsleft").text = "0"
+
+
+def moodle_xml(chosen: list[Lab] | None = None, variants: int = VARIANTS) -> str:
+    """Moodle XML (``<quiz>``): per lab a category question, then ``variants`` distinct draws of each template."""
+    quiz = ET.Element("quiz")
+    for lab in chosen or labs():
+        cat = ET.SubElement(quiz, "question", {"type": "category"})
+        _text(cat, "category", f"{CATEGORY}/{lab.slug} {', '.join(n[:2] for n in lab.notebooks)}")
+        _text(cat, "info", f"{lab.title}: notebooks {', '.join(lab.notebooks)}", "html")
+        for qid in bank(lab):
+            seen = set()
+            for v in range(variants):
+                item = draw(qid, v)
+                if (item.text, item.choices) in seen:
+                    continue  # a question without drawn numbers is exported once
+                seen.add((item.text, item.choices))
+                _moodle_question(quiz, item, f"{qid} v{v + 1}")
+    ET.indent(quiz)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(quiz, encoding="unicode") + "\n"
+
+
+# ---------------------------------------------------------------- files
+def read_roster(path: Path) -> list[str]:
+    """Student ids, one a line (a CSV's first column; blank lines and lines starting with # skipped)."""
+    ids = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        sid = line.split(",")[0].strip()
+        if not sid or sid.startswith("#") or sid in ids:
+            continue
+        if "/" in sid or "\\" in sid or sid.startswith(".") or len(sid) > 100:
+            raise ValueError(f"roster {path}: {sid!r} is not a student id (a folder name: no slash, no leading dot)")
+        ids.append(sid)
+    return ids
+
+
+def write_all(out: Path, roster: list[str] | None = None) -> list[Path]:
+    plan = labs()
     written = []
-    for title, _, qs in quiz_sets():
-        slug = title.split(" ·")[0] if title.startswith("lab-") else "no-lab"
-        for suffix, key in (("", False), ("-key", True)):
-            path = out / f"{slug}{suffix}.md"
-            path.write_text(quiz_markdown("Quiz: " + title, qs, key=key, level="#"), encoding="utf-8")
-            written.append(path)
+
+    def put(rel: str, text: str) -> None:
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+
+    put("moodle/attention-course.xml", moodle_xml(plan))
+    for lab in plan:
+        put(f"moodle/{lab.slug}.xml", moodle_xml([lab]))
+        put(
+            f"bank/{lab.slug}-key.md",
+            quiz_markdown("Quiz bank: " + _lab_heading(lab), [draw(q) for q in bank(lab)], key=True),
+        )
+        if roster:
+            keys = [f"# Answer keys: {_lab_heading(lab)}", ""]
+            for sid in roster:
+                items = student_quiz(sid, lab)
+                put(
+                    f"students/{sid}/{lab.slug}.md",
+                    quiz_markdown(f"Quiz {lab.slug} for {sid}: {lab.title}", items, key=False),
+                )
+                keys += [f"## {sid}", ""] + [_key_line(n, it) for n, it in enumerate(items, 1)] + [""]
+            put(f"keys/{lab.slug}.md", "\n".join(keys))
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="one quiz per lab from the prediction questions")
+    p = argparse.ArgumentParser(description="quizzes per lab from the quiz bank")
     p.add_argument("--write", action="store_true", help=f"rewrite {QUIZZES_MD.relative_to(ROOT)}")
-    p.add_argument("--out", type=Path, help="write one handout and one key per lab into this folder")
+    p.add_argument("--out", type=Path, help="write the Moodle XML, the banks' keys (and per-student quizzes) here")
+    p.add_argument("--roster", type=Path, help="student ids, one a line: a quiz per student and lab, and the keys")
     args = p.parse_args(argv)
     if args.out:
-        paths = write_handouts(args.out)
-        print(f"{len(paths)} files in {args.out}")
+        roster = read_roster(args.roster) if args.roster else None
+        paths = write_all(args.out, roster)
+        print(f"{len(paths)} files in {args.out}" + (f" ({len(roster)} students)" if roster else ""))
     elif args.write:
         QUIZZES_MD.parent.mkdir(parents=True, exist_ok=True)
         QUIZZES_MD.write_text(quizzes_markdown(), encoding="utf-8")

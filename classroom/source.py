@@ -42,9 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # An implementation is worth more than a letter: writing and debugging a function that passes fresh inputs is
-# most of a notebook's exercise time, while a prediction takes a minute and is graded on completion.
+# most of a notebook's exercise time, while a prediction takes a minute and is graded on completion. At 10 to 1 the
+# 19 predictions are 19 of 349 autograded points (5 %), so completion credit cannot carry a grade (at 3 to 1 they
+# were 19 of 118, 16 %, for any answer). docs/teaching.md, "Points per exercise"; tests/course/test_points.py.
 PREDICTION_POINTS = 1
-IMPLEMENTATION_POINTS = 3
+IMPLEMENTATION_POINTS = 10
 CHECK_PREFIX = "attn_lib.course.exercises.check_"
 SCHEMA = 3
 

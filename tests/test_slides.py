@@ -1,6 +1,7 @@
-"""`make slides` (scripts/build_slides.py): the decks follow the teaching plan's labs, slide metadata is made on copies
-(never in the course notebooks), long or kernel-bound outputs are trimmed, and a deck that would load from another
-host is caught. The deck itself is opened in Chromium by tests_browser/test_slides.py."""
+"""`make slides` (scripts/build_slides.py): one talk per lab of the teaching plan (15-20 slides: the idea, figures, one
+equation, one live cell that runs from its setup alone), the course notebooks untouched, long or kernel-bound outputs
+trimmed, and a deck that would load from another host is caught. The deck itself is opened in Chromium by
+tests_browser/test_slides.py."""
 
 import importlib.util
 import json
@@ -41,16 +42,6 @@ def _md(text):
     return nbformat.v4.new_markdown_cell(text)
 
 
-def test_headings_start_slides_and_code_cells_are_fragments():
-    st = build_slides.slide_type
-    assert st(_md("# 03 · Title"), first=False) == "slide"
-    assert st(_md("## 1 · Section"), first=False) == "slide"
-    assert st(_md("### Exercise 1"), first=False) == "subslide"
-    assert st(_md("Just a paragraph with a # inside"), first=False) == "-"
-    assert st(_md("Paragraph"), first=True) == "slide"
-    assert st(nbformat.v4.new_code_cell("x = 1"), first=False) == "fragment"
-
-
 def test_long_outputs_are_trimmed_and_kernel_bound_views_replaced():
     long = nbformat.v4.new_output("stream", name="stdout", text="".join(f"line {i}\n" for i in range(40)))
     widget = nbformat.v4.new_output("display_data", data={build_slides.WIDGET_VIEW: {"model_id": "x"},
@@ -67,20 +58,99 @@ def test_long_outputs_are_trimmed_and_kernel_bound_views_replaced():
     assert long["text"].count("\n") == 40  # the input is not changed
 
 
-def test_a_deck_is_the_lab_s_notebooks_with_slide_metadata_on_copies():
-    nb_path = REPO_ROOT / "notebooks" / "03_scaled_dot_product_attention.ipynb"
-    before = nb_path.read_bytes()
-    (lab3,) = [lab for lab in labs() if lab.number == 3]
-    deck = build_slides.deck_notebook(lab3)
-    course = nbformat.read(nb_path, as_version=4)
-    assert len(deck.cells) == 1 + len(course.cells)  # the title slide, then every cell
-    types = [c.metadata["slideshow"]["slide_type"] for c in deck.cells]
-    assert types[0] == types[1] == "slide" and set(types) <= {"slide", "subslide", "fragment", "-"}
-    assert all(t == "fragment" for t, c in zip(types, deck.cells) if c.cell_type == "code")
+def _slides_of(deck):
+    return [c for c in deck.cells if c.metadata["slideshow"]["slide_type"] in ("slide", "subslide")]
+
+
+@pytest.mark.parametrize("lab", labs(), ids=lambda lab: lab.slug)
+def test_every_lab_s_deck_is_a_talk(lab):
+    """15-20 slides: the title, each notebook's title, the idea, one equation, figures, one live cell, the stumbles,
+    the prompts, the exercises; not the notebook cut at its headings."""
+    before = {stem: (REPO_ROOT / "notebooks" / f"{stem}.ipynb").read_bytes() for stem in lab.notebooks}
+    deck = build_slides.deck_notebook(lab)
+    slides = _slides_of(deck)
+    assert build_slides.MIN_SLIDES <= len(slides) <= build_slides.MAX_SLIDES, len(slides)
+    titles = [s.source.split("\n")[0] for s in slides]
+    assert titles[0] == f"# {lab.title}" and lab.present in slides[0].source
+    for stem in lab.notebooks:  # each notebook's title slide, its heading as the notebook has it
+        nb = nbformat.read(REPO_ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+        assert nb.cells[0].source.split("\n")[0] in titles
+    assert titles[1].startswith(f"# {lab.notebooks[0][:2]} · ")  # the first notebook's title comes next
+    for heading in ("## The idea", "## One equation", "## One live cell", "## Who thinks …?", "## Discuss in pairs",
+                    "## Exercises"):
+        assert heading in titles, heading
+    equation = slides[titles.index("## One equation")].source
+    assert equation.count("$$") == 2
+    figures = [s for s in slides if "attachments" in s and any("image/png" in v for v in s.attachments.values())]
+    assert figures and all("](attachment:" in s.source for s in figures)
+    code = [c for c in deck.cells if c.cell_type == "code"]
+    assert len(code) == 2 and "attn_lib.setup()" in code[0].source  # the setup, then the live cell
+    assert any(o.get("output_type") == "stream" for o in code[1].outputs)
+    notes = [c for c in deck.cells if c.metadata["slideshow"]["slide_type"] == "notes"]
+    assert len(notes) == 2  # the board (speaker view), what to do about each stumble
     assert len({c["id"] for c in deck.cells}) == len(deck.cells)
-    assert "Lab 3" in deck.cells[0].source and lab3.present in deck.cells[0].source
-    assert nb_path.read_bytes() == before  # the course notebook is untouched
-    assert not any("slideshow" in c.metadata for c in course.cells)
+    assert {stem: (REPO_ROOT / "notebooks" / f"{stem}.ipynb").read_bytes() for stem in lab.notebooks} == before
+
+
+LIVE = """
+import contextlib, importlib.util, io, json, sys
+import matplotlib
+matplotlib.use("Agg")
+spec = importlib.util.spec_from_file_location("bs", "scripts/build_slides.py")
+bs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bs)
+from classroom.labs import labs
+result = {}
+for lab in labs():
+    setup, cell = [c for c in bs.deck_notebook(lab).cells if c.cell_type == "code"]
+    ns = {}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(setup.source, lab.slug + "-setup", "exec"), ns)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(cell.source, lab.slug + "-live", "exec"), ns)
+    saved = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+    result[lab.slug] = [out.getvalue(), saved]
+json.dump(result, sys.stdout)
+"""
+
+
+def test_every_live_cell_runs_from_its_setup_and_prints_what_the_slide_shows():
+    """The live cell, run after its slide's setup alone (fresh process, nothing else of the notebook), prints exactly
+    the saved output the static slide shows (no cell of the notebook's between them is needed)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-c", LIVE], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout)
+    assert set(result) == {lab.slug for lab in labs()}
+    for slug, (printed, saved) in result.items():
+        assert printed == saved and saved, slug
+
+
+def test_a_lab_without_instructor_notes_has_no_talk(tmp_path):
+    (lab3,) = [lab for lab in labs() if lab.number == 3]
+    (tmp_path / "notes.md").write_text("# Instructor notes\n\n## Lab 4 · 04\n\n**The idea.** x\n")
+    with pytest.raises(build_slides.TalkError, match="Lab 3"):
+        build_slides.deck_notebook(lab3, notes=tmp_path / "notes.md")
+
+
+def test_a_live_cell_needs_only_its_setup():
+    def cell(src):
+        c = nbformat.v4.new_code_cell(src)
+        c.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ok\n")]
+        return c
+
+    parts = {"code": [cell("import torch\nimport attn_lib"), cell("big = torch.ones(3)\nprint(big)"),
+                      cell("y = undefined_elsewhere + 1\nprint(y)"),
+                      cell("z = big * 2\nassert z.sum() == 6\nprint(z)")]}
+    setup, chosen = build_slides.live_cell(parts)
+    assert chosen is parts["code"][3]  # the one with an assert; the cell with an undefined name is never chosen
+    assert "import torch" in setup and "big = torch.ones(3)" in setup and "attn_lib.setup()" in setup
 
 
 def test_outside_references_are_caught_and_links_are_not():
@@ -108,6 +178,6 @@ def test_jupyterlab_rise_is_a_pinned_requirement():
 def test_the_deck_s_json_is_a_valid_notebook(tmp_path):
     (lab1,) = [lab for lab in labs() if lab.number == 1]
     deck = build_slides.deck_notebook(lab1)
-    nbformat.write(deck, tmp_path / "lab-01.ipynb")
+    nbformat.write(deck, tmp_path / "lab-01.ipynb")  # attachments, notes and code cells included
     nbformat.validate(nbformat.read(tmp_path / "lab-01.ipynb", as_version=4))
     assert json.loads((tmp_path / "lab-01.ipynb").read_text())["metadata"]["kernelspec"]["name"] == "attn-course"
