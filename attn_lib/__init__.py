@@ -33,6 +33,10 @@ Modules (one idea each):
 - ``attn_lib.hf_equal``       float64 equality harness against transformers' attention modules (11)
 - ``attn_lib.linear``         linear attention (parallel, recurrent, chunked), Mamba-2's SSD, FFT long convolutions (12)
 - ``attn_lib.deltanet``       the gated delta rule and a Qwen3-Next Gated DeltaNet layer, recomputed (12)
+- ``attn_lib.paged``        a paged KV cache: blocks, block tables, prefix sharing with copy-on-write (14)
+- ``attn_lib.serving``      packed (document-masked) batches, chunked prefill, split-KV decoding (14)
+- ``attn_lib.speculative``  speculative decoding: the verify and tree masks, the acceptance rule (14)
+- ``attn_lib.ring``         ring attention (zig-zag) and Ulysses across torch.distributed gloo processes (14)
 - ``attn_lib.recall``         the associative-recall task and its softmax / linear / DeltaNet / hybrid models (12)
 - ``attn_lib.viz``            heatmaps, widgets and bertviz wrappers; PALETTE and the colour maps
 - ``attn_lib.exercises``      ``check_*`` functions for the exercises at the end of each notebook
@@ -73,7 +77,7 @@ _LAZY = {
 # the old tiled_attention/flash_attention clash); tests/test_layout.py checks this.
 _SUBMODULES = {
     "attention", "bench", "data", "deltanet", "diagrams", "env", "capstone", "exercises", "flash", "flash_kernels", "gqa", "heads",
-    "hf", "hf_equal",
+    "hf", "hf_equal", "paged", "ring", "serving", "speculative",
     "kv_cache", "kv_table", "lab", "linear", "masks", "mha", "mla", "models", "positional", "pretrained", "quantization",
     "recall", "sparse", "streaming", "style", "tiled", "tokenization", "train", "variants", "viz", "windows",
 }
