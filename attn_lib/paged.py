@@ -96,7 +96,7 @@ def block_lookup(block_table, position: int, block_size: int) -> tuple[int, int]
     """Where token ``position`` of a sequence lives: ``(block_table[position // P], position % P)``.
 
     Args:
-        block_table: a list or tuple of block numbers (int), or an (n,) int64 tensor.
+        block_table: a list or tuple of block numbers (int), or a (T,) int64 tensor (T blocks).
         position: the token's index in its sequence, 0 <= position < len(block_table) * P (int).
         block_size: P >= 1, tokens per block (int).
 
