@@ -31,11 +31,16 @@ The core (one idea each):
 - ``attn_lib.sparse``         DeepSeek-V3.2's sparse attention: the lightning indexer, top-k, its FLOPs and bytes (11)
 - ``attn_lib.linear``         linear attention (parallel, recurrent, chunked), Mamba-2's SSD, FFT long convolutions (12)
 - ``attn_lib.deltanet``       the gated delta rule and a Qwen3-Next Gated DeltaNet layer, recomputed (12)
+- ``attn_lib.paged``          a paged KV cache: blocks, block tables, prefix sharing with copy-on-write (14)
+- ``attn_lib.serving``        packed (document-masked) batches, chunked prefill, split-KV decoding (14)
+- ``attn_lib.speculative``    speculative decoding: the verify and tree masks, the acceptance rule (14)
+- ``attn_lib.ring``           ring attention (zig-zag) and Ulysses across torch.distributed gloo processes (14)
 
 The machinery, ``attn_lib.course``: ``viz``, ``diagrams`` and ``style`` (figures and widgets), ``data``, ``train``,
 ``capstone``, ``recall`` and ``streaming`` (tasks and training), ``heads``, ``hf``, ``hf_equal`` and ``kv_table``
-(measurements on real models), ``bench``, ``env``, ``lab`` and ``pretrained`` (running the course), and
-``exercises`` (the ``check_*`` functions); its own docstring has one line for each.
+(measurements on real models), ``bench``, ``env``, ``lab`` and ``pretrained`` (running the course), ``mine`` (the
+course run on the learner's own ``my_attn``), and ``exercises`` (the ``check_*`` functions); its own docstring has
+one line for each.
 
 The most used names are importable from the package itself (``attn_lib.scaled_dot_product_attention``);
 they are loaded on first use so that ``import attn_lib`` stays fast.
@@ -73,7 +78,8 @@ _LAZY = {
 # the old tiled_attention/flash_attention clash); tests/test_layout.py checks this.
 _SUBMODULES = {
     "attention", "course", "deltanet", "flash", "flash_kernels", "gqa", "kv_cache", "linear", "masks", "mha", "mla",
-    "models", "positional", "quantization", "sparse", "tiled", "tokenization", "variants", "windows",
+    "models", "paged", "positional", "quantization", "ring", "serving", "sparse", "speculative", "tiled",
+    "tokenization", "variants", "windows",
 }
 
 __all__ = ["setup", "load_pretrained", "DATA_DIR", "REPO_ROOT", *_LAZY]

@@ -70,6 +70,7 @@ __all__ = [
     "causal_tiles",
     "window_tiles",
     "skipped_tiles",
+    "merge_partials",
     "CAUSAL_ALIGNS",
 ]
 
@@ -593,6 +594,61 @@ def online_softmax_update(m_old, l_old, acc_old, scores, values):
     l_new = alpha * l_old + p.sum(dim=-1)
     acc_new = alpha[..., None] * acc_old + p @ values
     return m_new, l_new, acc_new
+
+
+def merge_partials(outputs, lses):
+    """Merge attention results computed on disjoint sets of keys into the result over all of them.
+
+    The online softmax's rescale (:func:`online_softmax_update`), applied to finished partial results: part i
+    attended to its own keys and returned its normalised output O_i and log-sum-exp lse_i (what
+    ``tiled_attention(..., return_lse=True)`` returns). Over the union of the keys,
+    ``lse = log(sum_i exp(lse_i))`` and ``O = sum_i exp(lse_i - lse) O_i``: each part's weight is the share of
+    the softmax's denominator its keys hold. Split-KV decoding (FlashDecoding) and ring attention merge this way.
+
+    Args:
+        outputs: a non-empty list or tuple of (..., L, Ev) floating tensors, one per part, all the same shape
+            and dtype (float32 or float64 in the course).
+        lses: a list or tuple of as many (..., L) tensors, floating, the natural-log log-sum-exp of each
+            part's rows; -inf for a row that saw no key in that part (its output is then ignored).
+
+    Returns:
+        ``(output, lse)``: (..., L, Ev) in the outputs' dtype and (..., L) in the lses' dtype. A row that saw
+        no key in any part gets output 0 and lse -inf (never NaN). Differentiable in every input.
+
+    Raises:
+        TypeError: outputs or lses not a list/tuple of floating tensors.
+        ValueError: empty lists, different lengths, shapes or dtypes that differ, an lse not shaped like its
+            output without the last dim, NaN or +inf in an lse.
+
+    Source: Milakov & Gimelshein (2018), section 3 (merging partial softmax states); Dao et al., "Flash-Decoding
+    for long-context inference" (2023 blog post); Liu et al., "Ring Attention" (2023), section 3.
+    """
+    for name, parts in (("outputs", outputs), ("lses", lses)):
+        if not isinstance(parts, (list, tuple)):
+            raise TypeError(f"{name} must be a list or tuple of tensors, got {type(parts).__name__}")
+        if len(parts) == 0:
+            raise ValueError(f"{name} must hold at least one partial result, got an empty {type(parts).__name__}")
+        for i, t in enumerate(parts):
+            check_tensor(f"{name}[{i}]", t, floating=True)
+    if len(outputs) != len(lses):
+        raise ValueError(f"outputs and lses must have one entry per part: got {len(outputs)} outputs and "
+                         f"{len(lses)} lses")
+    for i, (o, s) in enumerate(zip(outputs, lses)):
+        if o.shape != outputs[0].shape or o.dtype != outputs[0].dtype:
+            raise ValueError(f"outputs[{i}] has shape {shape_of(o)} and dtype {o.dtype}; outputs[0] has "
+                             f"{shape_of(outputs[0])} and {outputs[0].dtype}: every part must match")
+        if o.ndim < 1 or s.shape != o.shape[:-1] or s.dtype != lses[0].dtype:
+            raise ValueError(f"lses[{i}] must have shape {shape_of(o)[:-1]} (outputs[{i}] without its last dim) "
+                             f"and dtype {lses[0].dtype}; got {shape_of(s)} and {s.dtype}")
+        if bool(torch.isnan(s).any()) or bool((s == math.inf).any()):
+            raise ValueError(f"lses[{i}] holds NaN or +inf; a part's log-sum-exp is finite, or -inf for a row "
+                             "that saw no key")
+    stacked = torch.stack(list(lses))  # (P, ..., L)
+    lse = torch.logsumexp(stacked, dim=0)  # -inf where every part is -inf
+    ref = torch.where(lse == -math.inf, torch.zeros_like(lse), lse)
+    weights = torch.exp(stacked - ref)  # exp(-inf) = 0 for a part that saw no key: no NaN
+    out = sum(w[..., None].to(o.dtype) * o for w, o in zip(weights, outputs))
+    return out, lse
 
 
 @dataclass(frozen=True)

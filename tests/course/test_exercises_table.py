@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+import attn_lib
 import attn_lib.course.exercises as ex
+import attn_lib.tiled
 from attn_lib.course.exercises import attention as X3
 from attn_lib.course.exercises import cross_attention as X7
 from attn_lib.course.exercises import gqa as X8
@@ -386,6 +388,35 @@ def sample_b(logits, temperature, top_k, generator):
     return torch.multinomial(torch.softmax(z, dim=1), 1, generator=generator)[:, 0]
 
 
+def merge_two_a(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    ref = torch.where(lse == -math.inf, torch.zeros_like(lse), lse)
+    return torch.exp(lse_a - ref)[..., None] * out_a + torch.exp(lse_b - ref)[..., None] * out_b, lse
+
+
+def merge_two_b(out_a, lse_a, out_b, lse_b):
+    both = torch.stack([lse_a, lse_b])
+    lse = torch.logsumexp(both, 0)
+    w = torch.nan_to_num(torch.softmax(both, 0), nan=0.0)  # rows with no key: weights 0, not NaN
+    return w[0][..., None] * out_a + w[1][..., None] * out_b, lse
+
+
+def ring_step_a(query, key, value, out, lse, q_pos, k_pos):
+    visible = k_pos[None, :] <= q_pos[:, None]
+    if not bool(visible.any()):
+        return out, lse
+    o, s = attn_lib.tiled.tiled_attention(query, key, value, attn_mask=visible, return_lse=True)
+    return merge_two_a(out, lse, o, s)
+
+
+def ring_step_b(query, key, value, out, lse, q_pos, k_pos):
+    logits = (query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1]))
+    logits = logits.masked_fill(k_pos[None, :] > q_pos[:, None], -math.inf)
+    s = torch.logsumexp(logits, -1)
+    o = torch.nan_to_num(torch.softmax(logits, -1), nan=0.0) @ value
+    return merge_two_b(out, lse, o, s)
+
+
 RIGHT = {
     "check_softmax": (softmax_a, softmax_b),
     "check_apply_merges": (merges_a, merges_b),
@@ -424,6 +455,11 @@ RIGHT = {
     "check_train_step": (train_step_a, train_step_b),
     "check_sample": (sample_a, sample_b),
     "check_state_bytes": (state_bytes_a, state_bytes_b),
+    "check_block_lookup": (lambda t, p, b: (t[p // b], p % b), lambda t, p, b: (t[divmod(p, b)[0]], divmod(p, b)[1])),
+    "check_merge_two": (merge_two_a, merge_two_b),
+    "check_verify_mask": (lambda c, k: torch.ones(k, c + k, dtype=torch.bool).tril(diagonal=c),
+                          lambda c, k: torch.arange(c + k)[None, :] <= torch.arange(k)[:, None] + c),
+    "check_ring_step": (ring_step_a, ring_step_b),
 }
 ALL_CHECKS = sorted(RIGHT)
 

@@ -544,7 +544,7 @@ def run_check(name: str, trials: Callable[[], int | None], *, success: str | Non
 # ---------------------------------------------------------------------------------------------
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CHECK_MODULES = ("welcome", "tokens", "positional", "attention", "masking", "multihead", "cross_attention",
-                  "gqa", "tiled", "capstone", "modern")
+                  "gqa", "tiled", "capstone", "modern", "scale")
 _fresh_counter = [0]
 
 

@@ -379,3 +379,43 @@ register(Question(
     explanation=("2L log(2L) / (L log L) = 2 (1 + 1/log2 L): about 2.2 at L = 1 024. O(L log L) is far below "
                  "attention's O(L²), but it is not linear, and Hyena's paper says so."),
 ))
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Notebook 14
+# -----------------------------------------------------------------------------------------------------------------
+
+register(Question(
+    id="14.paged_waste",
+    prompt=("Four sequences end at 1 000, 100, 10 and 4 000 tokens. A contiguous cache reserves 4 096 slots for each; "
+            "a paged cache takes blocks of 16 slots as they fill. Which slots hold nothing?"),
+    choices={"a": "about 70 % of both caches", "b": "about 70 % of the contiguous cache, under 1 % of the paged one",
+             "c": "about 30 % of the contiguous cache, about 10 % of the paged one"},
+    answer="b",
+    hints={
+        "a": "Paging allocates a block only when the previous one is full: each sequence leaves at most 15 of its "
+             "slots empty, whatever its length.",
+        "c": "The contiguous cache holds 5 110 tokens in 4 x 4 096 = 16 384 slots: most of it is empty. The paged "
+             "cache wastes at most 15 slots per sequence.",
+    },
+    explanation=("Contiguous: 1 - 5 110 / 16 384 ≈ 69 % empty. Paged: 1 008 + 112 + 16 + 4 000 = 5 136 slots, "
+                 "26 empty, 0.5 %. vLLM measured 20-38 % of a contiguous cache in use in the systems it replaced."),
+))
+
+register(Question(
+    id="14.ring_imbalance",
+    prompt=("Causal ring attention over 4 096 tokens on 4 processes, each holding a contiguous quarter. How many times "
+            "more (query, key) pairs does the last process score than the first?"),
+    choices={"a": "the same: every process sees every block once", "b": "about 4 times",
+             "c": "about 7 times"},
+    answer="c",
+    hints={
+        "a": "Every block passes every process, but causally a query sees only earlier keys: the first quarter's "
+             "queries see at most 1 024 keys, the last quarter's up to 4 096.",
+        "b": "4 is the ratio of blocks touched (1 against 4); inside them the first process scores a triangle "
+             "(about 1 024² / 2 pairs), the last three full squares and a triangle (3.5 x 1 024²).",
+    },
+    explanation=("First: 1 024 · 1 025 / 2 ≈ 0.5 M pairs; last: 3 x 1 024² + the triangle ≈ 3.67 M, a ratio of "
+                 "2W - 1 = 7 as the sequence grows. Zig-zag sharding gives every process one early and one late "
+                 "chunk, and equal work."),
+))
