@@ -12,7 +12,7 @@ cache, the tiling loop).
 from __future__ import annotations
 
 from attn_lib._checks import check_int
-from attn_lib.style import PALETTE  # noqa: F401  used by the drawing functions
+from attn_lib.style import MASK_COLORS, PALETTE  # noqa: F401  used by the drawing functions
 
 __all__: list[str] = []
 
@@ -28,7 +28,7 @@ MIN_FONT_SIZE = 8.0
 
 _FONT = 9.0  # box labels
 _TITLE = 10.0  # titles
-_BLOCKED = "#E8E8E8"  # a blocked mask cell: light grey (True cells are PALETTE[0], blue)
+_BLOCKED = MASK_COLORS[0]  # a blocked mask cell: light grey (True cells are MASK_COLORS[1], blue)
 
 
 def _inch_canvas(width: float, height: float):
@@ -124,7 +124,7 @@ def _mask_grid(ax, mask, title: str, *, row_label: str, col_label: str = "key j"
 
     m = mask.to(dtype=__import__("torch").int64)
     rows, cols = m.shape
-    ax.imshow(m.numpy(), cmap=ListedColormap([_BLOCKED, PALETTE[0]]), vmin=0, vmax=1, aspect="equal")
+    ax.imshow(m.numpy(), cmap=ListedColormap(MASK_COLORS), vmin=0, vmax=1, aspect="equal")
     for i in range(rows):
         for j in range(cols):
             ax.text(j, i, "1" if m[i, j] else "0", ha="center", va="center", fontsize=MIN_FONT_SIZE,
