@@ -59,14 +59,14 @@ EXPLAINED = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:—|is\b|are\b|means\b|measures
 ARTICLE = re.compile(r"\b(?:a|an)\s+$", re.I)
 LIST_ITEM = re.compile(r"(?:^|\n)\s*(?:[-*]|\d+\.)\s+$")
 COLON = re.compile(r"^\s*(?:\([^)]*\)\s*)?:")
-BOLD = re.compile(r"\*\*([^*\n]+?)\*\*")
+BOLD = re.compile(r"\*\*([^*\n]+?(?:\n[^*\n]+?)?)\*\*")  # a bold span may wrap onto a second line
 
 
 def defined_terms(source: str):
     """The bold spans of one markdown cell that the module docstring's rule calls definitions."""
     for m in BOLD.finditer(source):
         before, after = source[max(0, m.start() - 60):m.start()], source[m.end():m.end() + 160]
-        term = m.group(1).strip()
+        term = " ".join(m.group(1).split())
         if NAMING.search(before) or OPENING.search(before) or EXPLAINED.match(after):
             yield term
         elif COLON.match(after) and (ARTICLE.search(before)
