@@ -77,6 +77,14 @@ def test_course_map_lists_every_notebook_with_its_time_and_needs():
             f"{target}: the map says it builds on {builds_on!r}, its 'You need' line links to {needs}"
 
 
+def test_readme_notebook_table_lists_every_notebook():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## The notebooks"):]
+    section = section[:section.index("\n## ", 3)]
+    listed = re.findall(r"^\| `(\d\d_\w+)` \| [^|\d]", section, re.M)  # not the table of seconds
+    assert listed == [p.stem for p in NOTEBOOKS], "README's table of notebooks must list every notebook, in order"
+
+
 def _readme_seconds() -> dict[str, int]:
     text = (ROOT / "README.md").read_text()
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\| `(\d\d)_\w+` \| (\d+) \| \d+ \|$", text, re.M)}
