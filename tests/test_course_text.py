@@ -77,6 +77,15 @@ def test_course_map_lists_every_notebook_with_its_time_and_needs():
             f"{target}: the map says it builds on {builds_on!r}, its 'You need' line links to {needs}"
 
 
+def test_teaching_guide_minutes_are_the_notebooks_time_lines():
+    """docs/teaching.md's table of objectives quotes each notebook's minutes; they follow the notebook's box."""
+    text = (ROOT / "docs" / "teaching.md").read_text()
+    rows = dict(re.findall(r"^\| `(\d\d)_\w+` \| (\d+)(?: \(\+\d+\))? \| ", text, re.M))
+    for path in NOTEBOOKS:
+        if path.name[:2] in rows:
+            assert int(rows[path.name[:2]]) == _time_minutes(path), (path.name, rows[path.name[:2]])
+
+
 def test_readme_notebook_table_lists_every_notebook():
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## The notebooks"):]
