@@ -7,8 +7,14 @@ What counts as a *defined* term (notebooks 00 onwards, markdown cells; solutions
    ("This property is called **permutation equivariance**");
 2. it follows A, An or The at the start of a sentence, a line or a list item ("A **tokenizer** cuts the text",
    "The **model view** shows all 72 heads"); or
-3. it is followed, after an optional parenthesis, by "—", "is", "are" or "means" ("**uptraining** (...) — ...",
-   "Its **queries** are the output of ...").
+3. it is followed, after an optional parenthesis, by "—", "is", "are", "means" or "measures" ("**uptraining** (...)
+   — ...", "Its **queries** are the output of ...");
+4. it follows "a" or "an" and is followed by a colon ("compare it with a **positional baseline**: what ...");
+5. it opens a list item, starts with a small letter and is followed, after an optional parenthesis, by a colon
+   ("- **interleaved** (the RoFormer paper, ...): pairs (0, 1), ...").
+
+Rules 4 and 5 were added when issue 39 found four bold terms (positional baseline, permutation null,
+interleaved/half-split, Bonferroni) missing from the glossary that rules 1-3 did not see.
 
 Bold used for emphasis or as a paragraph label ("**Time:**", "**Predict, then check.**", "**not**") matches none of
 these. The few emphasis uses that do match one are listed in EMPHASIS, each with its reason.
@@ -38,20 +44,34 @@ EMPHASIS = {
     "the inner loop": "09: names a part of the kernel being walked through, the loop of the tiling section",
     "explorer": "06: the name of the course's own widget, described where it is shown",
     "2–3× speed-up": "09: a measured claim, set in bold as emphasis",
+    "unknown words": "01: the label of one of two problems in a list (unknown words, size)",
+    "size": "01: the label of one of two problems in a list (unknown words, size)",
+    "subject → verb": "06: a role under test, as the label of its result in a list",
+    "adjective → noun": "06: a role under test, as the label of its result in a list",
+    "verb → object": "06: a role under test, as the label of its result in a list",
+    "convert": "08: a step of the uptraining recipe, the label of a numbered list item",
+    "measure the drop": "08: a step of the uptraining recipe, the label of a numbered list item",
 }
 
 NAMING = re.compile(r"\b(?:called|known as|named|we call|is termed)\s+(?:(?:a|an|the)\s+)?$", re.I)
 OPENING = re.compile(r"(?:^|\n|[.!?]\s+|\n\s*(?:[-*]|\d+\.)\s+|^\s*(?:[-*]|\d+\.)\s+)(?:A|An|The)\s+$", re.I)
-EXPLAINED = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:—|is\b|are\b|means\b)")
-BOLD = re.compile(r"\*\*([^*\n]+?)\*\*")
+EXPLAINED = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:—|is\b|are\b|means\b|measures\b)")
+ARTICLE = re.compile(r"\b(?:a|an)\s+$", re.I)
+LIST_ITEM = re.compile(r"(?:^|\n)\s*(?:[-*]|\d+\.)\s+$")
+COLON = re.compile(r"^\s*(?:\([^)]*\)\s*)?:")
+BOLD = re.compile(r"\*\*([^*\n]+?(?:\n[^*\n]+?)?)\*\*")  # a bold span may wrap onto a second line
 
 
 def defined_terms(source: str):
     """The bold spans of one markdown cell that the module docstring's rule calls definitions."""
     for m in BOLD.finditer(source):
-        before, after = source[max(0, m.start() - 60):m.start()], source[m.end():m.end() + 40]
+        before, after = source[max(0, m.start() - 60):m.start()], source[m.end():m.end() + 160]
+        term = " ".join(m.group(1).split())
         if NAMING.search(before) or OPENING.search(before) or EXPLAINED.match(after):
-            yield m.group(1).strip()
+            yield term
+        elif COLON.match(after) and (ARTICLE.search(before)
+                                     or LIST_ITEM.search(before) and len(term) > 1 and term[0].islower()):
+            yield term
 
 
 def glossary_keys(text: str) -> set[str]:
@@ -102,6 +122,19 @@ def test_the_rule_finds_definitions_and_skips_emphasis():
     cell = ("This property is called **permutation equivariance**. A **tokenizer** cuts text. **Time:** 5 minutes.\n"
             "It does **not** flip. **uptraining** (GQA) — more steps. Its **queries** are the decoder's.")
     assert list(defined_terms(cell)) == ["permutation equivariance", "tokenizer", "uptraining", "queries"]
+    cell = ("We compare it with a **positional baseline**: what the head gives any token.\n"
+            "- **interleaved** (the RoFormer paper, GPT-J, Meta's original LLaMA code): pairs (0, 1).\n"
+            "- **a**: a previous-token head\n**Pearson's r** measures a line. **Label**: not a term.")
+    assert list(defined_terms(cell)) == ["positional baseline", "interleaved", "Pearson's r"]
+
+
+@pytest.mark.parametrize("term", ["positional baseline", "permutation null", "interleaved / half-split",
+                                  "Bonferroni correction", "Pearson's r"])
+def test_the_issue_39_terms_are_entries_and_removing_one_is_caught(term):
+    text = GLOSSARY.read_text(encoding="utf-8")
+    entry = re.search(r"^\*\*" + re.escape(term) + r"\*\*.*?(?:\n\n|\Z)", text, re.M | re.S)
+    assert entry, f"{term} is not a glossary entry"
+    assert missing_terms(text.replace(entry.group(0), "")), term
 
 
 @pytest.mark.parametrize("term", ["tokenizer", "vocabulary", "uptraining", "Triton", "LayerNorm", "HBM / SRAM",

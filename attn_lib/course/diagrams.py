@@ -12,7 +12,7 @@ cache, the tiling loop).
 from __future__ import annotations
 
 from attn_lib._checks import check_int
-from attn_lib.course.style import PALETTE  # noqa: F401  used by the drawing functions
+from attn_lib.course.style import MASK_COLORS, PALETTE  # noqa: F401  used by the drawing functions
 
 __all__: list[str] = []
 
@@ -28,7 +28,7 @@ MIN_FONT_SIZE = 8.0
 
 _FONT = 9.0  # box labels
 _TITLE = 10.0  # titles
-_BLOCKED = "#E8E8E8"  # a blocked mask cell: light grey (True cells are PALETTE[0], blue)
+_BLOCKED = MASK_COLORS[0]  # a blocked mask cell: light grey (True cells are MASK_COLORS[1], blue)
 
 
 def _inch_canvas(width: float, height: float):
@@ -124,7 +124,7 @@ def _mask_grid(ax, mask, title: str, *, row_label: str, col_label: str = "key j"
 
     m = mask.to(dtype=__import__("torch").int64)
     rows, cols = m.shape
-    ax.imshow(m.numpy(), cmap=ListedColormap([_BLOCKED, PALETTE[0]]), vmin=0, vmax=1, aspect="equal")
+    ax.imshow(m.numpy(), cmap=ListedColormap(MASK_COLORS), vmin=0, vmax=1, aspect="equal")
     for i in range(rows):
         for j in range(cols):
             ax.text(j, i, "1" if m[i, j] else "0", ha="center", va="center", fontsize=MIN_FONT_SIZE,
@@ -203,8 +203,9 @@ def mask_shapes_figure(lengths=(4, 2)):
 def head_split_figure(d_model: int = 8, num_heads: int = 2, tokens=("the", "cat", "sat")):
     """Splitting into heads and merging back, for a batch of one sentence, with every shape labelled.
 
-    Left: x (B, L, d_model), one row per token, one numbered cell per feature, coloured by the head it goes
-    to. Middle: ``view(B, L, H, E)`` cuts each row into H blocks of E = d_model / H features (no data moves).
+    Left: x (B, L, d_model), one row per token, one cell per feature, coloured by the head it goes to and
+    numbered as ``torch.arange(L * d_model).view(1, L, d_model)`` holds it: token i's feature f is
+    i·d_model + f, so every number appears once and each can be followed through the reshapes. Middle: ``view(B, L, H, E)`` cuts each row into H blocks of E = d_model / H features (no data moves).
     Right: ``transpose(1, 2)`` gives (B, H, L, E): head h owns an (L, E) matrix of features h·E .. (h+1)·E - 1.
     The arrow back is the merge, ``transpose(1, 2)`` then ``reshape(B, L, H·E)``, with H·E = d_model. The same
     steps as :func:`attn_lib.mha.split_heads` and :func:`attn_lib.mha.merge_heads` (no tensors are computed).
@@ -252,23 +253,24 @@ def head_split_figure(d_model: int = 8, num_heads: int = 2, tokens=("the", "cat"
     ax.set_axis_off()
     from matplotlib.patches import Rectangle
 
-    def cell(x, y, feature):
+    def cell(x, y, token, feature):
         head = feature // E
         colour = PALETTE[head % 6]
         ax.add_patch(Rectangle((x, y), 1, 1, facecolor=colour, alpha=0.35, edgecolor=colour, linewidth=1.0))
-        ax.text(x + 0.5, y + 0.5, str(feature), ha="center", va="center", fontsize=MIN_FONT_SIZE, color=PALETTE[7])
+        ax.text(x + 0.5, y + 0.5, str(token * D + feature), ha="center", va="center", fontsize=MIN_FONT_SIZE,
+                color=PALETTE[7])  # the value arange(L * D).view(L, D) holds at (token, feature)
 
     row_y = [block_h - (i + 1) for i in range(L)]  # token i's row (bottom edge), top to bottom
     for i, tok in enumerate(tokens):
         ax.text(x1 - 0.2, row_y[i] + 0.5, tok, ha="right", va="center", fontsize=MIN_FONT_SIZE + 1)
         for f in range(D):
-            cell(x1 + f, row_y[i], f)
-            cell(x2 + f + (f // E) * gap, row_y[i], f)
+            cell(x1 + f, row_y[i], i, f)
+            cell(x2 + f + (f // E) * gap, row_y[i], i, f)
     for h in range(H):
         base = block_h - h * (L + 1.0)
         for i in range(L):
             for e in range(E):
-                cell(x3 + e, base - (i + 1), h * E + e)
+                cell(x3 + e, base - (i + 1), i, h * E + e)
         ax.text(x3 + E + 0.3, base - L / 2, f"head {h}", ha="left", va="center", fontsize=MIN_FONT_SIZE + 1,
                 color=PALETTE[h % 6] if h % 6 not in (4, 6) else PALETTE[7])
     ty = block_h + 1.3

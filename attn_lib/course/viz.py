@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from attn_lib._checks import check_bool, check_int, check_number
-from attn_lib.course.style import DIVERGING_CMAP, PALETTE, SEQUENTIAL_CMAP
+from attn_lib.course.style import DIVERGING_CMAP, MASK_COLORS, PALETTE, SEQUENTIAL_CMAP
 
 __all__ = [
     "PALETTE", "SEQUENTIAL_CMAP", "DIVERGING_CMAP", "plot_attention", "attention_stack", "select_head",
@@ -413,7 +413,8 @@ def model_view(attentions, tokens: Sequence[str], *, batch_index: int = 0, html_
 
 def _mosaic_figure(weights: torch.Tensor, panel_labels: Sequence[Sequence[str]], row_labels: Sequence[str],
                    tokens: Sequence[str], title: str, *, label_tokens: bool = True):
-    """One image of a (R, C, L, S) grid of heatmaps, one blank pixel between them (NaN panels stay blank).
+    """One image of a (R, C, L, S) grid of heatmaps, one blank pixel between them (three above a labelled lower row;
+    NaN panels stay blank).
 
     One Axes for the whole grid (a grid of 72 Axes takes seconds to draw); panel and row labels are
     text; with ``label_tokens`` the tokens label the first panel's rows and the bottom-left panel's columns.
@@ -422,10 +423,13 @@ def _mosaic_figure(weights: torch.Tensor, panel_labels: Sequence[Sequence[str]],
     import numpy as np
 
     R, C, L, S = weights.shape
-    grid = np.full((R * (L + 1) - 1, C * (S + 1) - 1), np.nan)
+    # rows below the first that carry panel labels get 3 blank pixels above them, room for the labels
+    # (with 1, a lower row's "head h" would be drawn over the bottom of the panels above it)
+    gap = 3 if any(label for row in panel_labels[1:] for label in row) else 1
+    grid = np.full((R * (L + gap) - gap, C * (S + 1) - 1), np.nan)
     for r in range(R):
         for c in range(C):
-            grid[r * (L + 1): r * (L + 1) + L, c * (S + 1): c * (S + 1) + S] = weights[r, c].numpy()
+            grid[r * (L + gap): r * (L + gap) + L, c * (S + 1): c * (S + 1) + S] = weights[r, c].numpy()
     cell = 0.13 if label_tokens else 0.07
     fig, ax = plt.subplots(figsize=(1.8 + cell * grid.shape[1], 1.4 + cell * grid.shape[0]))
     cmap = plt.get_cmap(SEQUENTIAL_CMAP).with_extremes(bad="white")
@@ -440,9 +444,9 @@ def _mosaic_figure(weights: torch.Tensor, panel_labels: Sequence[Sequence[str]],
         ax.set_yticks([])
     for r, row in enumerate(panel_labels):
         for c, label in enumerate(row):
-            ax.text(c * (S + 1) + (S - 1) / 2, r * (L + 1) - 0.8, label, ha="center", va="bottom", fontsize=7)
+            ax.text(c * (S + 1) + (S - 1) / 2, r * (L + gap) - 0.8, label, ha="center", va="bottom", fontsize=7)
     for r, label in enumerate(row_labels):
-        ax.text(-1.0, r * (L + 1) + (L - 1) / 2, label, ha="right", va="center", fontsize=7)
+        ax.text(-1.0, r * (L + gap) + (L - 1) / 2, label, ha="right", va="center", fontsize=7)
     for side in ax.spines.values():
         side.set_visible(False)
     fig.colorbar(im, ax=ax, fraction=0.025, pad=0.02, label="attention weight")
@@ -900,8 +904,10 @@ def mask_figure(kind: str, q_len: int, kv_len: int, *, num_padding: int = 0, see
     _, weights = scaled_dot_product_attention(q, k, k, mask)
     empty = int((~mask).all(-1).sum())
     fig, (ax_m, ax_w) = plt.subplots(1, 2, figsize=(8.0, 3.2))
-    ax_m.imshow(mask.numpy(), cmap="gray", vmin=0, vmax=1)
-    ax_m.set_title("mask (white = may attend)", fontsize=9)
+    from matplotlib.colors import ListedColormap
+
+    ax_m.imshow(mask.numpy(), cmap=ListedColormap(MASK_COLORS), vmin=0, vmax=1)
+    ax_m.set_title("mask (blue = may attend, grey = blocked)", fontsize=9)
     im = ax_w.imshow(weights.numpy(), cmap="viridis", vmin=0, vmax=1)
     ax_w.set_title("attention weights" + (f" ({empty} row(s) fully masked: 0)" if empty else ""), fontsize=9)
     for ax in (ax_m, ax_w):

@@ -165,14 +165,24 @@ def test_nb05_head_split_gives_head_h_features_h_times_E_onwards():
     fig = diagrams.head_split_figure(d_model=6, num_heads=3)
     fig.canvas.draw()
     labels = {t.get_text(): t for t in _texts(fig)}
-    # the cells right of "head h" (same height band) are numbered h*E .. (h+1)*E - 1, E = 2
+    # the cells are the values of x = arange(L * d_model).view(1, L, d_model), L = 3, d_model = 6, E = 2: on the
+    # left token i's row holds 6i .. 6i + 5; right of "head h" (its middle row, token 1) sit x[0, 1, 2h:2h + 2],
+    # and head h's block as a whole is exactly what split_heads gives it
+    from attn_lib.mha import split_heads
+
+    x = torch.arange(18).view(1, 3, 6)
+    heads = split_heads(x, 3)  # (1, 3, 3, 2)
     cells = [t for t in _texts(fig) if t.get_text().isdigit()]
+    assert sorted(int(t.get_text()) for t in cells) == sorted(list(range(18)) * 3)  # every value once per stage
     column = next(t for t in _texts(fig) if t.get_text().startswith("(B, H, L, E)")).get_position()[0]
     for h in range(3):
         band = labels[f"head {h}"].get_position()[1]
         row = sorted({int(t.get_text()) for t in cells
                       if abs(t.get_position()[1] - band) < 1.0 and abs(t.get_position()[0] - column) < 1.1})
-        assert row == [2 * h, 2 * h + 1], (h, row)
+        assert row == heads[0, h, 1].tolist() == [6 + 2 * h, 7 + 2 * h], (h, row)
+        block = sorted({int(t.get_text()) for t in cells
+                        if abs(t.get_position()[1] - band) < 2.0 and abs(t.get_position()[0] - column) < 1.1})
+        assert block == sorted(heads[0, h].flatten().tolist()), (h, block)
 
 
 def test_nb05_head_split_is_readable_and_in_the_palette():
