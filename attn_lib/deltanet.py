@@ -164,11 +164,19 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return torch.cat(outs, dim=2), state
 
 
-def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "chunked") -> torch.Tensor:
-    """A ``transformers`` ``Qwen3NextGatedDeltaNet`` (no cache, no padding), recomputed from its weights.
+# transformers' ACT2FN names the layer's ``activation`` (config.hidden_act) can hold, as torch functions
+_ACTIVATIONS = {"silu": F.silu, "swish": F.silu, "gelu": F.gelu, "relu": F.relu, "tanh": torch.tanh,
+                "sigmoid": torch.sigmoid, "gelu_pytorch_tanh": lambda t: F.gelu(t, approximate="tanh"),
+                None: lambda t: t}
+
+
+def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "chunked",
+                           cache: dict | None = None) -> torch.Tensor:
+    """A ``transformers`` ``Qwen3NextGatedDeltaNet`` (no padding), recomputed from its weights.
 
     in_proj_qkvz and in_proj_ba (their outputs interleaved per key head, as the layer stores them) -> q, k, v, z, b, a;
-    depthwise causal conv1d + silu on (q, k, v); q, k L2-normalised; beta = sigmoid(b); g = -exp(A_log)·softplus(a +
+    depthwise causal conv1d then the layer's ``activation`` (its config's ``hidden_act``, silu in Qwen3-Next's
+    releases: transformers applies that one, not a fixed silu) on (q, k, v); q, k L2-normalised; beta = sigmoid(b); g = -exp(A_log)·softplus(a +
     dt_bias); each key head serves num_v_heads / num_k_heads value heads; :func:`gated_delta_rule`; RMS norm of each
     head's output times silu(z); out_proj. Mirrors transformers 5.24, models/qwen3_next/modeling_qwen3_next.py.
 
@@ -176,19 +184,29 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
         layer: a ``Qwen3NextGatedDeltaNet``; hidden_states: (B, L, hidden_size) floating, of the layer's weights'
             dtype (float32 or float64; the default chunked form needs one of them on the CPU).
         form: ``"chunked"`` (default) or ``"recurrent"``, as :func:`gated_delta_rule`.
+        cache: None, or a dict (empty before the first call) in which the layer keeps what decoding needs between
+            calls: ``"conv"``, the last kernel_size - 1 inputs of the convolution (B, conv_dim, K - 1), and
+            ``"recurrent"``, the delta rule's state (B, num_v_heads, head_k_dim, head_v_dim). Its size does not
+            grow with the tokens seen.
 
     Returns:
         (B, L, hidden_size), in the weights' dtype.
 
     Raises:
-        TypeError: hidden_states not a floating tensor. ValueError: hidden_states not 3-D; and what
-            :func:`gated_delta_rule` raises (e.g. an unknown form). ``layer`` is not checked: another object
+        TypeError: hidden_states not a floating tensor; cache not a dict. ValueError: hidden_states not 3-D; an
+            activation this function does not know; and what :func:`gated_delta_rule` raises (e.g. an unknown
+            form). ``layer`` is not checked: another object
             raises AttributeError, a dtype other than the weights' raises torch's RuntimeError.
 
     Source: transformers' ``Qwen3NextGatedDeltaNet`` (no-cache torch path); the layer of Yang, Kautz &
     Hatamizadeh 2024, "Gated Delta Networks", §3.
     """
     check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
+    if cache is not None and not isinstance(cache, dict):
+        raise TypeError(f"cache must be None or a dict (empty before the first call), got {type(cache).__name__}")
+    act = getattr(layer, "activation", "silu")
+    if act not in _ACTIVATIONS:
+        raise ValueError(f"layer.activation must be one of {sorted(a for a in _ACTIVATIONS if a)} or None, got {act!r}")
     Bt, L, _ = hidden_states.shape
     Hk, Hv, Dk, Dv = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
     r = Hv // Hk
@@ -196,8 +214,14 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
     q, k, v, z = qkvz.split([Dk, Dk, r * Dv, r * Dv], dim=-1)
     b, a = layer.in_proj_ba(hidden_states).view(Bt, L, Hk, 2 * r).split([r, r], dim=-1)
     mixed = torch.cat([q.reshape(Bt, L, -1), k.reshape(Bt, L, -1), v.reshape(Bt, L, -1)], dim=-1).transpose(1, 2)
-    mixed = F.silu(F.conv1d(mixed, layer.conv1d.weight, None, padding=layer.conv_kernel_size - 1,
-                            groups=layer.conv_dim)[..., :L]).transpose(1, 2)
+    K = layer.conv_kernel_size
+    if cache is None:  # causal: K - 1 zeros before the first token
+        past = mixed.new_zeros(Bt, mixed.shape[1], K - 1)
+    else:
+        past = cache.get("conv", mixed.new_zeros(Bt, mixed.shape[1], K - 1))
+        cache["conv"] = torch.cat([past, mixed], -1)[..., -(K - 1):] if K > 1 else past
+    conv = F.conv1d(torch.cat([past, mixed], -1), layer.conv1d.weight, layer.conv1d.bias, groups=layer.conv_dim)
+    mixed = _ACTIVATIONS[act](conv).transpose(1, 2)
     q, k, v = mixed.split([layer.key_dim, layer.key_dim, layer.value_dim], dim=-1)
 
     def heads(t, n, d, rep=1):  # (B, L, n*d) -> (B, n*rep, L, d)
@@ -206,7 +230,10 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
     q, k = l2_normalize(heads(q, Hk, Dk, r)), l2_normalize(heads(k, Hk, Dk, r))
     beta = b.reshape(Bt, L, Hv).sigmoid().transpose(1, 2)
     g = (-layer.A_log.exp() * F.softplus(a.reshape(Bt, L, Hv) + layer.dt_bias)).transpose(1, 2)
-    out, _ = gated_delta_rule(q, k, heads(v, Hv, Dv), g.to(q.dtype), beta, form=form)
+    state = None if cache is None else cache.get("recurrent")
+    out, state = gated_delta_rule(q, k, heads(v, Hv, Dv), g.to(q.dtype), beta, form=form, initial_state=state)
+    if cache is not None:
+        cache["recurrent"] = state
     out = out.transpose(1, 2)  # (B, L, Hv, Dv)
     out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + layer.norm.variance_epsilon)
     out = layer.norm.weight * out * F.silu(z.reshape(Bt, L, Hv, Dv))

@@ -368,3 +368,45 @@ def test_recall_model_and_training_refuse_bad_sizes_and_restore_threads(monkeypa
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def _qwen3_next_gdn(ratio, act="silu", seed=0):
+    from transformers import Qwen3NextConfig
+
+    cfg = Qwen3NextConfig(hidden_size=32, linear_num_value_heads=2 * ratio, linear_num_key_heads=2,
+                          linear_key_head_dim=8, linear_value_head_dim=6, linear_conv_kernel_dim=4,
+                          num_hidden_layers=1, layer_types=["linear_attention"], num_attention_heads=2,
+                          num_key_value_heads=1, head_dim=8, intermediate_size=32, vocab_size=32, hidden_act=act)
+    torch.manual_seed(seed)
+    return qwen.Qwen3NextGatedDeltaNet(cfg, 0).eval()
+
+
+@pytest.mark.parametrize("ratio", [1, 2, 4])  # value heads per key head, Gated DeltaNet's GQA
+def test_gated_deltanet_decodes_through_its_cache_equal_to_the_full_forward(ratio):
+    layer = _qwen3_next_gdn(ratio)
+    x = torch.randn(3, 11, 32, generator=torch.Generator().manual_seed(6))  # a batch of 3
+    with torch.no_grad():
+        ref = layer(x)
+        for sizes in ([1] * 11, [4, 1, 5, 1]):  # token by token; in chunks
+            cache = {}
+            out = torch.cat([gated_deltanet_forward(layer, p, cache=cache) for p in x.split(sizes, dim=1)], 1)
+            assert (out - ref).abs().max() < 1e-5, sizes
+            assert cache["conv"].shape == (3, layer.conv_dim, 3)  # K - 1 inputs, however many tokens passed
+            assert cache["recurrent"].shape == (3, 2 * ratio, 8, 6)
+        with pytest.raises(TypeError, match="cache must be None or a dict"):
+            gated_deltanet_forward(layer, x, cache=[])
+
+
+def test_gated_deltanet_applies_the_configs_activation_after_its_convolution():
+    """transformers applies ACT2FN[config.hidden_act] after the convolution, not a fixed silu (issue 35)."""
+    layer = _qwen3_next_gdn(2, act="gelu")
+    assert layer.activation == "gelu"
+    x = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        ref = layer(x)
+        assert (gated_deltanet_forward(layer, x) - ref).abs().max() < 1e-5
+        layer.activation = "silu"  # what the old converter assumed: another answer
+        assert (gated_deltanet_forward(layer, x) - ref).abs().max() > 1e-4
+        layer.activation = "softsign"
+        with pytest.raises(ValueError, match="layer.activation must be one of .* got 'softsign'"):
+            gated_deltanet_forward(layer, x)
