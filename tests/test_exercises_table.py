@@ -386,6 +386,19 @@ def sample_b(logits, temperature, top_k, generator):
     return torch.multinomial(torch.softmax(z, dim=1), 1, generator=generator)[:, 0]
 
 
+def kda_a(state, query, key, value, log_decay, beta):
+    s = torch.exp(log_decay).unsqueeze(-1) * state
+    s = s + beta[..., None, None] * torch.einsum("...e,...v->...ev", key, value - torch.einsum("...e,...ev->...v", key, s))
+    return torch.einsum("...e,...ev->...v", query, s), s
+
+
+def kda_b(state, query, key, value, log_decay, beta):
+    s = state * log_decay.exp()[..., None]
+    err = value - (key[..., None] * s).sum(-2)
+    s = s + (beta[..., None] * err)[..., None, :] * key[..., None]
+    return (query[..., None] * s).sum(-2), s
+
+
 RIGHT = {
     "check_softmax": (softmax_a, softmax_b),
     "check_apply_merges": (merges_a, merges_b),
@@ -424,6 +437,9 @@ RIGHT = {
     "check_train_step": (train_step_a, train_step_b),
     "check_sample": (sample_a, sample_b),
     "check_state_bytes": (state_bytes_a, state_bytes_b),
+    "check_gated_output": (lambda heads, x, w_gate: heads * torch.sigmoid(x @ w_gate.T),
+                           lambda heads, x, w_gate: heads * 0.5 * (1 + torch.tanh(0.5 * (x @ w_gate.mT)))),
+    "check_kda_step": (kda_a, kda_b),
 }
 ALL_CHECKS = sorted(RIGHT)
 
