@@ -39,3 +39,26 @@ def test_cache_bytes_below_the_window_counts_every_token():
     assert cache_bytes(gemma, 1000) == 62 * 1000 * 2 * 16 * 128 * 2
     with pytest.raises(ValueError, match="seq_len"):
         cache_bytes(gemma, -1)
+
+
+def test_the_per_token_column_counts_the_windows_as_the_gib_column_does():
+    rows = kv_table(131072)
+    text = format_kv_table(rows).splitlines()
+    assert "KiB/token @ 128k" in text[0]
+    for r, line in zip(rows, text[2:]):
+        per_token, gib = (float(v) for v in line[20:].split()[:2])
+        assert abs(per_token * 1024 * 131072 / 2**30 - gib) < 0.01 * gib + 0.01, r["model"]
+
+
+def test_the_hybrid_has_its_own_colour():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from attn_lib.kv_table import plot_kv_table
+
+    rows = kv_table(131072)
+    ax = plot_kv_table(rows)
+    colours = {r["model"]: tuple(p.get_facecolor()) for r, p in zip(rows[::-1], ax.patches)}
+    hybrid = next(r["model"] for r in rows if "linear" in r["kind"])
+    plain = next(r["model"] for r in rows if r["kind"] == "GQA")
+    assert colours[hybrid] != colours[plain]
