@@ -310,3 +310,28 @@ def test_gemma3n_kv_sharing_decodes_at_the_true_positions(how):
                         outs[i].append(out)
         for i, (out, ref) in enumerate(zip(outs, refs)):
             torch.testing.assert_close(torch.cat(out, 1), ref, **TOL, msg=f"Hkv={kv_heads}, layer {i}, {how}")
+
+
+try:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover
+    given = None
+
+if given is not None:
+    @settings(max_examples=25, deadline=None)
+    @given(kv_heads=st.sampled_from([4, 2, 1]), window=st.sampled_from([None, 1, 3]), sinks=st.booleans(),
+           cap=st.sampled_from([None, 1.5]), qk_norm=st.booleans(), gate=st.booleans(), rotary=st.sampled_from([None, 2]),
+           cuts=st.lists(st.integers(1, 4), min_size=1, max_size=8), seed=st.integers(0, 1000))
+    def test_any_switches_decode_in_any_chunks_equal_to_the_full_forward(kv_heads, window, sinks, cap, qk_norm, gate,
+                                                                          rotary, cuts, seed):
+        """Every combination of the switches, decoded through its cache in random pieces, equals the full forward."""
+        torch.manual_seed(seed)
+        m = VariantAttention(16, 4, kv_heads, 4, sliding_window=window, sinks=sinks, softcap=cap, qk_norm=qk_norm,
+                             output_gate=gate, rotary_dim=rotary, dtype=torch.float64)
+        if sinks:
+            with torch.no_grad():
+                m.sinks.normal_()
+        x = torch.randn(2, sum(cuts), 16, dtype=torch.float64)
+        with torch.no_grad():
+            torch.testing.assert_close(_decode(m, x, cuts), m(x), **TOL)
