@@ -82,8 +82,9 @@ def add_output_gates(model: TinyDecoder) -> TinyDecoder:
         model: a :class:`~attn_lib.models.lm.DecoderLM` (e.g. a TinyDecoder), not yet gated.
 
     Returns:
-        the same model, each ``layers[i].attn.out_proj`` now an :class:`OutputGate` (2·H·E·... more parameters:
-        d_model x H·E + H·E per layer).
+        the same model, each ``layers[i].attn.out_proj`` now an :class:`OutputGate`: d_model x H·E + H·E more
+        parameters per layer, of the out_proj weight's dtype (float32 by default). Its forward still maps ids (B, L)
+        int64 to logits (B, L, vocab_size).
 
     Raises:
         TypeError: model has no ``layers`` of attention blocks. ValueError: a layer is gated already.
