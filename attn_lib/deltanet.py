@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from attn_lib._checks import (check_choice, check_finite, check_int, check_same_device, check_same_dtype, check_scale,
                               check_tensor, shape_of)
 
-__all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltanet_forward", "in_float64"]
+__all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltanet_forward", "in_float64",
+           "kimi_delta_rule", "kimi_delta_attention_forward"]
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -168,11 +169,19 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return torch.cat(outs, dim=2), state
 
 
-def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "chunked") -> torch.Tensor:
-    """A ``transformers`` ``Qwen3NextGatedDeltaNet`` (no cache, no padding), recomputed from its weights.
+# transformers' ACT2FN names the layer's ``activation`` (config.hidden_act) can hold, as torch functions
+_ACTIVATIONS = {"silu": F.silu, "swish": F.silu, "gelu": F.gelu, "relu": F.relu, "tanh": torch.tanh,
+                "sigmoid": torch.sigmoid, "gelu_pytorch_tanh": lambda t: F.gelu(t, approximate="tanh"),
+                None: lambda t: t}
+
+
+def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "chunked",
+                           cache: dict | None = None) -> torch.Tensor:
+    """A ``transformers`` ``Qwen3NextGatedDeltaNet`` (no padding), recomputed from its weights.
 
     in_proj_qkvz and in_proj_ba (their outputs interleaved per key head, as the layer stores them) -> q, k, v, z, b, a;
-    depthwise causal conv1d + silu on (q, k, v); q, k L2-normalised; beta = sigmoid(b); g = -exp(A_log)·softplus(a +
+    depthwise causal conv1d then the layer's ``activation`` (its config's ``hidden_act``, silu in Qwen3-Next's
+    releases: transformers applies that one, not a fixed silu) on (q, k, v); q, k L2-normalised; beta = sigmoid(b); g = -exp(A_log)·softplus(a +
     dt_bias); each key head serves num_v_heads / num_k_heads value heads; :func:`gated_delta_rule`; RMS norm of each
     head's output times silu(z); out_proj. Mirrors transformers 5.24, models/qwen3_next/modeling_qwen3_next.py.
 
@@ -180,14 +189,19 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
         layer: a ``Qwen3NextGatedDeltaNet``; hidden_states: (B, L, hidden_size) floating, of the layer's weights'
             dtype (float32 or float64; the default chunked form needs one of them on the CPU).
         form: ``"chunked"`` (default) or ``"recurrent"``, as :func:`gated_delta_rule`.
+        cache: None, or a dict (empty before the first call) in which the layer keeps what decoding needs between
+            calls: ``"conv"``, the last kernel_size - 1 inputs of the convolution (B, conv_dim, K - 1), and
+            ``"recurrent"``, the delta rule's state (B, num_v_heads, head_k_dim, head_v_dim). Its size does not
+            grow with the tokens seen.
 
     Returns:
         (B, L, hidden_size), in the weights' dtype.
 
     Raises:
         TypeError: hidden_states not a floating tensor or not of the layer's weights' dtype; layer not a
-            Qwen3NextGatedDeltaNet (no in_proj_qkvz, ...). ValueError: hidden_states not 3-D; and what
-            :func:`gated_delta_rule` raises (e.g. an unknown form).
+            Qwen3NextGatedDeltaNet (no in_proj_qkvz, ...); cache not a dict. ValueError: hidden_states not 3-D; an
+            activation this function does not know; and what :func:`gated_delta_rule` raises (e.g. an unknown
+            form).
 
     Source: transformers' ``Qwen3NextGatedDeltaNet`` (no-cache torch path); the layer of Yang, Kautz &
     Hatamizadeh 2024, "Gated Delta Networks", §3.
@@ -195,6 +209,11 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
     check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
     _check_hf_layer("layer", layer, ("in_proj_qkvz", "in_proj_ba", "conv1d", "A_log", "dt_bias", "norm", "out_proj"),
                     "transformers' Qwen3NextGatedDeltaNet", layer_weight="out_proj", x=hidden_states)
+    if cache is not None and not isinstance(cache, dict):
+        raise TypeError(f"cache must be None or a dict (empty before the first call), got {type(cache).__name__}")
+    act = getattr(layer, "activation", "silu")
+    if act not in _ACTIVATIONS:
+        raise ValueError(f"layer.activation must be one of {sorted(a for a in _ACTIVATIONS if a)} or None, got {act!r}")
     Bt, L, _ = hidden_states.shape
     Hk, Hv, Dk, Dv = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
     r = Hv // Hk
@@ -202,8 +221,14 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
     q, k, v, z = qkvz.split([Dk, Dk, r * Dv, r * Dv], dim=-1)
     b, a = layer.in_proj_ba(hidden_states).view(Bt, L, Hk, 2 * r).split([r, r], dim=-1)
     mixed = torch.cat([q.reshape(Bt, L, -1), k.reshape(Bt, L, -1), v.reshape(Bt, L, -1)], dim=-1).transpose(1, 2)
-    mixed = F.silu(F.conv1d(mixed, layer.conv1d.weight, None, padding=layer.conv_kernel_size - 1,
-                            groups=layer.conv_dim)[..., :L]).transpose(1, 2)
+    K = layer.conv_kernel_size
+    if cache is None:  # causal: K - 1 zeros before the first token
+        past = mixed.new_zeros(Bt, mixed.shape[1], K - 1)
+    else:
+        past = cache.get("conv", mixed.new_zeros(Bt, mixed.shape[1], K - 1))
+        cache["conv"] = torch.cat([past, mixed], -1)[..., -(K - 1):] if K > 1 else past
+    conv = F.conv1d(torch.cat([past, mixed], -1), layer.conv1d.weight, layer.conv1d.bias, groups=layer.conv_dim)
+    mixed = _ACTIVATIONS[act](conv).transpose(1, 2)
     q, k, v = mixed.split([layer.key_dim, layer.key_dim, layer.value_dim], dim=-1)
 
     def heads(t, n, d, rep=1):  # (B, L, n*d) -> (B, n*rep, L, d)
@@ -212,7 +237,10 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
     q, k = l2_normalize(heads(q, Hk, Dk, r)), l2_normalize(heads(k, Hk, Dk, r))
     beta = b.reshape(Bt, L, Hv).sigmoid().transpose(1, 2)
     g = (-layer.A_log.exp() * F.softplus(a.reshape(Bt, L, Hv) + layer.dt_bias)).transpose(1, 2)
-    out, _ = gated_delta_rule(q, k, heads(v, Hv, Dv), g.to(q.dtype), beta, form=form)
+    state = None if cache is None else cache.get("recurrent")
+    out, state = gated_delta_rule(q, k, heads(v, Hv, Dv), g.to(q.dtype), beta, form=form, initial_state=state)
+    if cache is not None:
+        cache["recurrent"] = state
     out = out.transpose(1, 2)  # (B, L, Hv, Dv)
     out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + layer.norm.variance_epsilon)
     out = layer.norm.weight * out * F.silu(z.reshape(Bt, L, Hv, Dv))
@@ -260,3 +288,142 @@ def in_float64(fn):
     copy = types.FunctionType(inner.__code__, glob, inner.__name__, inner.__defaults__, inner.__closure__)
     copy.__kwdefaults__ = inner.__kwdefaults__
     return copy
+
+
+def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, log_decay: torch.Tensor,
+                    beta: torch.Tensor, *, form: str = "recurrent", chunk_size: int = 64, scale: float | None = None,
+                    initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Kimi Delta Attention's rule: the gated delta rule with one decay per key channel, not one per head.
+
+    Per token: S ← diag(exp(g_t)) S (each of the E rows of the state, one per key channel, forgets at its own rate);
+    then the delta rule's correction S ← S + β_t k_t (v_t - Sᵀk_t)ᵀ; the output reads o_t = Sᵀ q_t. With g_t the same
+    in every channel it is :func:`gated_delta_rule`.
+
+    Args:
+        query, key: (B, H, L, E); value: (B, H, L, Ev); log_decay (g): (B, H, L, E) <= 0, a decay per channel;
+            beta: (B, H, L) in [0, 1]. Floating tensors of one dtype (float32 or float64), finite.
+        form: ``"recurrent"`` (token by token) or ``"chunked"`` (inside a chunk, one triangular solve gives the
+            C corrections; across chunks the state is carried, as :func:`gated_delta_rule`).
+        chunk_size: C (int >= 1). scale: multiplies the queries (default E ** -0.5, as transformers).
+        initial_state: (B, H, E, Ev) or None (zeros).
+
+    Returns:
+        ``(out, final_state)``: (B, H, L, Ev) and (B, H, E, Ev), in the inputs' dtype.
+
+    Raises:
+        TypeError: inputs not floating tensors or of different dtypes; form not a str; chunk_size not an int; scale
+            not a number. ValueError: shapes other than the above; NaN or infinity; log_decay > 0 somewhere; an
+            unknown form; chunk_size < 1; scale NaN, infinite or <= 0; tensors on different devices.
+
+    Source: Kimi Team 2025, "Kimi Linear: An Expressive, Efficient Attention Architecture"
+    (https://arxiv.org/abs/2510.26692), §3 (KDA, fine-grained gating); equal to transformers'
+    ``recurrent_kimi_delta_attention`` / ``chunk_kimi_delta_attention`` (models/kimi_linear, tests/test_linear.py).
+    """
+    for n, t in (("query", query), ("key", key), ("value", value), ("log_decay", log_decay)):
+        check_tensor(n, t, floating=True, ndim=4)
+        check_finite(n, t)
+    check_tensor("beta", beta, floating=True, ndim=3)
+    check_finite("beta", beta)
+    if query.shape != key.shape or log_decay.shape != key.shape or value.shape[:-1] != key.shape[:-1] \
+            or beta.shape != key.shape[:-1]:
+        raise ValueError(f"query, key and log_decay must be (B, H, L, E), value (B, H, L, Ev) and beta (B, H, L) "
+                         f"with one B, H, L; got query {shape_of(query)}, key {shape_of(key)}, value "
+                         f"{shape_of(value)}, log_decay {shape_of(log_decay)}, beta {shape_of(beta)}")
+    check_same_dtype(query=query, key=key, value=value, log_decay=log_decay, beta=beta)
+    if initial_state is not None:
+        check_tensor("initial_state", initial_state, floating=True, ndim=4)
+    check_same_device(query=query, key=key, value=value, log_decay=log_decay, beta=beta, initial_state=initial_state)
+    if bool((log_decay > 0).any()):
+        raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
+    check_choice("form", form, ("recurrent", "chunked"))
+    C = check_int("chunk_size", chunk_size, minimum=1)
+    Bt, H, L, E = key.shape
+    q = query * check_scale(scale, E)
+    state = torch.zeros(Bt, H, E, value.shape[-1], dtype=value.dtype, device=value.device)
+    if initial_state is not None:
+        if initial_state.shape != state.shape:
+            raise ValueError(f"initial_state must have shape (B, H, E, Ev) = {tuple(state.shape)}, "
+                             f"got {shape_of(initial_state)}")
+        state = check_finite("initial_state", initial_state).to(value.dtype)
+    outs = []
+    if form == "recurrent":
+        for t in range(L):
+            state = log_decay[:, :, t, :, None].exp() * state  # each key channel's row decays at its own rate
+            delta = beta[:, :, t, None] * (value[:, :, t] - (key[:, :, t, None, :] @ state)[..., 0, :])
+            state = state + key[:, :, t, :, None] * delta[..., None, :]  # the correction, written along k_t
+            outs.append((q[:, :, t, None, :] @ state)[..., 0, :][:, :, None])  # read: Sᵀ q_t
+        return torch.cat(outs, dim=2), state
+    for s in range(0, L, C):
+        qc, kc, vc, bc = q[:, :, s:s + C], key[:, :, s:s + C], value[:, :, s:s + C], beta[:, :, s:s + C, None]
+        cum = log_decay[:, :, s:s + C].cumsum(2)  # (B, H, n, E): log decay from the chunk's start, per channel
+        n = kc.shape[2]
+        lower = torch.ones(n, n, dtype=torch.bool, device=key.device).tril()
+        # decay from token j to token i (j <= i), per channel: exp(cum_i - cum_j), (B, H, n, n, E)
+        pair = torch.where(lower[..., None], cum[:, :, :, None] - cum[:, :, None], -torch.inf).exp()
+        kk = torch.einsum("bhie,bhje,bhije->bhij", kc, kc, pair)  # k_i · diag(decay_ij) k_j
+        qk = torch.einsum("bhie,bhje,bhije->bhij", qc, kc, pair)
+        system = (bc * kk).tril(-1) + torch.eye(n, dtype=key.dtype, device=key.device)
+        u = torch.linalg.solve_triangular(system, bc * vc, upper=False, unitriangular=True)
+        w = torch.linalg.solve_triangular(system, bc * kc * cum.exp(), upper=False, unitriangular=True)
+        delta = u - w @ state  # the corrections, once the carried state is accounted for
+        outs.append((qc * cum.exp()) @ state + qk @ delta)
+        state = cum[:, :, -1, :, None].exp() * state + (kc * (cum[:, :, -1:] - cum).exp()).transpose(-1, -2) @ delta
+    return torch.cat(outs, dim=2), state
+
+
+def kimi_delta_attention_forward(layer, hidden_states: torch.Tensor, *, form: str = "chunked",
+                                 cache: dict | None = None) -> torch.Tensor:
+    """A ``transformers`` ``KimiLinearDeltaAttention`` (no padding), recomputed from its weights.
+
+    q/k/v_proj -> depthwise causal conv1d + the layer's activation -> heads; q, k L2-normalised; the forget gate
+    g = -exp(A_log) · softplus(f_b(f_a(x)) + dt_bias), one value per head and key channel; beta = sigmoid(b_proj(x));
+    :func:`kimi_delta_rule`; RMS norm of each head's output times its weight and sigmoid(g_b(g_a(x))); o_proj.
+
+    Args:
+        layer: a ``KimiLinearDeltaAttention``; hidden_states: (B, L, hidden_size) floating, the weights' dtype.
+        form: ``"chunked"`` (default) or ``"recurrent"``. cache: None or a dict (empty before the first call)
+            holding ``"conv"`` (B, 3·H·E, K - 1) and ``"recurrent"`` (B, H, E, E) between calls, as
+            :func:`gated_deltanet_forward`.
+
+    Returns:
+        (B, L, hidden_size), the weights' dtype.
+
+    Raises:
+        TypeError: hidden_states not a floating tensor; cache not a dict. ValueError: hidden_states not 3-D; an
+            unknown activation; and what :func:`kimi_delta_rule` raises. ``layer`` is not checked.
+
+    Source: transformers' ``KimiLinearDeltaAttention`` (models/kimi_linear); Kimi Team 2025, "Kimi Linear", §3.
+    """
+    check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
+    if cache is not None and not isinstance(cache, dict):
+        raise TypeError(f"cache must be None or a dict (empty before the first call), got {type(cache).__name__}")
+    act = getattr(layer, "activation", "silu")
+    if act not in _ACTIVATIONS:
+        raise ValueError(f"layer.activation must be one of {sorted(a for a in _ACTIVATIONS if a)} or None, got {act!r}")
+    x = hidden_states
+    Bt, L, _ = x.shape
+    H, E, K = layer.num_heads, layer.head_dim, layer.conv_kernel_size
+    mixed = torch.cat([layer.q_proj(x), layer.k_proj(x), layer.v_proj(x)], -1).transpose(1, 2)  # (B, 3HE, L)
+    past = mixed.new_zeros(Bt, mixed.shape[1], K - 1)
+    if cache is not None:
+        past = cache.get("conv", past)
+        cache["conv"] = torch.cat([past, mixed], -1)[..., -(K - 1):] if K > 1 else past
+    mixed = _ACTIVATIONS[act](F.conv1d(torch.cat([past, mixed], -1), layer.conv1d.weight, layer.conv1d.bias,
+                                       groups=layer.conv_dim))
+
+    def heads(t):  # (B, L, H·E) -> (B, H, L, E)
+        return t.reshape(Bt, L, H, E).transpose(1, 2)
+
+    q, k, v = (heads(t) for t in mixed.transpose(1, 2).split(H * E, dim=-1))
+    fg = layer.forget_gate
+    g = -fg.A_log.exp().transpose(1, 2) * F.softplus(heads(fg.f_b_proj(fg.f_a_proj(x)) + fg.dt_bias))
+    beta = torch.sigmoid(layer.b_proj(x)).transpose(1, 2)
+    state = None if cache is None else cache.get("recurrent")
+    out, state = kimi_delta_rule(l2_normalize(q), l2_normalize(k), v, g.to(q.dtype), beta, form=form,
+                                 initial_state=state)
+    if cache is not None:
+        cache["recurrent"] = state
+    out = out.transpose(1, 2)  # (B, L, H, E)
+    out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + layer.o_norm.variance_epsilon) * layer.o_norm.weight
+    out = out * torch.sigmoid(layer.g_b_proj(layer.g_a_proj(x)).view(Bt, L, H, E))
+    return layer.o_proj(out.reshape(Bt, L, -1))

@@ -213,7 +213,8 @@ class MultiHeadLatentAttention(nn.Module):
         """A copy of transformers' ``DeepseekV3Attention`` (or the MLA part of ``DeepseekV32Attention``).
 
         Weights are shared by copy: q (or q_a, q_a_layernorm, q_b), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
-        o_proj; the scores' ``scaling`` and ``rope_interleave`` come from the module and its config. The RoPE
+        o_proj; the scores' ``scaling`` comes from the module, ``rope_interleave`` from DeepSeek-V3's config (V3.2's
+        forward always interleaves, whatever its config says). The RoPE
         angles (and any YaRN scaling of them) are computed outside the module by transformers: feed it the
         default-RoPE angles of ``rope_base`` (:func:`attn_lib.course.hf_equal.hf_cos_sin`) to compare.
 
@@ -226,11 +227,15 @@ class MultiHeadLatentAttention(nn.Module):
         cfg = module.config
         rope = dict(getattr(cfg, "rope_parameters", None) or {})
         w = module.kv_b_proj.weight
+        # what the forward does: DeepseekV3Attention obeys config.rope_interleave, DeepseekV32Attention always
+        # interleaves (apply_rotary_pos_emb_interleave), whatever its config holds
+        v32 = type(module).__name__.startswith("DeepseekV32")
+        interleave = True if v32 else bool(getattr(cfg, "rope_interleave", True))
         new = cls(cfg.hidden_size, cfg.num_attention_heads, kv_lora_rank=cfg.kv_lora_rank,
                   qk_nope_head_dim=cfg.qk_nope_head_dim, qk_rope_head_dim=cfg.qk_rope_head_dim,
                   v_head_dim=cfg.v_head_dim, q_lora_rank=getattr(module, "q_lora_rank", None),
                   rope_base=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))),
-                  rope_interleave=bool(getattr(cfg, "rope_interleave", True)), scale=float(module.scaling),
+                  rope_interleave=interleave, scale=float(module.scaling),
                   eps=module.kv_a_layernorm.variance_epsilon, bias=module.o_proj.bias is not None, dtype=w.dtype)
         pairs = [("kv_a_proj", module.kv_a_proj_with_mqa), ("kv_b_proj", module.kv_b_proj), ("o_proj", module.o_proj)]
         if new.q_lora_rank is None:

@@ -34,6 +34,12 @@ from attn_lib.windows import RingKVCache, window_mask_from_positions
 
 __all__ = ["VariantAttention", "softcap", "max_logit"]
 
+# the attention modules whose forward passes attn_logit_softcapping on (transformers 5.24); Gemma3Attention stores
+# it too but never uses it, and Gemma 3n's text attention has none
+_SOFTCAPPED = ("Gemma2Attention",)
+# transformers' RMSNorms that multiply by (1 + w) (their weight is stored as w - 1, initialised to 0)
+_ONE_PLUS_W = ("Gemma2", "Gemma3RMS", "GemmaRMS", "Qwen3NextRMSNorm", "Qwen3_5RMSNorm")
+
 
 def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
     """Logit soft-capping: cap · tanh(scores / cap), smooth, odd, ~identity for |s| << cap, bounded by ±cap.
@@ -106,7 +112,7 @@ def _rms_from_hf(norm: nn.Module, dim: int) -> nn.RMSNorm:
         return nn.RMSNorm(dim, eps=eps, elementwise_affine=False)
     new = nn.RMSNorm(dim, eps=eps, dtype=weight.dtype, device=weight.device)
     with torch.no_grad():
-        new.weight.copy_(1.0 + weight if name.startswith(("Gemma2", "Gemma3RMS", "GemmaRMS")) else weight)
+        new.weight.copy_(1.0 + weight if name.startswith(_ONE_PLUS_W) else weight)
     return new
 
 
@@ -138,6 +144,11 @@ class VariantAttention(nn.Module):
         softcap: None or cap > 0. sliding_window: None or the window (keys seen, itself included). sinks: learn
             one sink logit per head (``self.sinks``, (H,)).
         kv_shared: this layer reuses another layer's K and V (no k/v projections; pass ``shared_kv``).
+        output_gate: gated attention (Qwen3-Next, Qwen3.5): q_proj also makes one gate logit per head and channel,
+            and each head's output is multiplied by sigmoid(gate) before o_proj (Qiu et al. 2025, "Gated Attention
+            for Large Language Models", their G1 position, elementwise and head-specific).
+        rotary_dim: RoPE on the first rotary_dim dims of each head only (even, <= head_dim; default head_dim;
+            Qwen3-Next: head_dim / 4, its ``partial_rotary_factor``).
 
         norm_eps: the RMSNorms' epsilon (not checked). dtype: the weights' floating torch.dtype (None: float32);
             ``forward``'s x must have it.
@@ -148,20 +159,22 @@ class VariantAttention(nn.Module):
     Raises:
         TypeError: a size (sliding_window included) not an int; bias, qk_norm, v_norm, sinks or kv_shared not a
             bool; rope_base, scale or softcap not a number; dtype not a torch.dtype (or its name).
-        ValueError: a size < 1; Hkv not dividing H; an odd head_dim (RoPE); rope_base NaN, infinite or <= 1;
-            scale or softcap NaN, infinite or <= 0; softcap outside the dtype's normal range (as :func:`softcap`);
-            an integer dtype.
+        ValueError: a size < 1; Hkv not dividing H; an odd head_dim (RoPE); rotary_dim odd or > head_dim;
+            rope_base NaN, infinite or <= 1; scale or softcap NaN, infinite or <= 0; softcap outside the dtype's
+            normal range (as :func:`softcap`); an integer dtype.
 
     Source: grouped-query attention (Ainslie et al. 2023) with RoPE (Su et al. 2021) as transformers'
     ``MistralAttention``; QK-norm (Dehghani et al. 2023) as ``Qwen3Attention``; soft-capping (Gemma 2, after
     Bello et al. 2016) as ``Gemma2Attention``; sliding windows (Jiang et al. 2023, Mistral 7B); sinks as
-    ``GptOssAttention`` (OpenAI's gpt-oss model card, 2025); KV sharing as ``Gemma3nTextAttention``.
+    ``GptOssAttention`` (OpenAI's gpt-oss model card, 2025); KV sharing as ``Gemma3nTextAttention``; the output
+    gate and partial RoPE as ``Qwen3NextAttention`` / ``Qwen3_5Attention`` (Qiu et al. 2025, section 3).
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int, *, rope_base: float = 10000.0,
                  bias: bool = False, scale: float | None = None, qk_norm: bool = False, v_norm: bool = False,
                  norm_eps: float = 1e-6, softcap: float | None = None, sliding_window: int | None = None,
-                 sinks: bool = False, kv_shared: bool = False, dtype: torch.dtype | None = None) -> None:
+                 sinks: bool = False, kv_shared: bool = False, output_gate: bool = False,
+                 rotary_dim: int | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         d, H, Hkv, E = (check_int(n, v, minimum=1) for n, v in (("d_model", d_model), ("num_heads", num_heads),
                                                                ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)))
@@ -171,6 +184,10 @@ class VariantAttention(nn.Module):
             raise ValueError(f"head_dim must be even for RoPE, got {E}")
         for n, v in (("bias", bias), ("qk_norm", qk_norm), ("v_norm", v_norm), ("sinks", sinks), ("kv_shared", kv_shared)):
             check_bool(n, v)
+        check_bool("output_gate", output_gate)
+        self.rotary_dim = E if rotary_dim is None else check_int("rotary_dim", rotary_dim, minimum=2)
+        if self.rotary_dim > E or self.rotary_dim % 2:
+            raise ValueError(f"rotary_dim must be an even int in [2, head_dim={E}], got {rotary_dim}")
         self.rope_base = check_rope_base(rope_base, allow_none=False)
         self.scale = check_scale(scale, E)
         dtype = check_dtype("dtype", dtype, allow_none=True)
@@ -179,7 +196,9 @@ class VariantAttention(nn.Module):
         self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = d, H, Hkv, E
         self.kv_shared = kv_shared
         f = {"dtype": dtype}
-        self.q_proj = nn.Linear(d, H * E, bias=bias, **f)
+        self.output_gate = output_gate
+        self.gate_proj_rows = H * E if output_gate else 0  # Qwen3-Next: q_proj also makes the gate's logits
+        self.q_proj = nn.Linear(d, H * E + self.gate_proj_rows, bias=bias, **f)
         if not kv_shared:
             self.k_proj = nn.Linear(d, Hkv * E, bias=bias, **f)
             self.v_proj = nn.Linear(d, Hkv * E, bias=bias, **f)
@@ -199,6 +218,22 @@ class VariantAttention(nn.Module):
         B, L, _ = x.shape
         h = proj(x).view(B, L, n, self.head_dim)  # (B, L, n, E)
         return (norm(h) if norm is not None else h).transpose(1, 2)  # norm over E, per head -> (B, n, L, E)
+
+    def _queries(self, x):
+        """(queries (B, H, L, E) after q_norm, gate (B, L, H·E) or None): q_proj makes both when output_gate."""
+        if self.gate_proj_rows == 0:
+            return self._heads(x, self.q_proj, self.q_norm, self.num_heads), None
+        B, L, _ = x.shape
+        q, gate = self.q_proj(x).view(B, L, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)  # per head: q | gate
+        q = self.q_norm(q) if self.q_norm is not None else q
+        return q.transpose(1, 2), gate.reshape(B, L, -1)
+
+    def _rope(self, t, positions):
+        """RoPE on the first rotary_dim of each head's E dims (all of them by default), the rest passed through."""
+        r = self.rotary_dim
+        if r == self.head_dim:
+            return apply_rope(t, positions, base=self.rope_base)
+        return torch.cat([apply_rope(t[..., :r], positions, base=self.rope_base), t[..., r:]], -1)
 
     def attend(self, q, k, v, keep: torch.Tensor) -> torch.Tensor:
         """softmax(softcap(q kᵀ · scale) + mask [+ sink]) v for q (B, H, L, E), k/v (B, Hkv, S, E), keep (L, S) bool."""
@@ -285,14 +320,18 @@ class VariantAttention(nn.Module):
         past = 0 if cache is None else cache.seq_len
         if shared_kv is not None:
             _check_shared_kv(shared_kv, B, self.num_kv_heads, self.head_dim, past + L, x)
-        q_pos = torch.arange(past, past + L, device=x.device)
-        q = apply_rope(self._heads(x, self.q_proj, self.q_norm, self.num_heads), q_pos, base=self.rope_base)
+        if shared_kv is not None:  # the queries are the last L of the shared keys' positions 0..S-1
+            S = shared_kv[0].shape[-2]
+            q_pos = torch.arange(S - L, S, device=x.device)
+        else:
+            q_pos = torch.arange(past, past + L, device=x.device)
+        q, gate = self._queries(x)
+        q = self._rope(q, q_pos)
         if shared_kv is not None:
             k, v = shared_kv
             k_pos = torch.arange(k.shape[-2], device=x.device)
-            q_pos = q_pos + k.shape[-2] - L - past
         else:
-            k = apply_rope(self._heads(x, self.k_proj, self.k_norm, self.num_kv_heads), q_pos, base=self.rope_base)
+            k = self._rope(self._heads(x, self.k_proj, self.k_norm, self.num_kv_heads), q_pos)
             v = self._heads(x, self.v_proj, self.v_norm, self.num_kv_heads)
             if isinstance(cache, RingKVCache):
                 k, v, k_pos = cache.update(k, v)
@@ -301,16 +340,22 @@ class VariantAttention(nn.Module):
                     k, v = cache.update(k, v)
                 k_pos = torch.arange(k.shape[-2], device=x.device)
         keep = window_mask_from_positions(q_pos, k_pos, window=self.sliding_window)
-        out = self.o_proj(self.attend(q, k, v, keep).transpose(1, 2).reshape(B, L, -1))
+        heads = self.attend(q, k, v, keep).transpose(1, 2).reshape(B, L, -1)  # (B, L, H·E)
+        if gate is not None:  # gated attention: each head's output times its own sigmoid gate, before o_proj
+            heads = heads * torch.sigmoid(gate)
+        out = self.o_proj(heads)
         return (out, (k, v)) if return_kv else out
 
     @classmethod
     def from_hf(cls, module: nn.Module) -> "VariantAttention":
-        """A copy of a transformers attention block: Mistral, Qwen3, Gemma 2, Gemma 3, gpt-oss or Gemma 3n (text).
+        """A copy of a transformers attention block: Mistral, Qwen3, Gemma 2, Gemma 3, gpt-oss, Gemma 3n (text),
+        Qwen3-Next or Qwen3.5 (gated attention).
 
-        Copies q/k/v/o_proj (with biases), the q/k norms (Gemma 2/3's (1 + w) folded into the weight), Gemma 3n's
-        weightless v_norm, ``scaling``, ``attn_logit_softcapping``, the layer's ``sliding_window`` (Mistral: the
-        config's) and gpt-oss's ``sinks``. The RoPE angles come from outside the module in transformers; rope_base
+        Copies q/k/v/o_proj (with biases), the q/k norms (Gemma 2/3's and Qwen3-Next's (1 + w) folded into the
+        weight), Gemma 3n's weightless v_norm, ``scaling``, ``attn_logit_softcapping`` where the forward applies it
+        (Gemma 2, not Gemma 3, which stores it unused), the layer's ``sliding_window`` (Mistral: the config's),
+        gpt-oss's ``sinks``, Qwen3-Next's output gate (a q_proj twice as wide) and partial RoPE
+        (``partial_rotary_factor``). The RoPE angles come from outside the module in transformers; rope_base
         is the config's ``rope_theta`` for this layer type (feed both the same angles to compare).
 
         Raises:
@@ -327,11 +372,16 @@ class VariantAttention(nn.Module):
         shared = bool(getattr(module, "is_kv_shared_layer", False))
         window = getattr(module, "sliding_window", getattr(cfg, "sliding_window", None))
         w = module.q_proj.weight
-        new = cls(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, module.head_dim,
+        H, E = cfg.num_attention_heads, module.head_dim
+        # what the module's forward applies, not what it stores: Gemma 3 keeps attn_logit_softcapping from its
+        # config but never passes it to the attention function; Gemma 2's forward does (softcap=...)
+        softcap = getattr(module, "attn_logit_softcapping", None) if type(module).__name__ in _SOFTCAPPED else None
+        rotary = int(E * float(rope.get("partial_rotary_factor", 1.0)))  # Qwen3-Next rotates a quarter of E
+        new = cls(cfg.hidden_size, H, cfg.num_key_value_heads, E,
                   rope_base=float(rope.get("rope_theta", 10000.0)), bias=module.q_proj.bias is not None,
                   scale=float(module.scaling), qk_norm=hasattr(module, "q_norm"), v_norm=hasattr(module, "v_norm"),
-                  softcap=getattr(module, "attn_logit_softcapping", None), sliding_window=window,
-                  sinks=hasattr(module, "sinks"), kv_shared=shared, dtype=w.dtype)
+                  softcap=softcap, sliding_window=window, sinks=hasattr(module, "sinks"), kv_shared=shared,
+                  output_gate=module.q_proj.out_features == 2 * H * E, rotary_dim=rotary, dtype=w.dtype)
         names = ["q_proj", "o_proj"] + ([] if shared else ["k_proj", "v_proj"])
         with torch.no_grad():
             for n in names:

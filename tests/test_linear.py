@@ -498,3 +498,126 @@ def test_layer_rebuilds_refuse_another_module_and_another_dtype():
     layer.out_proj = torch.nn.Linear(3, 3)
     with pytest.raises(TypeError, match="hidden_states must have the layer's dtype torch.float32, got torch.float64"):
         gated_deltanet_forward(layer, torch.randn(1, 2, 3, dtype=torch.float64))
+def _qwen3_next_gdn(ratio, act="silu", seed=0):
+    from transformers import Qwen3NextConfig
+
+    cfg = Qwen3NextConfig(hidden_size=32, linear_num_value_heads=2 * ratio, linear_num_key_heads=2,
+                          linear_key_head_dim=8, linear_value_head_dim=6, linear_conv_kernel_dim=4,
+                          num_hidden_layers=1, layer_types=["linear_attention"], num_attention_heads=2,
+                          num_key_value_heads=1, head_dim=8, intermediate_size=32, vocab_size=32, hidden_act=act)
+    torch.manual_seed(seed)
+    return qwen.Qwen3NextGatedDeltaNet(cfg, 0).eval()
+
+
+@pytest.mark.parametrize("ratio", [1, 2, 4])  # value heads per key head, Gated DeltaNet's GQA
+def test_gated_deltanet_decodes_through_its_cache_equal_to_the_full_forward(ratio):
+    layer = _qwen3_next_gdn(ratio)
+    x = torch.randn(3, 11, 32, generator=torch.Generator().manual_seed(6))  # a batch of 3
+    with torch.no_grad():
+        ref = layer(x)
+        for sizes in ([1] * 11, [4, 1, 5, 1]):  # token by token; in chunks
+            cache = {}
+            out = torch.cat([gated_deltanet_forward(layer, p, cache=cache) for p in x.split(sizes, dim=1)], 1)
+            assert (out - ref).abs().max() < 1e-5, sizes
+            assert cache["conv"].shape == (3, layer.conv_dim, 3)  # K - 1 inputs, however many tokens passed
+            assert cache["recurrent"].shape == (3, 2 * ratio, 8, 6)
+        with pytest.raises(TypeError, match="cache must be None or a dict"):
+            gated_deltanet_forward(layer, x, cache=[])
+
+
+def test_gated_deltanet_applies_the_configs_activation_after_its_convolution():
+    """transformers applies ACT2FN[config.hidden_act] after the convolution, not a fixed silu (issue 35)."""
+    layer = _qwen3_next_gdn(2, act="gelu")
+    assert layer.activation == "gelu"
+    x = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        ref = layer(x)
+        assert (gated_deltanet_forward(layer, x) - ref).abs().max() < 1e-5
+        layer.activation = "silu"  # what the old converter assumed: another answer
+        assert (gated_deltanet_forward(layer, x) - ref).abs().max() > 1e-4
+        layer.activation = "softsign"
+        with pytest.raises(ValueError, match="layer.activation must be one of .* got 'softsign'"):
+            gated_deltanet_forward(layer, x)
+
+
+# ----------------------------------------------------------------- Kimi Delta Attention (issue 35, §3)
+kimi = pytest.importorskip("transformers.models.kimi_linear.modeling_kimi_linear")
+from attn_lib.course.hf_equal import float64_reference  # noqa: E402
+
+
+def _kda_inputs(g, B=2, H=3, L=20, E=8, Ev=6):
+    q, k = l2_normalize(_rand(B, H, L, E, g=g)), l2_normalize(_rand(B, H, L, E, g=g))
+    v = _rand(B, H, L, Ev, g=g)
+    log_decay = -F.softplus(_rand(B, H, L, E, g=g)) * 0.5  # a decay per key channel, <= 0
+    beta = torch.sigmoid(_rand(B, H, L, g=g))
+    return q, k, v, log_decay, beta
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_kimi_delta_rule_equals_transformers_recurrent_and_chunked_to_1e_10(chunk):
+    from attn_lib.deltanet import kimi_delta_rule
+
+    q, k, v, ld, beta = _kda_inputs(torch.Generator().manual_seed(chunk))
+    s0 = _rand(2, 3, 8, 6, g=torch.Generator().manual_seed(11))
+    T = lambda t: t.transpose(1, 2)  # noqa: E731  (B, H, L, ...) -> transformers' (B, L, H, ...)
+    ref_r, ref_rs = in_float64(kimi.recurrent_kimi_delta_attention)(T(q), T(k), T(v), T(ld), T(beta),
+                                                                   initial_state=s0, output_final_state=True)
+    with float64_reference():  # its decay mask also calls .float(): kept in float64 here
+        ref_c, ref_cs = in_float64(kimi.chunk_kimi_delta_attention)(T(q), T(k), T(v), T(ld), T(beta),
+                                                                   chunk_size=chunk, initial_state=s0,
+                                                                   output_final_state=True)
+    assert ref_r.dtype == D64 and ref_c.dtype == D64
+    rec, rec_s = kimi_delta_rule(q, k, v, ld, beta, form="recurrent", initial_state=s0)
+    chk, chk_s = kimi_delta_rule(q, k, v, ld, beta, form="chunked", chunk_size=chunk, initial_state=s0)
+    assert (rec - T(ref_r)).abs().max() < 1e-10 and (rec_s - ref_rs).abs().max() < 1e-10
+    assert (chk - T(ref_c)).abs().max() < 1e-10 and (chk_s - ref_cs).abs().max() < 1e-10
+    # one decay per channel matters: their mean over the channels (Gated DeltaNet's one per head) differs
+    mean = ld.mean(-1, keepdim=True).expand_as(ld)
+    assert (kimi_delta_rule(q, k, v, mean, beta, initial_state=s0)[0] - rec).abs().max() > 1e-3
+
+
+def test_kimi_delta_rule_with_one_decay_per_head_is_gated_deltanet():
+    from attn_lib.deltanet import kimi_delta_rule
+
+    q, k, v, ld, beta = _kda_inputs(torch.Generator().manual_seed(3))
+    per_head = ld[..., 0]  # (B, H, L)
+    for form in ("recurrent", "chunked"):
+        ours, _ = kimi_delta_rule(q, k, v, per_head[..., None].expand_as(ld), beta, form=form, chunk_size=8)
+        gdn, _ = gated_delta_rule(q, k, v, per_head, beta, form=form, chunk_size=8)
+        assert (ours - gdn).abs().max() < 1e-12, form
+    with pytest.raises(ValueError, match="log_decay must be <= 0"):
+        kimi_delta_rule(q, k, v, -ld, beta)
+    with pytest.raises(ValueError, match=r"log_decay must be \(B, H, L, E\)|query, key and log_decay"):
+        kimi_delta_rule(q, k, v, per_head[..., None], beta)
+
+
+def _kimi_layer(heads=2, act="silu", seed=0):
+    from transformers import KimiLinearConfig
+
+    cfg = KimiLinearConfig(hidden_size=32, linear_num_heads=heads, linear_head_dim=8, linear_conv_kernel_dim=4,
+                           num_hidden_layers=1, layer_types=["linear_attention"], num_attention_heads=2,
+                           num_key_value_heads=2, vocab_size=32, intermediate_size=32, hidden_act=act)
+    torch.manual_seed(seed)
+    layer = kimi.KimiLinearDeltaAttention(cfg, 0).eval()
+    with torch.no_grad():  # the init leaves A_log and dt_bias empty: draw them, and a norm weight other than ones
+        layer.forget_gate.A_log.copy_(torch.empty_like(layer.forget_gate.A_log).uniform_(1, 4).log())
+        layer.forget_gate.dt_bias.normal_(0, 0.5)
+        layer.o_norm.weight.normal_(1, 0.3)
+    return layer
+
+
+def test_kimi_delta_attention_layer_equals_transformers_in_full_and_decoding():
+    from attn_lib.deltanet import kimi_delta_attention_forward
+
+    for heads in (2, 4):
+        layer = _kimi_layer(heads)
+        x = torch.randn(3, 11, 32, generator=torch.Generator().manual_seed(8))  # a batch of 3
+        with torch.no_grad():
+            ref = layer(x)
+            for form in ("recurrent", "chunked"):
+                assert (kimi_delta_attention_forward(layer, x, form=form) - ref).abs().max() < 1e-5, form
+            for sizes in ([1] * 11, [4, 1, 5, 1]):  # token by token; in chunks, through the conv + state cache
+                cache = {}
+                out = torch.cat([kimi_delta_attention_forward(layer, p, cache=cache) for p in x.split(sizes, 1)], 1)
+                assert (out - ref).abs().max() < 1e-5, sizes
+                assert cache["recurrent"].shape == (3, heads, 8, 8)

@@ -63,23 +63,33 @@ def test_mla_equals_deepseek_v3_plain_absorbed_and_cached(q_lora_rank, interleav
     assert cache.nbytes() == 2 * 7 * (16 + 4) * 8 == 2 * mla_cache_bytes_per_token(1, 16, 4, bytes_per_element=8) * 7
 
 
-def test_mla_equals_deepseek_v32_attention_with_the_indexer_keeping_every_key():
-    """DeepseekV32Attention = MLA + a top-k indexer; with index_topk >= the sequence every key is kept."""
+@pytest.mark.parametrize("flag", [None, False])
+def test_mla_equals_deepseek_v32_attention_with_the_indexer_keeping_every_key(flag):
+    """DeepseekV32Attention = MLA + a top-k indexer; with index_topk >= the sequence every key is kept. Its forward
+    interleaves RoPE whatever config.rope_interleave says (flag=False: a config that says otherwise, issue 35)."""
     from transformers import DeepseekV32Config
     from transformers.models.deepseek_v32.modeling_deepseek_v32 import DeepseekV32Attention
 
     torch.manual_seed(1)
+    extra = {} if flag is None else {"rope_interleave": flag}
     cfg = DeepseekV32Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=12,
                             kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, rope_theta=1000.0,
                             index_n_heads=2, index_head_dim=8, index_topk=64, num_hidden_layers=1,
-                            attn_implementation="eager")
+                            attn_implementation="eager", **extra)
+    assert getattr(cfg, "rope_interleave", True) is (True if flag is None else flag)
     m = DeepseekV32Attention(cfg, 0).double().eval()
     with torch.no_grad():
         for p in m.parameters():
             p.normal_(0, 0.3)
     x = torch.randn(2, 6, 32, dtype=torch.float64)
     ref = _reference(m, x)
-    torch.testing.assert_close(MultiHeadLatentAttention.from_hf(m)(x), ref, **TOL)
+    ours = MultiHeadLatentAttention.from_hf(m)
+    assert ours.rope_interleave
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), ref, **TOL)
+        cache = KVCache()  # decoding through the latent cache, token by token after a 2-token prompt, absorbed
+        steps = [ours(x[:, :2], cache=cache)] + [ours(x[:, i:i + 1], cache=cache, absorbed=True) for i in range(2, 6)]
+        torch.testing.assert_close(torch.cat(steps, 1), ref, **TOL)
 
 
 def test_absorbed_equals_plain_on_random_weights_and_refuses_bad_input():

@@ -209,3 +209,194 @@ def test_variant_attention_refuses_ring_caches_that_cannot_serve_it_and_nan_sink
 def test_max_logit_refuses_bad_input(q, k, kwargs, exc, words):
     with pytest.raises(exc, match=words):
         max_logit(q, k, **kwargs)
+# ----------------------------------------------------------------- issue 35: decoding, gated attention, converters
+def _chunks(x, sizes):
+    """x (B, L, d) split along L into pieces of the given sizes (they sum to L)."""
+    assert sum(sizes) == x.shape[1]
+    return list(torch.split(x, sizes, dim=1))
+
+
+def _decode(ours, x, sizes):
+    """ours run over x piece by piece through the course's cache (a RingKVCache for a windowed layer)."""
+    from attn_lib.kv_cache import KVCache
+    from attn_lib.windows import RingKVCache
+
+    cache = RingKVCache(ours.sliding_window) if ours.sliding_window is not None else KVCache()
+    return torch.cat([ours(piece, cache=cache) for piece in _chunks(x, sizes)], dim=1)
+
+
+PIECES = {"token by token": [1] * 9, "in chunks": [3, 1, 4, 1]}
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])  # GQA ratios 1, 2, 4
+@pytest.mark.parametrize("name", ["mistral", "qwen3", "gemma2", "gemma3", "gpt_oss"])
+def test_decoding_through_the_cache_equals_the_transformers_full_forward(name, kv_heads):
+    config_cls, model_cls, extra = _case(name)
+    torch.manual_seed(1)
+    model = model_cls(config_cls(**{**COMMON, "num_key_value_heads": kv_heads}, **extra)).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n or "sinks" in n:
+                p.normal_(0, 0.5)
+    masks = captured_attention_masks(model, torch.randint(0, 50, (3, 9)))
+    model = model.double()
+    for i, layer in enumerate(model.model.layers):
+        hf, ours = layer.self_attn, VariantAttention.from_hf(layer.self_attn)
+        assert ours.num_heads // ours.num_kv_heads == 4 // kv_heads
+        x = torch.randn(3, 9, 32, dtype=torch.float64)  # a batch of 3
+        cos, sin = hf_cos_sin(torch.arange(9), 8, base=ours.rope_base, batch=3, half=name == "gpt_oss")
+        with torch.no_grad():
+            with float64_reference():
+                ref = hf(x, position_embeddings=(cos, sin), attention_mask=masks[i])[0]
+            for how, sizes in PIECES.items():
+                torch.testing.assert_close(_decode(ours, x, sizes), ref, **TOL, msg=f"layer {i}, {how}")
+
+
+def _qwen3_next_attention(kv_heads, family="qwen3_next", partial=0.25):
+    import transformers as T
+
+    if family == "qwen3_next":
+        from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextAttention as Attn
+        cfg_cls = T.Qwen3NextConfig
+    else:
+        from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Attention as Attn
+        cfg_cls = T.Qwen3_5TextConfig
+    cfg = cfg_cls(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=kv_heads, head_dim=8, attn_implementation="eager",
+                  rope_parameters={"rope_type": "default", "rope_theta": 100.0, "partial_rotary_factor": partial})
+    layer = Attn(cfg, 1).double().eval()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.normal_(0, 0.4)  # the init (zeros for Qwen3-Next's 1 + w norms) would hide a missing weight
+    return layer
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("family", ["qwen3_next", "qwen3_5"])
+def test_gated_attention_equals_qwen3_next_in_full_and_decoding(family, kv_heads):
+    torch.manual_seed(2)
+    hf = _qwen3_next_attention(kv_heads, family)
+    ours = VariantAttention.from_hf(hf)
+    assert ours.output_gate and ours.rotary_dim == 2 and ours.q_proj.out_features == 2 * 4 * 8
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    mask = torch.zeros(1, 1, 9, 9, dtype=torch.float64).masked_fill(~causal_mask(9), torch.finfo(torch.float64).min)
+    cos, sin = hf_cos_sin(torch.arange(9), 2, base=100.0, batch=2)  # partial RoPE: angles for 2 of the 8 dims
+    with torch.no_grad():
+        with float64_reference():
+            ref = hf(x, (cos, sin), mask)[0]
+        torch.testing.assert_close(ours(x), ref, **TOL)
+        for how, sizes in PIECES.items():
+            torch.testing.assert_close(_decode(ours, x, sizes), ref, **TOL, msg=how)
+        with float64_reference():
+            ref_full_rope = hf(x, hf_cos_sin(torch.arange(9), 8, base=100.0, batch=2), mask)[0]
+        assert (ours(x) - ref_full_rope).abs().max() > 1e-3  # partial RoPE matters: rotating all 8 dims differs
+
+
+def test_gated_attention_gate_is_a_per_head_sigmoid_before_o_proj():
+    torch.manual_seed(3)
+    m = VariantAttention(16, 2, 1, 4, output_gate=True, dtype=torch.float64)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    plain = VariantAttention(16, 2, 1, 4, dtype=torch.float64)
+    with torch.no_grad():
+        w = m.q_proj.weight.view(2, 2, 4, 16)  # (head, query | gate, E, d_model)
+        plain.q_proj.weight.copy_(w[:, 0].reshape(8, 16))
+        for n in ("k_proj", "v_proj", "o_proj"):
+            getattr(plain, n).load_state_dict(getattr(m, n).state_dict())
+        plain.o_proj.weight.copy_(torch.eye(16, 8, dtype=torch.float64))
+        m.o_proj.weight.copy_(torch.eye(16, 8, dtype=torch.float64))
+        gate = torch.sigmoid(x @ w[:, 1].reshape(8, 16).T)  # (B, L, H·E)
+        by_hand = plain(x)[..., :8] * gate
+        torch.testing.assert_close(m(x)[..., :8], by_hand, **TOL)
+        assert (m(x)[..., :8] - plain(x)[..., :8]).abs().max() > 1e-3  # the gate changed something
+    with pytest.raises(ValueError, match="rotary_dim must be an even int in \\[2, head_dim=4\\], got 6"):
+        VariantAttention(16, 2, 1, 4, rotary_dim=6)
+    with pytest.raises(TypeError, match="output_gate"):
+        VariantAttention(16, 2, 1, 4, output_gate=1)
+
+
+def test_gemma3_softcap_held_in_its_config_is_not_applied():
+    """Gemma3Attention stores attn_logit_softcapping but its forward never passes it on: from_hf must not apply it."""
+    config_cls, model_cls, extra = _case("gemma3")
+    torch.manual_seed(4)
+    model = model_cls(config_cls(**COMMON, **extra, attn_logit_softcapping=0.5)).eval().double()
+    hf = model.model.layers[1].self_attn
+    assert hf.attn_logit_softcapping == 0.5  # stored ...
+    ours = VariantAttention.from_hf(hf)
+    assert ours.softcap is None  # ... and not applied, as in transformers
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    mask = torch.zeros(1, 1, 9, 9, dtype=torch.float64).masked_fill(~causal_mask(9), torch.finfo(torch.float64).min)
+    cos, sin = hf_cos_sin(torch.arange(9), 8, base=ours.rope_base, batch=2)
+    with torch.no_grad(), float64_reference():
+        ref = hf(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+        torch.testing.assert_close(ours(x), ref, **TOL)
+        ours.softcap = 0.5  # applying it, as the old converter did, gives another answer
+        assert (ours(x) - ref).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("how", list(PIECES))
+def test_gemma3n_kv_sharing_decodes_at_the_true_positions(how):
+    """A KV-sharing layer's queries sit at the shared keys' last positions, not at 0..L-1 (issue 35, §4)."""
+    import transformers as T
+    from transformers.models.gemma3n.modeling_gemma3n import Gemma3nTextAttention
+
+    from attn_lib.kv_cache import KVCache
+
+    torch.manual_seed(5)
+    for kv_heads in (4, 2, 1):
+        cfg = T.Gemma3nTextConfig(vocab_size=50, hidden_size=32, intermediate_size=32, num_hidden_layers=4,
+                                  num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=8, sliding_window=3,
+                                  layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+                                  attn_implementation="eager")
+        layers = [Gemma3nTextAttention(cfg, i).double().eval() for i in range(4)]
+        with torch.no_grad():
+            for layer in layers:
+                for p in layer.parameters():
+                    p.normal_(0, 0.4)
+        x = torch.randn(2, 9, 32, dtype=torch.float64)
+        theirs_shared, refs = {}, []
+        with torch.no_grad(), float64_reference():
+            for layer in layers:
+                base = VariantAttention.from_hf(layer).rope_base
+                keep = sliding_window_mask(9, window=3) if layer.is_sliding else causal_mask(9)
+                mask = torch.zeros(1, 1, 9, 9, dtype=torch.float64).masked_fill(~keep, torch.finfo(torch.float64).min)
+                cos, sin = hf_cos_sin(torch.arange(9), 8, base=base, batch=2)
+                refs.append(layer(x, (cos, sin), mask, shared_kv_states=theirs_shared)[0])
+        ours = [VariantAttention.from_hf(layer) for layer in layers]
+        caches = {i: KVCache() for i, m in enumerate(ours) if not m.kv_shared}  # the storing layers keep every token
+        outs = [[] for _ in ours]
+        with torch.no_grad():
+            for piece in _chunks(x, PIECES[how]):
+                shared = {}
+                for i, (m, layer) in enumerate(zip(ours, layers)):
+                    if m.kv_shared:
+                        outs[i].append(m(piece, shared_kv=shared[layer.layer_type]))
+                    else:
+                        out, shared[layer.layer_type] = m(piece, cache=caches[i], return_kv=True)
+                        outs[i].append(out)
+        for i, (out, ref) in enumerate(zip(outs, refs)):
+            torch.testing.assert_close(torch.cat(out, 1), ref, **TOL, msg=f"Hkv={kv_heads}, layer {i}, {how}")
+
+
+try:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover
+    given = None
+
+if given is not None:
+    @settings(max_examples=25, deadline=None)
+    @given(kv_heads=st.sampled_from([4, 2, 1]), window=st.sampled_from([None, 1, 3]), sinks=st.booleans(),
+           cap=st.sampled_from([None, 1.5]), qk_norm=st.booleans(), gate=st.booleans(), rotary=st.sampled_from([None, 2]),
+           cuts=st.lists(st.integers(1, 4), min_size=1, max_size=8), seed=st.integers(0, 1000))
+    def test_any_switches_decode_in_any_chunks_equal_to_the_full_forward(kv_heads, window, sinks, cap, qk_norm, gate,
+                                                                          rotary, cuts, seed):
+        """Every combination of the switches, decoded through its cache in random pieces, equals the full forward."""
+        torch.manual_seed(seed)
+        m = VariantAttention(16, 4, kv_heads, 4, sliding_window=window, sinks=sinks, softcap=cap, qk_norm=qk_norm,
+                             output_gate=gate, rotary_dim=rotary, dtype=torch.float64)
+        if sinks:
+            with torch.no_grad():
+                m.sinks.normal_()
+        x = torch.randn(2, sum(cuts), 16, dtype=torch.float64)
+        with torch.no_grad():
+            torch.testing.assert_close(_decode(m, x, cuts), m(x), **TOL)

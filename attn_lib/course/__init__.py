@@ -10,6 +10,8 @@ The core never imports this package; this package imports the core freely. Modul
 - ``attn_lib.course.capstone``   the capstone's copying task and its tiny decoder (10)
 - ``attn_lib.course.streaming``  StreamingLLM measured on a tiny trained decoder (11)
 - ``attn_lib.course.recall``     the associative-recall task and its softmax / linear / DeltaNet / hybrid models (12)
+- ``attn_lib.course.gated_sinks`` the attention sink with and without Qwen3-Next's output gate, trained live (11)
+- ``attn_lib.course.mine``       the course run on the learner's own stack, my_attn; ``make check-mine``
 - ``attn_lib.course.heads``      measuring what the heads of a real model do: offsets, shuffles, head gates (06)
 - ``attn_lib.course.hf``         GQA and KV transforms inside a HuggingFace BERT (MiniLM) (08)
 - ``attn_lib.course.hf_equal``   the float64 equality harness against transformers' attention modules (11)
@@ -26,8 +28,8 @@ from __future__ import annotations
 import importlib
 
 _SUBMODULES = {
-    "bench", "capstone", "data", "diagrams", "env", "exercises", "heads", "hf", "hf_equal", "kv_table", "lab",
-    "pretrained", "recall", "streaming", "style", "train", "viz",
+    "bench", "capstone", "data", "diagrams", "env", "exercises", "gated_sinks", "heads", "hf", "hf_equal", "kv_table",
+    "lab", "mine", "pretrained", "recall", "streaming", "style", "train", "viz",
 }
 
 

@@ -35,8 +35,8 @@ def _rms64(self, x):
     weight = getattr(self, "weight", None)
     if weight is None or (name.startswith("Gemma3n") and not getattr(self, "with_scale", True)):
         return normed
-    if name.startswith(("Gemma2", "Gemma3RMS", "GemmaRMS")):
-        return normed * (1.0 + weight)  # Gemma stores w - 1: the norm multiplies by 1 + w
+    if name.startswith(("Gemma2", "Gemma3RMS", "GemmaRMS", "Qwen3NextRMSNorm", "Qwen3_5RMSNorm")):
+        return normed * (1.0 + weight)  # Gemma and Qwen3-Next store w - 1: the norm multiplies by 1 + w
     return normed * weight
 
 

@@ -200,7 +200,8 @@ def _tokens(rows: list[dict]) -> str:
 
 
 def format_kv_table(rows: list[dict]) -> str:
-    """The rows as a fixed-width text table (KiB per token, GiB at seq_len).
+    """The rows as a fixed-width text table: KiB per token and GiB, both at seq_len (a window layer holds at most
+    ``window`` tokens, so its bytes per token fall as the context grows; both columns count that).
 
     Args:
         rows: :func:`kv_table`'s list of dicts (no tensors); every row must have "model" (str), "kind" (str),
@@ -216,10 +217,12 @@ def format_kv_table(rows: list[dict]) -> str:
 
     Source: the course's own (notebook 11).
     """
-    head = f"{'model':<20} {'KiB/token':>10} {'GiB @ ' + _tokens(rows):>11}  kind"
+    tokens = _tokens(rows)
+    head = f"{'model':<20} {'KiB/token @ ' + tokens:>16} {'GiB @ ' + tokens:>11}  kind"
     lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r['model']:<20} {r['bytes_per_token'] / 1024:>10.1f} {r['bytes_at'] / 2**30:>11.2f}  {r['kind']}")
+    for r in rows:  # per token at seq_len: the GiB column divided by the tokens, so the windows count in both
+        per = r["bytes_at"] / r["seq_len"] if r.get("seq_len") else r["bytes_per_token"]
+        lines.append(f"{r['model']:<20} {per / 1024:>16.1f} {r['bytes_at'] / 2**30:>11.2f}  {r['kind']}")
     return "\n".join(lines)
 
 
@@ -232,8 +235,8 @@ def plot_kv_table(rows: list[dict], *, ax=None):
         ax: a matplotlib Axes to draw into, or None for a new 7 x 3.2 inch figure.
 
     Returns:
-        the matplotlib Axes. Bars: blue for MLA, green for a kind with a window, orange for the rest (GQA,
-        GQA + linear attention).
+        the matplotlib Axes. Bars: blue for MLA, green for a kind with a window, reddish purple ("pink") for GQA +
+        linear attention (Qwen3-Next's hybrid), orange for plain GQA.
 
     Raises:
         TypeError / ValueError: as :func:`format_kv_table` (rows not a non-empty list of kv_table()'s dicts);
@@ -250,9 +253,9 @@ def plot_kv_table(rows: list[dict], *, ax=None):
         _, ax = plt.subplots(figsize=(7, 3.2))
     names = [r["model"] for r in rows][::-1]
     gib = [r["bytes_at"] / 2**30 for r in rows][::-1]
-    colours = [PALETTE[0] if "MLA" in r["kind"] else PALETTE[2] if "window" in r["kind"] else PALETTE[1]
-               for r in rows][::-1]
+    colours = [PALETTE[0] if "MLA" in r["kind"] else PALETTE[2] if "window" in r["kind"]
+               else PALETTE[3] if "linear" in r["kind"] else PALETTE[1] for r in rows][::-1]
     ax.barh(names, gib, color=colours)
     ax.set_xlabel(f"KV cache of one {label}-token sequence, GiB (bf16)")
-    ax.set_title("blue: MLA, orange: GQA, green: GQA + sliding windows")
+    ax.set_title("blue: MLA, orange: GQA, green: + sliding windows, pink: + linear attention", fontsize=9)
     return ax

@@ -30,3 +30,16 @@ def test_check_ring_slot_positions():
     _fails_with(check_ring_slot_positions(lambda n, w: [p if p >= 0 else 0 for p in loop(n, w)]), "-1 (empty)")
     _fails_with(check_ring_slot_positions(lambda n, w: [p - 1 if p >= 0 else p for p in loop(n, w)]), "off by one")
     _fails_with(check_ring_slot_positions(_not_written), "not written yet")
+
+
+def test_check_gated_output():
+    import torch
+
+    from attn_lib.course.exercises import check_gated_output
+
+    assert check_gated_output(lambda heads, x, w_gate: heads * torch.sigmoid(x @ w_gate.T))
+    assert check_gated_output(lambda heads, x, w_gate: heads / (1 + torch.exp(-torch.einsum("bld,hd->blh", x, w_gate))))
+    _fails_with(check_gated_output(lambda heads, x, w_gate: heads * (x @ w_gate.T)), "sigmoid(x W_gate")
+    _fails_with(check_gated_output(lambda heads, x, w_gate: heads * torch.sigmoid(heads)), "layer's input x")
+    _fails_with(check_gated_output(lambda heads, x, w_gate: heads * torch.softmax(x @ w_gate.T, -1)), "softmax")
+    _fails_with(check_gated_output(_not_written), "not written yet")

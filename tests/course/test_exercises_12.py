@@ -61,3 +61,37 @@ def test_state_bytes_right_answer_passes_and_wrong_ones_get_their_hint():
     }
     for hint, fn in cases.items():
         fails_with(check_state_bytes(fn), hint)
+
+
+def test_check_kda_step():
+    import torch
+
+    from attn_lib.course.exercises import check_kda_step
+
+    def right(state, query, key, value, log_decay, beta):
+        s = torch.exp(log_decay)[..., :, None] * state
+        err = value - torch.einsum("...e,...ev->...v", key, s)
+        s = s + beta[..., None, None] * key[..., :, None] * err[..., None, :]
+        return torch.einsum("...e,...ev->...v", query, s), s
+
+    def loop(state, query, key, value, log_decay, beta):  # one channel (row of the state) at a time
+        s = state.clone()
+        for e in range(s.shape[-2]):
+            s[..., e, :] = s[..., e, :] * torch.exp(log_decay[..., e, None])
+        err = value - (s * key[..., :, None]).sum(-2)
+        s = s + beta[..., None, None] * key[..., :, None] * err[..., None, :]
+        return (s * query[..., :, None]).sum(-2), s
+
+    assert check_kda_step(right)
+    assert check_kda_step(loop)
+
+    def per_head(state, query, key, value, log_decay, beta):
+        return right(state, query, key, value, log_decay.mean(-1, keepdim=True).expand_as(log_decay), beta)
+
+    def no_correction(state, query, key, value, log_decay, beta):
+        s = torch.exp(log_decay)[..., :, None] * state + beta[..., None, None] * key[..., :, None] * value[..., None, :]
+        return (s * query[..., :, None]).sum(-2), s
+
+    fails_with(check_kda_step(per_head), "each key channel")
+    fails_with(check_kda_step(no_correction), "only the error")
+    fails_with(check_kda_step(_stub), "not written yet")

@@ -415,6 +415,17 @@ def ring_step_b(query, key, value, out, lse, q_pos, k_pos):
     s = torch.logsumexp(logits, -1)
     o = torch.nan_to_num(torch.softmax(logits, -1), nan=0.0) @ value
     return merge_two_b(out, lse, o, s)
+def kda_a(state, query, key, value, log_decay, beta):
+    s = torch.exp(log_decay).unsqueeze(-1) * state
+    s = s + beta[..., None, None] * torch.einsum("...e,...v->...ev", key, value - torch.einsum("...e,...ev->...v", key, s))
+    return torch.einsum("...e,...ev->...v", query, s), s
+
+
+def kda_b(state, query, key, value, log_decay, beta):
+    s = state * log_decay.exp()[..., None]
+    err = value - (key[..., None] * s).sum(-2)
+    s = s + (beta[..., None] * err)[..., None, :] * key[..., None]
+    return (query[..., None] * s).sum(-2), s
 
 
 RIGHT = {
@@ -460,6 +471,9 @@ RIGHT = {
     "check_verify_mask": (lambda c, k: torch.ones(k, c + k, dtype=torch.bool).tril(diagonal=c),
                           lambda c, k: torch.arange(c + k)[None, :] <= torch.arange(k)[:, None] + c),
     "check_ring_step": (ring_step_a, ring_step_b),
+    "check_gated_output": (lambda heads, x, w_gate: heads * torch.sigmoid(x @ w_gate.T),
+                           lambda heads, x, w_gate: heads * 0.5 * (1 + torch.tanh(0.5 * (x @ w_gate.mT)))),
+    "check_kda_step": (kda_a, kda_b),
 }
 ALL_CHECKS = sorted(RIGHT)
 

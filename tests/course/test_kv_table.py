@@ -67,3 +67,24 @@ def test_kv_table_refuses_bad_input_by_name(call, error, match):
     with pytest.raises(error, match=match):
         call()
     assert kv_table(models=[]) == [] and kv_table(models=tuple(PUBLISHED[:1]))[0]["model"] == "Llama 3.1 70B"
+def test_the_per_token_column_counts_the_windows_as_the_gib_column_does():
+    rows = kv_table(131072)
+    text = format_kv_table(rows).splitlines()
+    assert "KiB/token @ 128k" in text[0]
+    for r, line in zip(rows, text[2:]):
+        per_token, gib = (float(v) for v in line[20:].split()[:2])
+        assert abs(per_token * 1024 * 131072 / 2**30 - gib) < 0.01 * gib + 0.01, r["model"]
+
+
+def test_the_hybrid_has_its_own_colour():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from attn_lib.course.kv_table import plot_kv_table
+
+    rows = kv_table(131072)
+    ax = plot_kv_table(rows)
+    colours = {r["model"]: tuple(p.get_facecolor()) for r, p in zip(rows[::-1], ax.patches)}
+    hybrid = next(r["model"] for r in rows if "linear" in r["kind"])
+    plain = next(r["model"] for r in rows if r["kind"] == "GQA")
+    assert colours[hybrid] != colours[plain]

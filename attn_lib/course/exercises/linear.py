@@ -14,7 +14,7 @@ import torch
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.linear import decayed_step, recurrent_state_bytes
 
-__all__ = ["check_recurrent_step", "check_state_bytes"]
+__all__ = ["check_recurrent_step", "check_state_bytes", "check_kda_step"]
 
 HINT_NO_DECAY = "the old state was not decayed: multiply it by exp(log_decay) before adding key ⊗ value."
 HINT_DECAY_AFTER = ("the decay was applied after adding the new token, so the new token decayed too: "
@@ -128,3 +128,62 @@ def check_state_bytes(state_bytes_fn) -> CheckResult:
         return len(cases)
 
     return run_check("check_state_bytes", trials)
+
+
+HINT_KDA_PER_HEAD = ("you decayed the whole state by one factor; Kimi Delta Attention decays each key channel (each row "
+                     "of the E × Ev state) by its own exp(log_decay[e]): multiply by exp(log_decay)[..., :, None].")
+HINT_KDA_DECAY_LATE = ("you decayed after writing; decay first (the old memory fades), then read Sᵀk, correct and write, "
+                       "then read the output.")
+HINT_KDA_NO_CORRECTION = ("you wrote β k vᵀ as plain linear attention does; the delta rule writes only the error: "
+                          "β k (v - Sᵀk)ᵀ, with S already decayed.")
+
+
+def check_kda_step(kda_step_fn) -> CheckResult:
+    """Check ``kda_step(state, query, key, value, log_decay, beta) -> (out, new_state)``: one token of Kimi Delta
+    Attention. state (..., E, Ev), query and key (..., E), value (..., Ev), log_decay (..., E) <= 0 (one per key
+    channel), beta (...). Expected: S = diag(exp(log_decay)) state; new_state = S + β k (v - Sᵀk)ᵀ;
+    out = new_stateᵀ query; compared with :func:`attn_lib.deltanet.kimi_delta_rule` (one token, scale 1), which
+    tests/test_linear.py proves equal to transformers' ``recurrent_kimi_delta_attention``."""
+    from attn_lib.deltanet import kimi_delta_rule
+
+    name = "check_kda_step"
+    cases = [((2, 3), 4, 6), ((1,), 5, 3), ((3, 2), 6, 2)]
+
+    def trials():
+        for trial, (lead, E, Ev) in enumerate(cases):
+            g = fresh_generator(name, trial)
+            state = torch.randn(*lead, E, Ev, generator=g, dtype=torch.float64)
+            q, k = (torch.randn(*lead, E, generator=g, dtype=torch.float64) for _ in range(2))
+            v = torch.randn(*lead, Ev, generator=g, dtype=torch.float64)
+            ld = -torch.rand(*lead, E, generator=g, dtype=torch.float64) * 2.0 - 0.05
+            beta = torch.rand(lead, generator=g, dtype=torch.float64)
+            flat = (lambda t, n: t.reshape(-1, 1, 1, *t.shape[len(lead):]) if n else t.reshape(-1, 1, 1))
+            out, new = kimi_delta_rule(flat(q, 1), flat(k, 1), flat(v, 1), flat(ld, 1), flat(beta, 0), scale=1.0,
+                                       initial_state=state.reshape(-1, 1, E, Ev))
+            want = (out.reshape(*lead, Ev), new.reshape(*lead, E, Ev))
+            got = _pair(call(kda_step_fn, {"state": state, "query": q, "key": k, "value": v, "log_decay": ld,
+                                           "beta": beta}), torch.float64)
+            for t, w, n in zip(got, want, ("out", "new_state")):
+                if tuple(t.shape) != tuple(w.shape):
+                    raise Mismatch(f"{n} has shape {tuple(t.shape)}; expected {tuple(w.shape)}.")
+            b = beta[..., None, None]
+
+            def finish(s):
+                return _pack((s * q[..., :, None]).sum(-2), s)
+
+            def write(s, err):
+                return s + b * k[..., :, None] * err[..., None, :]
+
+            dec = torch.exp(ld)[..., :, None] * state
+            mean = torch.exp(ld.mean(-1))[..., None, None] * state
+            wrong = [
+                (finish(write(mean, v - (mean * k[..., :, None]).sum(-2))), HINT_KDA_PER_HEAD),
+                (finish(torch.exp(ld)[..., :, None] * write(state, v - (state * k[..., :, None]).sum(-2))),
+                 HINT_KDA_DECAY_LATE),
+                (finish(write(dec, v)), HINT_KDA_NO_CORRECTION),
+            ]
+            expect_close(_pack(*got), _pack(*want), what=f"kda_step on a state {tuple(state.shape)}",
+                         wrong_answers=wrong, atol=1e-10, rtol=0)
+        return len(cases)
+
+    return run_check(name, trials)

@@ -2,6 +2,7 @@
 
 - :func:`check_mla_cache_bytes`: the bytes DeepSeek's multi-head latent attention caches for a sequence.
 - :func:`check_ring_slot_positions`: which position each slot of a sliding-window ring-buffer cache holds.
+- :func:`check_gated_output`: gated attention's output gate (Qwen3-Next), before the output projection.
 
 Each compares with attn_lib (:func:`attn_lib.mla.mla_cache_bytes_per_token`, proven on the real latent cache by
 tests/test_mla.py; :func:`attn_lib.windows.ring_slot_positions`, equal to :class:`attn_lib.windows.RingKVCache`'s slots
@@ -12,11 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, run_check
+from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.mla import mla_cache_bytes_per_token
 from attn_lib.windows import ring_slot_positions
 
-__all__ = ["check_mla_cache_bytes", "check_ring_slot_positions"]
+__all__ = ["check_mla_cache_bytes", "check_ring_slot_positions", "check_gated_output"]
 
 HINT_MLA_TWO = ("you multiplied by 2 for keys AND values; MLA caches ONE latent c_KV per token (the keys and the "
                 "values are both up-projected from it), plus the shared RoPE key: (kv_lora_rank + qk_rope_head_dim).")
@@ -89,3 +90,36 @@ def check_ring_slot_positions(slot_positions_fn) -> CheckResult:
         return len(cases)
 
     return run_check("check_ring_slot_positions", trials)
+
+
+HINT_GATE_NO_SIGMOID = ("you multiplied by the gate's logits; the gate is sigmoid(x W_gateᵀ), a number in (0, 1) per "
+                        "head and channel.")
+HINT_GATE_ON_HEADS = ("you computed the gate from the attention's output; Qwen3-Next computes it from the layer's "
+                      "input x (the same x the queries come from): sigmoid(x W_gateᵀ).")
+HINT_GATE_SOFTMAX = ("you normalised the gate with a softmax; each channel has its own independent sigmoid gate, so "
+                     "a head can close (all near 0) without opening another.")
+
+
+def check_gated_output(gated_output_fn) -> CheckResult:
+    """Check ``gated_output(heads, x, w_gate)``: heads (B, L, H·E), x (B, L, d_model), w_gate (H·E, d_model) ->
+    heads · sigmoid(x w_gateᵀ), (B, L, H·E): the head-specific, elementwise output gate of gated attention
+    (Qiu et al. 2025; transformers' ``Qwen3NextAttention``), compared with that formula on fresh inputs."""
+    name = "check_gated_output"
+    cases = [(2, 5, 8, 12), (1, 3, 6, 4), (3, 1, 16, 16)]
+
+    def trials():
+        for trial, (B, L, HE, d) in enumerate(cases):
+            g = fresh_generator(name, trial)
+            heads = torch.randn(B, L, HE, generator=g, dtype=torch.float64)
+            x = torch.randn(B, L, d, generator=g, dtype=torch.float64)
+            w = torch.randn(HE, d, generator=g, dtype=torch.float64)
+            logits = x @ w.T
+            want = heads * torch.sigmoid(logits)
+            got = call(gated_output_fn, {"heads": heads, "x": x, "w_gate": w})
+            wrong = [(heads * logits, HINT_GATE_NO_SIGMOID), (heads * torch.sigmoid(heads), HINT_GATE_ON_HEADS),
+                     (heads * torch.softmax(logits, -1), HINT_GATE_SOFTMAX)]
+            expect_close(got, want, what=f"gated_output on heads {tuple(heads.shape)}", wrong_answers=wrong,
+                         atol=1e-10, rtol=0)
+        return len(cases)
+
+    return run_check(name, trials)
