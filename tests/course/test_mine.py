@@ -95,6 +95,8 @@ def test_use_mine_replaces_attn_libs_pieces_everywhere_and_undoes(capsys):
 
     assert scaled_dot_product_attention is theirs.scaled_dot_product_attention
     assert "9 of 9 pieces are yours and in use" in capsys.readouterr().out.replace(str(len(mine.PIECES)), "9")
+    assert pieces._ref_sdpa is original  # the checks keep comparing with attn_lib's own
+    assert pieces.check_piece_scaled_dot_product_attention(theirs.scaled_dot_product_attention).passed
     mine.use_attn_lib()
     assert A.scaled_dot_product_attention is original and mla.scaled_dot_product_attention is original
 
