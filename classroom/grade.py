@@ -134,7 +134,9 @@ class RemoteFunction:
         if self.box.dead:
             raise SandboxGone("your notebook's process had stopped")
         arrays: list = []
-        self.box.send({"op": "call", "fn": self.number, "args": [wire.encode(a, arrays) for a in args]}, arrays)
+        memo = wire.new_memo()  # an optimiser names the parameters of a model sent before it
+        self.box.send({"op": "call", "fn": self.number, "args": [wire.encode(a, arrays, memo=memo) for a in args]},
+                      arrays)
         try:
             reply, data = self.box.receive(timeout=max(_core.TIME_LIMIT_S, 1) + 10)
         except wire.Timeout:
@@ -157,7 +159,19 @@ def _apply_in_place(original, now) -> None:
     import torch
 
     try:
-        if isinstance(original, torch.Tensor) and isinstance(now, torch.Tensor):
+        if isinstance(original, torch.nn.Module) and isinstance(now, wire.ModuleState):
+            with torch.no_grad():  # by name and shape only: the sandbox's values, never its code
+                for name, p in original.named_parameters():
+                    new = now.params.get(name)
+                    if isinstance(new, torch.Tensor) and new.shape == p.shape:
+                        p.copy_(new.to(p.dtype))
+                for name, b in original.named_buffers():
+                    new = now.buffers.get(name)
+                    if b is not None and isinstance(new, torch.Tensor) and new.shape == b.shape:
+                        b.copy_(new.to(b.dtype))
+        elif isinstance(original, torch.Generator) and isinstance(now, torch.Generator):
+            original.set_state(now.get_state())
+        elif isinstance(original, torch.Tensor) and isinstance(now, torch.Tensor):
             if now.shape == original.shape and now.dtype == original.dtype:
                 original.copy_(now)
             else:

@@ -136,7 +136,8 @@ class Runner:
             elif op == "call":
                 try:
                     fn = self.functions[int(request["fn"])]
-                    args = [wire.decode(a, arrays) for a in request["args"]]
+                    memo = wire.new_memo()  # modules, then the optimiser over their parameters
+                    args = [wire.decode(a, arrays, memo=memo, build=True) for a in request["args"]]
                 except Exception as e:  # noqa: BLE001
                     self.send(_error_reply(e))
                     continue
@@ -146,8 +147,9 @@ class Runner:
                 try:
                     result = fn(*args)
                     reply_arrays = []
+                    after_memo = wire.new_memo()
                     reply = {"ok": True, "result": wire.encode(result, reply_arrays),
-                             "after": [wire.encode(a, reply_arrays) for a in args]}
+                             "after": [wire.encode(a, reply_arrays, memo=after_memo) for a in args]}
                 except BaseException as e:  # noqa: BLE001 - the student's function raised
                     reply, reply_arrays = _error_reply(e), []
                 finally:

@@ -129,9 +129,11 @@ def command(library: Path, fd_in: int, fd_out: int, *, uid: int | None) -> list[
         args += ["--setenv", k, v]
     # the bound path: a .venv that is a symlink (to a shared virtualenv) is bound at its target, not at ROOT/.venv
     python = str((course_venv.resolve() if course_venv.exists() else venv) / "bin" / "python")
-    inner = [python, "-I", "-c", "import sys; sys.path.insert(0, %r); import classroom.runner as r; "
-             "sys.exit(r.main(sys.argv[1:]))" % GRADER_LIB, str(fd_in), str(fd_out)]
-    # -I: no user site, no PYTHONPATH, no cwd on sys.path; the runner's path is added explicitly.
+    inner = [python, "-I", "-c", "import sys; sys.path[:0] = [%r, %r]; import classroom.runner as r; "
+             "sys.exit(r.main(sys.argv[1:]))" % (GRADER_LIB, str(ROOT)), str(fd_in), str(fd_out)]
+    # -I: no user site, no PYTHONPATH, no cwd on sys.path; the runner's path is added explicitly, and the course's
+    # root (in the sandbox it holds only the copy of attn_lib and data/), so that `import attn_lib` finds the copy
+    # even where the course venv's editable install points at another checkout.
     if uid is not None:
         inner = ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                  "--bounding-set=-all", "--no-new-privs", "--", *inner]
