@@ -38,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -94,56 +95,175 @@ def _grade_id(cell) -> str | None:
 
 
 STUDENT_ID = re.compile(r"[\w@+-][\w .@+-]*", re.UNICODE)  # no "/", no leading dot or space
+MAX_DEPTH = 12  # folders below a student's folder that are searched for notebooks
+MAX_ENTRIES = 5_000  # entries of one student's folder that are looked at
+MAX_NOTEBOOK_BYTES = 64 * 1024 ** 2  # a submitted notebook larger than this is not read
+MAX_LINES_PER_STUDENT = 20  # refused entries listed one by one; the rest counted
+
+
+def show(name) -> str:
+    """A file name as text that is safe to print and to write as UTF-8 (a name that is not UTF-8 is escaped)."""
+    text = os.fsencode(name).decode("utf-8", errors="backslashreplace") if isinstance(name, (str, bytes)) else str(name)
+    return ascii(text)[1:-1] if any(not ch.isprintable() for ch in text) else text
 
 
 def student_id(folder_name: str) -> str | None:
     """The student id of a folder of SUBMISSIONS: its name in Unicode NFC, unchanged otherwise (so "john smith"
     and "john_smith", "José" and "Zoë" stay distinct); None when it is not a valid id (a hidden or dot folder
-    such as "...", a name that ends with a space, a control character)."""
+    such as "...", a name that ends with a space, a control character, a name that is not UTF-8)."""
+    try:
+        folder_name.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
     name = unicodedata.normalize("NFC", folder_name)
     if not STUDENT_ID.fullmatch(name) or name != name.strip() or len(name) > 100:
         return None
     return name
 
 
+def id_key(student: str) -> str:
+    """Two ids that a person reads as one ("Alice" and "alice", "ﬁona" and "fiona", the Kelvin sign and "K") have
+    the same key: NFKC, then case-folded, then NFKC again."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", student).casefold())
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _walk(top: Path, student: str, refused: list[str], shown: Path) -> list[Path]:
+    """The regular ``*.ipynb`` files under ``top``, never through a symbolic link (lstat only), at most
+    :data:`MAX_DEPTH` folders deep and :data:`MAX_ENTRIES` entries; what is not searched is a line in ``refused``."""
+    found, stack, seen = [], [(top, 0)], 0
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as e:
+            refused.append(f"{student}: {show(Path(folder).relative_to(shown))} could not be read ({e.strerror}); "
+                           "not searched")
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > MAX_ENTRIES:
+                refused.append(f"{student}: more than {MAX_ENTRIES} files; the rest was not searched")
+                return found
+            path = Path(entry.path)
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode):
+                if entry.name == ".ipynb_checkpoints":
+                    continue
+                if depth + 1 > MAX_DEPTH:
+                    refused.append(f"{student}: {show(path.relative_to(shown))} is more than {MAX_DEPTH} folders "
+                                   "deep; not searched")
+                    continue
+                stack.append((path, depth + 1))
+            elif stat.S_ISREG(mode):
+                if entry.name.endswith(".ipynb"):
+                    found.append(path)
+            elif entry.name.endswith(".ipynb") or stat.S_ISLNK(mode) or not stat.S_ISREG(mode):
+                refused.append(f"{student}: {show(path.relative_to(shown))} is {_kind(mode)}; refused (only "
+                               "regular files are read)")
+    return sorted(found)
+
+
 def find_submissions(submissions: Path, assignments: set[str]) \
-        -> tuple[dict[str, dict[str, Path | None]], list[str], list[str]]:
-    """student -> {assignment: notebook path (None: two copies)}, the errors (invalid or colliding ids, two copies
-    of one notebook, loose files) and warnings (files that are not a course notebook)."""
-    found: dict[str, dict[str, Path | None]] = {}
+        -> tuple[dict[str, dict[str, Path | str]], list[str], list[str]]:
+    """student -> {assignment: notebook path, or why it cannot be graded}, the errors (invalid or colliding ids,
+    two copies of one notebook, loose files, refused entries: symbolic links, FIFOs, devices, folders nested too
+    deep) and warnings (files that are not a course notebook). Nothing is read through a symbolic link."""
+    found: dict[str, dict[str, Path | str]] = {}
     errors, warnings = [], []
-    by_fold: dict[str, str] = {}
-    for entry in sorted(submissions.iterdir(), key=lambda p: p.name):
-        if not entry.is_dir():
-            if entry.suffix == ".ipynb":
-                errors.append(f"{entry.name!r} is a notebook outside any student folder; not graded")
+    by_key: dict[str, str] = {}
+    collided: set[str] = set()
+    for entry in sorted(os.scandir(submissions), key=lambda e: e.name):
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISDIR(mode):
+            if not stat.S_ISREG(mode):
+                errors.append(f"{show(entry.name)!r} in SUBMISSIONS is {_kind(mode)}; refused (a student's folder "
+                              "must be a folder, not a link to one)")
+            elif entry.name.endswith(".ipynb"):
+                errors.append(f"{show(entry.name)!r} is a notebook outside any student folder; not graded")
             continue
         student = student_id(entry.name)
         if student is None:
-            errors.append(f"folder {entry.name!r} is not a valid student id (see docs/teaching.md); not graded")
+            errors.append(f"folder {show(entry.name)!r} is not a valid student id (see docs/teaching.md); not graded")
             continue
-        fold = student.casefold()
-        if fold in by_fold:
-            errors.append(f"folders {by_fold[fold]!r} and {entry.name!r} name the same student (ids are "
-                          "case-insensitive); neither is graded")
-            found.pop(by_fold[fold], None)
-            by_fold[fold] = by_fold[fold]
+        key = id_key(student)
+        if key in by_key:
+            errors.append(f"folders {by_key[key]!r} and {show(entry.name)!r} name the same student (ids are "
+                          "compared case-insensitively, after Unicode NFKC); neither is graded")
+            found.pop(by_key[key], None)
+            collided.add(key)
             continue
-        by_fold[fold] = student
+        by_key[key] = student
+        refused: list[str] = []
         copies: dict[str, list[Path]] = {}
-        for nb in sorted(entry.rglob("*.ipynb")):
-            if ".ipynb_checkpoints" in nb.parts:
-                continue
-            if nb.stem in assignments:
-                copies.setdefault(nb.stem, []).append(nb)
+        for nb in _walk(Path(entry.path), student, refused, submissions):
+            stem = nb.name[: -len(".ipynb")]
+            if stem in assignments:
+                copies.setdefault(stem, []).append(nb)
             else:
-                warnings.append(f"{student}: {nb.relative_to(submissions)} is not a course notebook; ignored")
+                warnings.append(f"{student}: {show(nb.relative_to(submissions))} is not a course notebook; ignored")
+        for line in refused:
+            m = re.search(r"([^/\s]+)\.ipynb is ", line)
+            if m and m.group(1) in assignments:  # a notebook that is a link, a FIFO, ...: graded 0, not skipped
+                copies.setdefault(m.group(1), [])
+        if len(refused) > MAX_LINES_PER_STUDENT:
+            refused = refused[:MAX_LINES_PER_STUDENT] + [f"{student}: {len(refused) - MAX_LINES_PER_STUDENT} more "
+                                                         "entries refused"]
+        errors += refused
         for assignment, paths in copies.items():
             if len(paths) > 1:
                 errors.append(f"{student}: {len(paths)} copies of {assignment} "
-                              f"({', '.join(str(p.relative_to(submissions)) for p in paths)}); graded 0")
-            found.setdefault(student, {})[assignment] = paths[0] if len(paths) == 1 else None
+                              f"({', '.join(show(p.relative_to(submissions)) for p in paths)}); graded 0")
+                found.setdefault(student, {})[assignment] = "two copies of this notebook in the student's folder"
+            elif not paths:
+                found.setdefault(student, {})[assignment] = ("the notebook is not a regular file (a symbolic link, "
+                                                             "a FIFO or a device); refused")
+            else:
+                found.setdefault(student, {})[assignment] = paths[0]
+    for key in collided:
+        found.pop(by_key[key], None)
     return found, errors, warnings
+
+
+def read_notebook_bytes(path: Path) -> bytes:
+    """The bytes of a regular file, never through a symbolic link (O_NOFOLLOW), never a FIFO or a device (checked
+    on the open file), at most :data:`MAX_NOTEBOOK_BYTES`; OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{_kind(st.st_mode)}, not a regular file")
+        if st.st_size > MAX_NOTEBOOK_BYTES:
+            raise OSError(f"larger than {MAX_NOTEBOOK_BYTES // 1024 ** 2} MB")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_NOTEBOOK_BYTES:
+                raise OSError(f"larger than {MAX_NOTEBOOK_BYTES // 1024 ** 2} MB")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def check_integrity(submitted: dict, released: dict) -> list[str]:
@@ -178,7 +298,7 @@ def check_integrity(submitted: dict, released: dict) -> list[str]:
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # a student's lone surrogate cannot stop it
     tmp.replace(path)
 
 
@@ -194,7 +314,11 @@ def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Pat
                        cell_timeout: float, budget_s: float) -> dict:
     """One submission graded in a process of its own (classroom.grade, which starts the sandbox); its result is
     kept in ``out/.state`` under the digest of the submission and the release, so a new run reuses it."""
-    data = path.read_bytes()
+    try:
+        data = read_notebook_bytes(path)
+    except OSError as e:
+        return {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
+                "flags": [f"could not grade: the notebook could not be read ({show(e.strerror or str(e))})"]}
     released_bytes = _release_digest(release_dir, notebook)
     key = grade_digest(data, released_bytes, str(cell_timeout).encode())
     state = _state_path(out, student, notebook)
@@ -212,7 +336,7 @@ def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Pat
         if not isinstance(submitted, dict) or not isinstance(submitted.get("cells"), list):
             raise ValueError("no cells")
         flags += check_integrity(submitted, released)
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, RecursionError, MemoryError) as e:
         result = {"status": "could not grade", "flags": [f"could not grade: not a readable notebook ({type(e).__name__})"],
                   "scores": {}, "messages": {}, "cells": []}
     else:
@@ -310,12 +434,16 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
     def grade(item):
         student, notebook, path = item
         started = time.monotonic()
-        if path is None:  # two copies of one notebook: an error, 0 for this run
+        if isinstance(path, str):  # two copies of one notebook, a link, a FIFO: an error, 0 for this run
             result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
-                      "flags": ["could not grade: two copies of this notebook in the student's folder"]}
+                      "flags": [f"could not grade: {path}"]}
         else:
-            result = grade_one_notebook(student, notebook, path, release_dir, library, out, cell_timeout=timeout,
-                                        budget_s=student_timeout)
+            try:
+                result = grade_one_notebook(student, notebook, path, release_dir, library, out,
+                                            cell_timeout=timeout, budget_s=student_timeout)
+            except Exception as e:  # noqa: BLE001 - one submission's error never stops the class
+                result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
+                          "flags": [f"could not grade: the grader failed on it ({type(e).__name__})"]}
         row = Row(student, notebook, max_points=_max_points(released[notebook]))
         row.points = {k: float(result.get("scores", {}).get(k, 0.0)) if result["status"] == "graded" else 0.0
                       for k in row.max_points}
@@ -350,14 +478,17 @@ def write_summary(rows: list[Row], errors: list[str], warnings: list[str], path:
 
 
 def write_csv(rows: list[Row], path: Path) -> None:
+    from classroom.gradebook import cell
+
     keys = list(dict.fromkeys(k for r in rows for k in r.max_points))
     f = io.StringIO()
     if True:
         w = csv.writer(f)
         w.writerow(["student", "notebook", *keys, "total", "max_total", "failed", "flags"])
         for r in sorted(rows, key=lambda r: (r.student, r.notebook)):
-            w.writerow([r.student, r.notebook, *[_num(r.points[k]) if k in r.max_points else "" for k in keys],
-                        _num(r.total), _num(sum(r.max_points.values())), ";".join(r.failed), ";".join(r.flags)])
+            w.writerow([cell(r.student), r.notebook, *[_num(r.points[k]) if k in r.max_points else "" for k in keys],
+                        _num(r.total), _num(sum(r.max_points.values())), ";".join(r.failed),
+                        cell(";".join(r.flags))])
     _atomic_write(path, f.getvalue())
 
 

@@ -343,7 +343,7 @@ def main(argv=None) -> int:
     result = grade_notebook(job["submitted"], job["released"], Path(job["library"]),
                             cell_timeout=float(job["cell_timeout"]), budget_s=float(job["budget_s"]))
     tmp = Path(argv[1]).with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, ensure_ascii=False))
+    tmp.write_text(json.dumps(result))  # ASCII: a lone surrogate a student printed is escaped, not an error
     tmp.replace(argv[1])
     return 0
 

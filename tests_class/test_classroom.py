@@ -24,6 +24,7 @@ import pytest
 
 from classroom import source
 from classroom.autograde import autograde
+from classroom.gradebook import uncell
 from classroom.release import points_table, release
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -439,7 +440,7 @@ def graded(course):
     rows = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=600, jobs=2)
     print(f"autograde of {len(rows)} students: {time.monotonic() - started:.0f} s")
     with (tmp / "grades" / "gradebook.csv").open() as f:
-        table = {r["student"]: r for r in csv.DictReader(f)}
+        table = {uncell(r["student"]): r for r in csv.DictReader(f)}  # "'-z...": a formula-looking id, quoted
     time.sleep(9)  # the daemons' first write would come 8 s after they started
     left = [p for p in set(Path(tempfile.gettempdir()).iterdir()) - before_tmp if p.name.startswith("attn-")]
     return tmp, rows, table, deleted["id"], victim_bytes, left
@@ -485,8 +486,9 @@ def test_per_student_summary_and_canvas_export(graded):
     columns, a Points Possible row, the same points."""
     tmp, _, table, _, _, _ = graded
     with (tmp / "grades" / "students.csv").open() as f:
-        students = {r["student"]: r for r in csv.DictReader(f)}
+        students = {uncell(r["student"]): r for r in csv.DictReader(f)}
     assert set(students) == set(table)
+    assert "'-z_correct_last é" in (tmp / "grades" / "canvas.csv").read_text()  # a spreadsheet reads it as text
     for name, row in table.items():
         s = students[name]
         assert (s["total"], s["max_total"], s[NB]) == (row["total"], str(MAX), row["total"])
@@ -496,7 +498,7 @@ def test_per_student_summary_and_canvas_export(graded):
     canvas = list(csv.reader(lines))
     assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", f"{NB} (attention course)"]
     assert canvas[1] == ["Points Possible", "", "", "", "", str(MAX)]
-    assert {r[3]: r[5] for r in canvas[2:]} == {name: row["total"] for name, row in table.items()}
+    assert {uncell(r[3]): r[5] for r in canvas[2:]} == {name: row["total"] for name, row in table.items()}
 
 
 def test_canvas_export_matches_a_canvas_roster(tmp_path):
@@ -658,7 +660,125 @@ def test_student_ids_are_distinct_and_errors_are_listed(tmp_path):
     found, errors, _ = find_submissions(tmp_path, {NB})
     assert {"john smith", "john_smith", "José", "Zoë", "-dash", "two"} <= set(found)
     assert "Alice" not in found and "alice" not in found
-    assert found["two"][NB] is None
+    assert found["two"][NB] == "two copies of this notebook in the student's folder"
     text = "\n".join(errors)
     for n in ("'...'", "'.hidden'", "'Alice' and 'alice'", "two: 2 copies"):
         assert n in text, (n, text)
+
+
+# ---- issue 41: a hostile class. Symbolic links, FIFOs, devices, deep folders, bad names: one student's error each.
+def _collect(tmp: Path, assignment: str):
+    """nbgrader collect with the hub's OwnerCheckedCollect over the exchange in tmp; (collected students, log)."""
+    import logging
+
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    from classroom.config import _alembic_on_path
+    from classroom.exchange import OwnerCheckedCollect
+
+    _alembic_on_path()  # nbgrader creates the gradebook with alembic
+    c = Config()
+    c.CourseDirectory.root = str(tmp / "course")
+    c.CourseDirectory.course_id = "attn"
+    c.CourseDirectory.assignment_id = assignment
+    c.Exchange.root = str(tmp / "exchange")
+    coursedir = CourseDirectory(config=c)
+    collect = OwnerCheckedCollect(coursedir=coursedir, authenticator=Authenticator(config=c), config=c)
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    collect.log.addHandler(Keep())
+    collect.start()
+    submitted = tmp / "course" / "submitted"
+    return sorted(p.name for p in submitted.iterdir()) if submitted.is_dir() else [], "\n".join(lines)
+
+
+def test_collect_never_follows_a_link_and_one_bad_entry_never_stops_the_class(tmp_path):
+    """Issue 41 §2-3 on the hub's exchange: real accounts (daemon, bin, sys, nobody) own their inbound folders.
+    bin's own folder holds a link to the teacher's source notebook and to /dev/zero; a link named after daemon's
+    submission points at a folder daemon owns; sys leaves a malformed timestamp, a dangling link, a FIFO and a plain
+    file named like submissions; nobody nests 1,100 folders. Every such entry is a REFUSED line; daemon, bin and
+    nobody are collected, with no solution, no zeros and no link in the course folder."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to own folders as the students' accounts (CI runs as root)")
+    ids = {n: __import__("pwd").getpwnam(n).pw_uid for n in ("daemon", "bin", "sys", "nobody")}
+    (tmp_path / "course" / "source" / NB).mkdir(parents=True)
+    secret = tmp_path / "course" / "source" / NB / f"{NB}.ipynb"
+    secret.write_text('{"cells": [], "SOLUTION": "### BEGIN SOLUTION"}')
+    inbound = tmp_path / "exchange" / "attn" / "inbound"
+    inbound.mkdir(parents=True)
+    os.chmod(inbound, 0o1733)
+
+    def folder(name, owner, ts="2026-12-03 10:00:00.000000 UTC", files=None):
+        d = inbound / f"{name}+{NB}+{ts}+r{len(list(inbound.iterdir()))}"
+        d.mkdir()
+        (d / "timestamp.txt").write_text(ts)
+        for f, text in (files or {f"{NB}.ipynb": '{"cells": []}'}).items():
+            (d / f).write_text(text)
+        for p in [d, *d.rglob("*")]:
+            os.lchown(p, ids[owner], ids[owner])
+        return d
+
+    honest = folder("daemon", "daemon")
+    own = folder("bin", "bin", files={"notes.txt": "mine"})
+    (own / f"{NB}.ipynb").symlink_to(secret)               # the teacher's source notebook, through a link
+    (own / "zeros").symlink_to("/dev/zero")                 # a device, through a link
+    (own / "sub").mkdir()
+    (own / "sub" / "source").symlink_to(secret.parent)      # a folder, through a link
+    for p in (own / f"{NB}.ipynb", own / "zeros", own / "sub", own / "sub" / "source"):
+        os.lchown(p, ids["bin"], ids["bin"])
+    later = "2026-12-03 11:00:00.000000 UTC"
+    victim_link = inbound / f"daemon+{NB}+{later}+evil"    # named after daemon, newer, pointing at daemon's folder
+    victim_link.symlink_to(honest)
+    os.lchown(victim_link, ids["bin"], ids["bin"])
+    folder("daemon", "bin", ts="2026-12-03 12:00:00.000000 UTC")  # a real folder in daemon's name, bin's
+    folder("sys", "sys", ts="not-a-time")                   # a malformed timestamp
+    (inbound / f"sys+{NB}+{later}+dangling").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(inbound / f"sys+{NB}+{later}+fifo")
+    (inbound / f"sys+{NB}+{later}+file").write_text("{}")
+    for p in inbound.glob("sys+*"):
+        os.lchown(p, ids["sys"], ids["sys"])
+    deep = folder("nobody", "nobody")
+    nest(deep, 1100)
+    subprocess_run(["chown", "-R", f"{ids['nobody']}:{ids['nobody']}", str(deep)])
+
+    started = time.monotonic()
+    collected, log = _collect(tmp_path, NB)
+    assert time.monotonic() - started < 30
+    assert collected == ["bin", "daemon", "nobody"], log
+    sub = tmp_path / "course" / "submitted"
+    assert (sub / "daemon" / NB / f"{NB}.ipynb").read_text() == '{"cells": []}'   # not replaced by the link
+    assert (sub / "bin" / NB / "notes.txt").read_text() == "mine"
+    copied = [p for p in (tmp_path / "course" / "submitted").rglob("*")]
+    assert not any(p.is_symlink() for p in copied)
+    assert not any("BEGIN SOLUTION" in p.read_text() for p in copied if p.is_file())
+    assert sum(p.stat().st_size for p in copied if p.is_file()) < 10_000
+    for refused in (f"{NB}.ipynb': a symbolic link", "zeros': a symbolic link", "sub/source': a symbolic link",
+                    "evil': it is a symbolic link", "but its owner is 'bin'", "not-a-time", "dangling': it is a "
+                    "symbolic link", "fifo': it is a FIFO", "file': it is a file", "more than 12 folders deep"):
+        assert refused in log, (refused, log)
+    assert log.count("REFUSED") >= 10
+    subprocess_run(["rm", "-rf", str(tmp_path / "exchange"), str(tmp_path / "course")])
+
+
+def subprocess_run(cmd):
+    import subprocess
+
+    subprocess.run(cmd, check=True)
+
+
+def nest(top: Path, n: int) -> None:
+    """n folders, each inside the last (deeper than Python's recursion limit), a file at the bottom."""
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(n):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(os.open("x.txt", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    os.close(fd)
