@@ -103,7 +103,7 @@ MAX_LINES_PER_STUDENT = 20  # refused entries listed one by one; the rest counte
 
 def show(name) -> str:
     """A file name as text that is safe to print and to write as UTF-8 (a name that is not UTF-8 is escaped)."""
-    text = os.fsencode(name).decode("utf-8", errors="backslashreplace") if isinstance(name, (str, bytes)) else str(name)
+    text = os.fsencode(os.fspath(name)).decode("utf-8", errors="backslashreplace")
     return ascii(text)[1:-1] if any(not ch.isprintable() for ch in text) else text
 
 
@@ -194,18 +194,18 @@ def find_submissions(submissions: Path, assignments: set[str]) \
             continue
         if not stat.S_ISDIR(mode):
             if not stat.S_ISREG(mode):
-                errors.append(f"{show(entry.name)!r} in SUBMISSIONS is {_kind(mode)}; refused (a student's folder "
+                errors.append(f"'{show(entry.name)}' in SUBMISSIONS is {_kind(mode)}; refused (a student's folder "
                               "must be a folder, not a link to one)")
             elif entry.name.endswith(".ipynb"):
-                errors.append(f"{show(entry.name)!r} is a notebook outside any student folder; not graded")
+                errors.append(f"'{show(entry.name)}' is a notebook outside any student folder; not graded")
             continue
         student = student_id(entry.name)
         if student is None:
-            errors.append(f"folder {show(entry.name)!r} is not a valid student id (see docs/teaching.md); not graded")
+            errors.append(f"folder '{show(entry.name)}' is not a valid student id (see docs/teaching.md); not graded")
             continue
         key = id_key(student)
         if key in by_key:
-            errors.append(f"folders {by_key[key]!r} and {show(entry.name)!r} name the same student (ids are "
+            errors.append(f"folders {by_key[key]!r} and '{show(entry.name)}' name the same student (ids are "
                           "compared case-insensitively, after Unicode NFKC); neither is graded")
             found.pop(by_key[key], None)
             collided.add(key)

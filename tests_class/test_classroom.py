@@ -111,7 +111,9 @@ def course(tmp_path_factory):
     print(f"release: {time.monotonic() - started:.0f} s")
     yield tmp, assignments
     if tmp.parent == shm:
-        shutil.rmtree(tmp, ignore_errors=True)
+        import subprocess
+
+        subprocess.run(["rm", "-rf", str(tmp)])  # 1,100 nested folders (issue 41): deeper than shutil.rmtree goes
 
 
 def test_release_has_every_notebook_with_exercises(course):
@@ -433,6 +435,7 @@ def graded(course):
     _submission(tmp, "x4_flood", solutions, edit=_edits(_add_cell_after("check_attention", FLOOD),
                                                         _add_cell_after("check_attention", HIDDEN_SCRIPT_MD, "markdown")))
     _submission(tmp, "-z_correct_last é", solutions)
+    hostile_entries(tmp)
     victim = tmp / "submissions" / "a_correct_first" / NB / f"{NB}.ipynb"
     victim_bytes = victim.read_bytes()
     before_tmp = set(Path(tempfile.gettempdir()).iterdir())
@@ -444,6 +447,49 @@ def graded(course):
     time.sleep(9)  # the daemons' first write would come 8 s after they started
     left = [p for p in set(Path(tempfile.gettempdir()).iterdir()) - before_tmp if p.name.startswith("attn-")]
     return tmp, rows, table, deleted["id"], victim_bytes, left
+
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+
+
+def hostile_entries(tmp: Path) -> None:
+    """Issue 41 §2-3 in SUBMISSIONS: none of these may stop the class or be read through a link; each is a line in
+    summary.txt, and a notebook that is a link, a FIFO or unreadable JSON is that student's 0."""
+    subs = tmp / "submissions"
+    source = tmp / "course" / "source" / NB / f"{NB}.ipynb"  # the teacher's notebook, with the solutions
+    (subs / "h_link" / NB).mkdir(parents=True)
+    (subs / "h_link" / NB / f"{NB}.ipynb").symlink_to(source)
+    (subs / "h_link" / "zeros.ipynb").symlink_to("/dev/zero")
+    (subs / "h_fifo").mkdir()
+    os.mkfifo(subs / "h_fifo" / f"{NB}.ipynb")
+    nest(subs / "h_fifo", 1100)                                   # 1,100 nested folders
+    (subs / "h_fifo" / os.fsdecode(b"bad\xff.ipynb")).write_text("{}")  # a file name that is not UTF-8
+    (subs / os.fsdecode(b"\xff\xfe")).mkdir()                       # a folder name that is not UTF-8
+    (subs / "h_folder_link").symlink_to(subs / "a_correct_first")  # a classmate's folder, through a link
+    (subs / "h_dev").symlink_to("/dev/zero")
+    (subs / "@A1").mkdir()                                         # a formula-looking id, and JSON nested 100,000 deep
+    (subs / "@A1" / f"{NB}.ipynb").write_text(DEEP_JSON)
+    for name in ("\ufb01ona", "fiona", "\u212aelly", "Kelly"):     # the "fi" ligature, the Kelvin sign
+        (subs / name).mkdir()
+        (subs / name / f"{NB}.ipynb").write_text(DEEP_JSON)
+
+
+def test_hostile_entries_are_one_students_error_each(graded):
+    tmp, rows, table, _, _, _ = graded
+    for student in ("h_link", "h_fifo", "@A1"):
+        assert (table[student]["total"], table[student]["failed"]) == ("0", ";".join(KEYS)), student
+        assert "could not grade" in table[student]["flags"]
+    assert "not a regular file" in table["h_link"]["flags"] and "RecursionError" in table["@A1"]["flags"]
+    assert not {"h_folder_link", "h_dev", "fiona", "\ufb01ona", "Kelly", "\u212aelly"} & set(table)
+    summary = (tmp / "grades" / "summary.txt").read_text(encoding="utf-8")
+    for line in (f"h_link: h_link/{NB}/{NB}.ipynb is a symbolic link; refused", "h_link: h_link/zeros.ipynb is a "
+                 "symbolic link", f"h_fifo: h_fifo/{NB}.ipynb is a FIFO", "is more than 12 folders deep",
+                 "'h_folder_link' in SUBMISSIONS is a symbolic link", "'h_dev' in SUBMISSIONS is a symbolic link",
+                 "folder '\\xff\\xfe' is not a valid student id", "h_fifo/bad\\xff.ipynb is not a course notebook",
+                 "folders 'fiona' and '\ufb01ona' name the same student", "'Kelly' and '\u212aelly'"):
+        assert line in summary, (line, summary)
+    assert (tmp / "grades" / "canvas.csv").read_text().count("'@A1") == 2  # Student and SIS Login ID, as text
+    assert "BEGIN SOLUTION" not in "".join(p.read_text() for p in (tmp / "grades" / "feedback").rglob("*.html"))
 
 
 def test_gradebook_header(graded):
@@ -594,6 +640,19 @@ def test_regrade_resumes_and_never_keeps_stale_points(graded):
     assert row.total == 0 and any(f.startswith("could not grade") for f in row.flags)
     assert "could not grade -z_correct_last é" in (tmp / "grades" / "summary.txt").read_text()
     assert next(r for r in rows2 if r.student == "a_correct_first").total == MAX
+    # issue 41 §3: a resubmission that cannot be read, or is a link, takes the earlier points away everywhere
+    x4 = tmp / "submissions" / "x4_flood" / NB / f"{NB}.ipynb"
+    x4.write_text(DEEP_JSON)
+    x3 = tmp / "submissions" / "x3_dies" / NB / f"{NB}.ipynb"
+    x3.unlink()
+    x3.symlink_to(tmp / "submissions" / "a_correct_first" / NB / f"{NB}.ipynb")
+    rows3 = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=600, jobs=2)
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{tmp / 'course' / 'gradebook.db'}") as gb:
+        for student in ("x4_flood", "x3_dies"):
+            assert next(r for r in rows3 if r.student == student).total == 0
+            assert [gb.find_grade(k, NB, NB, student).auto_score for k in KEYS] == [0] * len(KEYS)
 
 
 def test_sandbox_holds_when_the_teacher_is_not_root(course):
@@ -782,3 +841,37 @@ def nest(top: Path, n: int) -> None:
         fd = inner
     os.close(os.open("x.txt", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
     os.close(fd)
+
+
+# Issue 41 §1: the course's own solutions, submitted as an honest student fills in the release (the stub, then the
+# solution; a prediction answered with the registry's answer), graded through the autograde path, get full points.
+# 00 (a stub that imports what the solution uses) and 10 (its checks hand the function a decoder block, a model
+# and its optimiser, a generator: the wire carries them) by default, as a CI budget allows: every notebook took
+# 169 s with jobs=2 on the 2-core machine. ATTN_CLASS_ALL_SOLUTIONS=1 grades all of them.
+SOLUTION_SUBSET = ("00_welcome", "10_capstone_decoder")
+
+
+def test_every_solution_notebook_gets_full_points(course):
+    tmp, assignments = course
+    every = os.environ.get("ATTN_CLASS_ALL_SOLUTIONS") == "1"
+    chosen = [a for a in assignments if every or a.name in SOLUTION_SUBSET]
+    assert len(chosen) == (len(assignments) if every else len(SOLUTION_SUBSET))
+    subs = tmp / "honest-submissions"
+    for a in chosen:
+        nb = json.loads((tmp / "release" / a.name / f"{a.name}.ipynb").read_text())
+        answers = {f"answer_{e.key}": f"{e.stub}\n{e.solution or source._registry_solution(e.checks[0], e.stub)}"
+                   for e in a.exercises}
+        for c in nb["cells"]:
+            gid = c["metadata"]["nbgrader"]["grade_id"]
+            if gid in answers:
+                c["source"] = answers[gid]
+        path = subs / "honest" / a.name / f"{a.name}.ipynb"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(nb))
+    started = time.monotonic()
+    rows = autograde(subs, tmp / "course", tmp / "honest-grades", student_timeout=600, jobs=2)
+    print(f"{len(rows)} solution notebooks graded in {time.monotonic() - started:.0f} s")
+    assert sorted(r.notebook for r in rows) == sorted(a.name for a in chosen)
+    for r in rows:
+        assert (r.total, r.flags) == (sum(r.max_points.values()), []), (r.notebook, r.flags,
+                                                                        {k: r.messages.get(k) for k in r.failed})
