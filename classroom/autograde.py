@@ -310,8 +310,27 @@ def _release_digest(release_dir: Path, notebook: str) -> bytes:
     return (release_dir / notebook / f"{notebook}.ipynb").read_bytes()
 
 
+_LIVE: set = set()  # the grade processes running now (killed, with their sandboxes, when the run stops)
+_LIVE_LOCK = __import__("threading").Lock()
+_STOPPING = __import__("threading").Event()
+
+
+def kill_live_graders() -> None:
+    """End every grade process of this run and everything it started (its sandbox dies with it)."""
+    import signal
+
+    _STOPPING.set()
+    with _LIVE_LOCK:
+        procs = list(_LIVE)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Path, library: Path, out: Path, *,
-                       cell_timeout: float, budget_s: float) -> dict:
+                       cell_timeout: float, budget_s: float, salt: str = "graded") -> dict:
     """One submission graded in a process of its own (classroom.grade, which starts the sandbox); its result is
     kept in ``out/.state`` under the digest of the submission and the release, so a new run reuses it."""
     try:
@@ -343,13 +362,12 @@ def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Pat
         with tempfile.TemporaryDirectory(prefix="attn-grade-") as tmp:
             job, res = Path(tmp) / "job.json", Path(tmp) / "result.json"
             job.write_text(json.dumps({"submitted": submitted, "released": released, "library": str(library),
-                                       "cell_timeout": cell_timeout, "budget_s": budget_s}))
+                                       "cell_timeout": cell_timeout, "budget_s": budget_s, "salt": salt}))
             env = dict(os.environ)
             env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
             try:
-                proc = subprocess.run([sys.executable, "-m", "classroom.grade", str(job), str(res)], env=env,
-                                      stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=budget_s + 120,
-                                      start_new_session=True)
+                proc = _run_grader([sys.executable, "-m", "classroom.grade", str(job), str(res)], env,
+                                   timeout=budget_s + 120)
                 if proc.returncode == 0 and res.exists():
                     result = json.loads(res.read_text())
                     result["status"] = "graded"
@@ -364,6 +382,33 @@ def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Pat
     if result["status"] == "graded":
         _atomic_write(state, json.dumps({"digest": key, "result": result}, ensure_ascii=False))
     return result
+
+
+def _run_grader(cmd: list[str], env: dict, *, timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run`` of one grade process, registered so that a stopped run kills it (and its sandbox)."""
+    if _STOPPING.is_set():
+        raise KeyboardInterrupt
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace", start_new_session=True)
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
+    try:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.communicate()
+            raise
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    finally:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
 
 
 def grade_digest(*parts: bytes) -> str:
@@ -402,13 +447,22 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
               jobs: int = 1) -> list[Row]:
     """Grade every submission; write ``out/gradebook.csv``, ``out/feedback/`` and ``out/summary.txt``, and the
     gradebook. Results are kept as they come (``out/.state``): a run that is stopped resumes where it was."""
+    import secrets
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
     from nbgrader.api import Gradebook
 
     from classroom.config import cell_timeout
-    from classroom.sandbox import bwrap_path, library_dir
+    from classroom.sandbox import Cgroup, bwrap_path, library_dir
+
+    salt = secrets.token_hex(16)  # this run's seeds of the graded inputs: drawn here, never in the sandbox
+    if jobs > 1 and Cgroup.mode() is None:
+        print(f"note: no writable cgroups here (cgroup v2 with cpu and memory, or v1's cpu and memory), so a "
+              f"sandbox's CPU and memory cannot be limited as a whole: grading one submission at a time "
+              f"(JOBS={jobs} asked), so that a hostile submission cannot starve a classmate's", file=sys.stderr)
+        jobs = 1
+    _STOPPING.clear()
 
     release_dir = course_dir / "release"
     if not (course_dir / "gradebook.db").exists() or not release_dir.is_dir():
@@ -433,6 +487,8 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
 
     def grade(item):
         student, notebook, path = item
+        if _STOPPING.is_set():
+            return
         started = time.monotonic()
         if isinstance(path, str):  # two copies of one notebook, a link, a FIFO: an error, 0 for this run
             result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
@@ -440,10 +496,14 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
         else:
             try:
                 result = grade_one_notebook(student, notebook, path, release_dir, library, out,
-                                            cell_timeout=timeout, budget_s=student_timeout)
+                                            cell_timeout=timeout, budget_s=student_timeout, salt=salt)
+            except KeyboardInterrupt:
+                return
             except Exception as e:  # noqa: BLE001 - one submission's error never stops the class
                 result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
                           "flags": [f"could not grade: the grader failed on it ({type(e).__name__})"]}
+            if _STOPPING.is_set():  # killed by the stop itself: not this student's 0
+                return
         row = Row(student, notebook, max_points=_max_points(released[notebook]))
         row.points = {k: float(result.get("scores", {}).get(k, 0.0)) if result["status"] == "graded" else 0.0
                       for k in row.max_points}
@@ -459,10 +519,16 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
         print(f"graded {student} / {notebook} in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     items = [(s, nb, p) for s, nbs in found.items() for nb, p in nbs.items()]
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            list(pool.map(grade, items))
+        for future in [pool.submit(grade, item) for item in items]:
+            future.result()
+    except BaseException:  # Ctrl-C, SIGTERM (main), an error: no grade process and no sandbox outlives the run
+        kill_live_graders()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
     finally:
+        pool.shutdown(wait=True)
         shutil.rmtree(library.parent, ignore_errors=True)
     publish()
     return rows
@@ -556,6 +622,12 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=int(os.environ.get("ATTN_GRADE_JOBS", 1)),
                    help="students graded at once (default 1; each runs one kernel)")
     args = p.parse_args(argv)
+    import signal
+
+    def on_term(signum, frame):  # `kill` of the grader: the same clean stop as Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
     if args.submissions is None or not args.submissions.is_dir():
         p.error("give the folder of submissions (one folder per student): make autograde SUBMISSIONS=dir")
     rows = autograde(args.submissions, args.course_dir, args.out, student_timeout=args.student_timeout,

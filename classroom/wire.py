@@ -368,7 +368,32 @@ def pack(meta: dict, arrays: list | None = None) -> bytes:
     return struct.pack("!Q", len(body)) + body
 
 
+MAX_INFLATED = MAX_FRAME  # bytes of all of a frame's arrays once read
+
+
+def _check_entries(body: bytes) -> None:
+    """Before numpy reads a frame: every entry of the archive stored, not compressed (``np.savez`` never compresses;
+    a compressed entry is a decompression bomb, 6 MB grew the grader to 6.3 GB), its sizes within the frame."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(body)) as z:
+            infos = z.infolist()
+    except Exception:  # noqa: BLE001
+        raise WireError("a malformed message (not an archive)") from None
+    if len(infos) > MAX_ITEMS:
+        raise WireError("a message with too many entries")
+    total = 0
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+            raise WireError("a message with a compressed entry (refused: only stored arrays are read)")
+        total += info.file_size
+    if total > MAX_INFLATED:
+        raise WireError(f"a message whose arrays hold more than {MAX_INFLATED} bytes")
+
+
 def unpack(body: bytes) -> tuple[dict, dict]:
+    _check_entries(body)
     try:
         with np.load(io.BytesIO(body), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files if k != "meta"}

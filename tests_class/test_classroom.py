@@ -851,8 +851,9 @@ def nest(top: Path, n: int) -> None:
 SOLUTION_SUBSET = ("00_welcome", "10_capstone_decoder")
 
 
-def test_every_solution_notebook_gets_full_points(course):
+def test_every_solution_notebook_gets_full_points(course, monkeypatch):
     tmp, assignments = course
+    monkeypatch.setenv("ATTN_CELL_TIMEOUT", "120")  # the course's own limit: notebook 10 trains for 30-60 s
     every = os.environ.get("ATTN_CLASS_ALL_SOLUTIONS") == "1"
     chosen = [a for a in assignments if every or a.name in SOLUTION_SUBSET]
     assert len(chosen) == (len(assignments) if every else len(SOLUTION_SUBSET))
@@ -875,3 +876,176 @@ def test_every_solution_notebook_gets_full_points(course):
     for r in rows:
         assert (r.total, r.flags) == (sum(r.max_points.values()), []), (r.notebook, r.flags,
                                                                         {k: r.messages.get(k) for k in r.failed})
+
+
+# ---- issue 41 §4-5: resources per sandbox, no bomb in the grader, nothing outlives it, the grader's own records
+def test_wire_refuses_compressed_entries():
+    """A 50 MB array compressed into a message of a few kB: refused before numpy inflates it."""
+    import io
+
+    import numpy as np
+
+    from classroom import wire
+
+    buf = io.BytesIO()
+    np.savez_compressed(buf, meta=np.frombuffer(b'{"ev": "done"}', dtype=np.uint8), a0=np.zeros(50_000_000, np.uint8))
+    body = buf.getvalue()
+    assert len(body) < 200_000
+    with pytest.raises(wire.WireError, match="compressed"):
+        wire.unpack(body)
+    meta, arrays = wire.unpack(wire.pack({"ev": "done"}, [np.arange(3)])[8:])  # what the runner sends: stored
+    assert meta == {"ev": "done"} and arrays["a0"].tolist() == [0, 1, 2]
+
+
+def test_sandbox_is_one_cgroup(course, tmp_path, monkeypatch, capsys):
+    """Every process of a sandbox is in one cgroup with a CPU quota of one core and one memory limit; the cgroup
+    is gone with the sandbox. Where there are none, autograde grades one submission at a time and says so."""
+    from classroom import sandbox
+
+    if sandbox.Cgroup.mode() is None:
+        pytest.skip("no writable cgroups on this machine (autograde falls back to one job; checked below)")
+    lib = sandbox.library_dir(Path(tempfile.mkdtemp(prefix="attn-cgroup-")))
+    box = sandbox.Sandbox(lib)
+    try:
+        cg = box.cgroup
+        assert cg is not None and box.proc.pid in cg.pids()
+        files = {f.name: f.read_text().split() for d in cg.dirs for f in d.iterdir()
+                 if f.name in ("cpu.max", "cpu.cfs_quota_us", "memory.max", "memory.limit_in_bytes", "pids.max")}
+        quota = files.get("cpu.max", files.get("cpu.cfs_quota_us"))[0]
+        memory = int(files.get("memory.max", files.get("memory.limit_in_bytes"))[0])
+        assert quota == "100000" and abs(memory - box.limits.memory_bytes) < 1 << 20, files
+    finally:
+        box.kill()
+        shutil.rmtree(lib.parent, ignore_errors=True)
+    assert not any(d.exists() for d in cg.dirs)
+    monkeypatch.setattr(sandbox.Cgroup, "mode", staticmethod(lambda: None))
+    (tmp_path / "empty").mkdir()
+    tmp, _ = course
+    autograde(tmp_path / "empty", tmp / "course", tmp_path / "grades", jobs=2)
+    assert "grading one submission at a time (JOBS=2 asked)" in capsys.readouterr().err
+
+
+def _grader_processes() -> list[int]:
+    """This checkout's grade processes and sandboxes (their command line names classroom.grade or classroom.runner,
+    and their command line or environment this checkout)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"classroom.grade\0" not in cmd and b"classroom.runner" not in cmd:
+                continue
+            where = cmd + Path(f"/proc/{pid}/environ").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+            continue
+        if str(ROOT).encode() in where:
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("how", ["kill -9", "Ctrl-C"])
+def test_killed_grader_leaves_nothing(course, tmp_path, how):
+    """A notebook that sleeps in a cell; the autograde process is killed (SIGKILL) or interrupted (SIGINT) while
+    its sandbox runs: no grade process and no sandbox is left, and nothing is recorded for the stopped student."""
+    import signal
+    import subprocess
+    import sys
+
+    tmp, _ = course
+    shutil.copytree(tmp / "course", tmp_path / "course")
+    shutil.copytree(tmp / "release", tmp_path / "release")
+    _submission(tmp_path, "k_sleeper", {}, edit=_add_cell_after("check_attention_weights", "import time\ntime.sleep(600)"))
+    env = dict(os.environ, ATTN_CELL_TIMEOUT="600")
+    proc = subprocess.Popen([sys.executable, "-m", "classroom.autograde", str(tmp_path / "submissions"),
+                             "--course-dir", str(tmp_path / "course"), "--out", str(tmp_path / "grades")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if len(_grader_processes()) >= 2:  # the grade process and its sandbox
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the sandbox did not start")
+        time.sleep(3)  # the notebook's cells run up to the sleep
+        proc.send_signal(signal.SIGKILL if how == "kill -9" else signal.SIGINT)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 20
+        while _grader_processes() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _grader_processes() == []
+    finally:
+        proc.kill()
+        proc.wait()
+    csv_path = tmp_path / "grades" / "gradebook.csv"
+    assert not csv_path.exists() or "k_sleeper" not in csv_path.read_text()
+
+
+def test_salt_is_drawn_per_run(course, tmp_path, monkeypatch):
+    """The graded inputs' seeds are salted with a secret that each run draws anew, outside the sandbox."""
+    import classroom.autograde as ag
+
+    tmp, _ = course
+    shutil.copytree(tmp / "course", tmp_path / "course")
+    (tmp_path / "subs" / "someone").mkdir(parents=True)
+    (tmp_path / "subs" / "someone" / f"{NB}.ipynb").write_text("{}")
+    salts = []
+
+    def fake(*args, salt, **kwargs):
+        salts.append(salt)
+        return {"status": "could not grade", "scores": {}, "messages": {}, "cells": [], "flags": ["could not grade"]}
+
+    monkeypatch.setattr(ag, "grade_one_notebook", fake)
+    for _ in range(2):
+        ag.autograde(tmp_path / "subs", tmp_path / "course", tmp_path / "grades")
+    assert len(salts) == 2 and salts[0] != salts[1] and all(re.fullmatch(r"[0-9a-f]{32}", s) for s in salts)
+    assert salts[0] not in (ROOT / "classroom" / "grade.py").read_text()
+
+
+FORGER = '''\
+import sys
+from classroom import wire
+for index in range(100):                          # a record of "this" cell, whichever it is: all ok, nothing shown
+    wire.send(int(sys.argv[-1]), {"ev": "cell", "index": index, "status": "ok", "error": "",
+                                  "output": "(nothing to see here)"})
+raise ValueError("the real error")
+'''
+
+
+WRAPS_REFERENCE = '''\
+import math, torch
+
+
+def attention_weights(query, key):
+    from attn_lib.attention import scaled_dot_product_attention as reference
+    reference(query, key, key)                    # the exercise's reference, inside the sandbox
+    return torch.softmax(query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1]), dim=-1)
+'''
+
+
+def test_forged_records_are_not_believed(course):
+    """A cell that sends its own record of itself ("nothing to see here") and then fails: the grader believes
+    neither record, shows no forged text, and flags it. A graded function that calls the check's own reference
+    (attn_lib.attention.scaled_dot_product_attention, in the sandbox's attn_lib) is flagged."""
+    from classroom.grade import grade_notebook
+    from classroom.sandbox import library_dir
+
+    tmp, _ = course
+    released = json.loads((tmp / "release" / NB / f"{NB}.ipynb").read_text())
+    nb = json.loads(json.dumps(released))
+    _add_cell_after("check_attention_weights", FORGER)(nb)
+    next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") ==
+         "answer_check_attention_weights")["source"] = WRAPS_REFERENCE
+    lib = library_dir(Path(tempfile.mkdtemp(prefix="attn-forge-")))
+    try:
+        result = grade_notebook(nb, released, lib, cell_timeout=30, budget_s=300)
+    finally:
+        shutil.rmtree(lib.parent, ignore_errors=True)
+    forged = [c for c in result["cells"] if "wire.send" in c["source"]]
+    assert len(forged) == 1 and forged[0]["status"] == "forged", forged[0]["error"]
+    assert not any("nothing to see here" in c["output"] + c["error"] for c in result["cells"])  # only its source
+    assert any("sent a cell record it was not asked for" in f for f in result["flags"]), result["flags"]
+    assert result["scores"]["check_attention_weights"] == 3
+    assert "check_attention_weights: the graded function called the check's own reference, " \
+           "attn_lib.attention.scaled_dot_product_attention" in result["flags"], result["flags"]
