@@ -457,6 +457,7 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
     from classroom.sandbox import Cgroup, bwrap_path, library_dir
 
     salt = secrets.token_hex(16)  # this run's seeds of the graded inputs: drawn here, never in the sandbox
+    Cgroup.sweep()  # what a grader killed with kill -9 left: empty cgroups
     if jobs > 1 and Cgroup.mode() is None:
         print(f"note: no writable cgroups here (cgroup v2 with cpu and memory, or v1's cpu and memory), so a "
               f"sandbox's CPU and memory cannot be limited as a whole: grading one submission at a time "

@@ -129,6 +129,29 @@ class Cgroup:
             return None
         return cls(made)
 
+    @staticmethod
+    def sweep() -> int:
+        """Remove the cgroups of sandboxes whose grade process is gone (killed with ``kill -9``: its sandbox died
+        with it, its empty cgroup stayed); any process still in one is killed first. Returns how many."""
+        mode = Cgroup.mode()
+        if mode is None:
+            return 0
+        tops = [CGROUP_ROOT] if mode == "v2" else [CGROUP_ROOT / c for c in ("cpu", "memory", "pids")]
+        stale: list[Path] = []
+        for top in tops:
+            try:
+                names = os.listdir(top)
+            except OSError:
+                continue
+            for name in names:
+                parts = name.split("-")
+                if len(parts) == 4 and parts[:2] == ["attn", "sandbox"] and parts[2].isdigit() \
+                        and not os.path.exists(f"/proc/{parts[2]}"):
+                    stale.append(top / name)
+        if stale:
+            Cgroup(stale).kill()
+        return len(stale)
+
     def enter(self) -> None:
         """Put the calling process in the cgroup (in the child, before bwrap: everything it starts follows)."""
         for d in self.dirs:
@@ -284,9 +307,14 @@ class Sandbox:
             if uid is not None:  # root: the sandbox's own uid counts only its own processes
                 resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, pass_fds=(to_child_r, from_child_w),
-                                     preexec_fn=preexec, start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, pass_fds=(to_child_r, from_child_w),
+                                         preexec_fn=preexec, start_new_session=True)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.kill()
+            raise
         os.close(to_child_r)
         os.close(from_child_w)
         self.dead = False
