@@ -897,6 +897,17 @@ def test_wire_refuses_compressed_entries():
     assert meta == {"ev": "done"} and arrays["a0"].tolist() == [0, 1, 2]
 
 
+FORKS = '''\
+import os, time
+for _ in range(6):
+    if os.fork() == 0:
+        os.setsid()
+        time.sleep(20)
+        os._exit(0)
+time.sleep(15)                  # the sandbox ends with its notebook: it stays while the test counts
+'''
+
+
 def test_sandbox_is_one_cgroup(course, tmp_path, monkeypatch, capsys):
     """Every process of a sandbox is in one cgroup with a CPU quota of one core and one memory limit; the cgroup
     is gone with the sandbox. Where there are none, autograde grades one submission at a time and says so."""
@@ -909,6 +920,16 @@ def test_sandbox_is_one_cgroup(course, tmp_path, monkeypatch, capsys):
     try:
         cg = box.cgroup
         assert cg is not None and box.proc.pid in cg.pids()
+        # a cell that forks 6 children, each in a session of its own (the CPU hog of issue 41, asleep here):
+        # every one of them is in the sandbox's cgroup, under its one quota
+        box.send({"cells": [{"kind": "code", "grade_id": None, "source": FORKS}], "skip": [], "serve": [],
+                  "cell_timeout": 30})
+        assert box.receive(timeout=120)[0]["ev"] == "ready" and box.receive(timeout=30)[0]["ev"] == "start"
+        deadline, most = time.monotonic() + 20, 0
+        while time.monotonic() < deadline and most < 8:
+            most = max(most, len(cg.pids()))
+            time.sleep(0.2)
+        assert most >= 8, most  # bwrap, the runner, its 6 children (and bwrap's init in the PID namespace)
         files = {f.name: f.read_text().split() for d in cg.dirs for f in d.iterdir()
                  if f.name in ("cpu.max", "cpu.cfs_quota_us", "memory.max", "memory.limit_in_bytes", "pids.max")}
         quota = files.get("cpu.max", files.get("cpu.cfs_quota_us"))[0]
