@@ -38,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -94,56 +95,175 @@ def _grade_id(cell) -> str | None:
 
 
 STUDENT_ID = re.compile(r"[\w@+-][\w .@+-]*", re.UNICODE)  # no "/", no leading dot or space
+MAX_DEPTH = 12  # folders below a student's folder that are searched for notebooks
+MAX_ENTRIES = 5_000  # entries of one student's folder that are looked at
+MAX_NOTEBOOK_BYTES = 64 * 1024 ** 2  # a submitted notebook larger than this is not read
+MAX_LINES_PER_STUDENT = 20  # refused entries listed one by one; the rest counted
+
+
+def show(name) -> str:
+    """A file name as text that is safe to print and to write as UTF-8 (a name that is not UTF-8 is escaped)."""
+    text = os.fsencode(os.fspath(name)).decode("utf-8", errors="backslashreplace")
+    return ascii(text)[1:-1] if any(not ch.isprintable() for ch in text) else text
 
 
 def student_id(folder_name: str) -> str | None:
     """The student id of a folder of SUBMISSIONS: its name in Unicode NFC, unchanged otherwise (so "john smith"
     and "john_smith", "José" and "Zoë" stay distinct); None when it is not a valid id (a hidden or dot folder
-    such as "...", a name that ends with a space, a control character)."""
+    such as "...", a name that ends with a space, a control character, a name that is not UTF-8)."""
+    try:
+        folder_name.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
     name = unicodedata.normalize("NFC", folder_name)
     if not STUDENT_ID.fullmatch(name) or name != name.strip() or len(name) > 100:
         return None
     return name
 
 
+def id_key(student: str) -> str:
+    """Two ids that a person reads as one ("Alice" and "alice", "ﬁona" and "fiona", the Kelvin sign and "K") have
+    the same key: NFKC, then case-folded, then NFKC again."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", student).casefold())
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _walk(top: Path, student: str, refused: list[str], shown: Path) -> list[Path]:
+    """The regular ``*.ipynb`` files under ``top``, never through a symbolic link (lstat only), at most
+    :data:`MAX_DEPTH` folders deep and :data:`MAX_ENTRIES` entries; what is not searched is a line in ``refused``."""
+    found, stack, seen = [], [(top, 0)], 0
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as e:
+            refused.append(f"{student}: {show(Path(folder).relative_to(shown))} could not be read ({e.strerror}); "
+                           "not searched")
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > MAX_ENTRIES:
+                refused.append(f"{student}: more than {MAX_ENTRIES} files; the rest was not searched")
+                return found
+            path = Path(entry.path)
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode):
+                if entry.name == ".ipynb_checkpoints":
+                    continue
+                if depth + 1 > MAX_DEPTH:
+                    refused.append(f"{student}: {show(path.relative_to(shown))} is more than {MAX_DEPTH} folders "
+                                   "deep; not searched")
+                    continue
+                stack.append((path, depth + 1))
+            elif stat.S_ISREG(mode):
+                if entry.name.endswith(".ipynb"):
+                    found.append(path)
+            elif entry.name.endswith(".ipynb") or stat.S_ISLNK(mode) or not stat.S_ISREG(mode):
+                refused.append(f"{student}: {show(path.relative_to(shown))} is {_kind(mode)}; refused (only "
+                               "regular files are read)")
+    return sorted(found)
+
+
 def find_submissions(submissions: Path, assignments: set[str]) \
-        -> tuple[dict[str, dict[str, Path | None]], list[str], list[str]]:
-    """student -> {assignment: notebook path (None: two copies)}, the errors (invalid or colliding ids, two copies
-    of one notebook, loose files) and warnings (files that are not a course notebook)."""
-    found: dict[str, dict[str, Path | None]] = {}
+        -> tuple[dict[str, dict[str, Path | str]], list[str], list[str]]:
+    """student -> {assignment: notebook path, or why it cannot be graded}, the errors (invalid or colliding ids,
+    two copies of one notebook, loose files, refused entries: symbolic links, FIFOs, devices, folders nested too
+    deep) and warnings (files that are not a course notebook). Nothing is read through a symbolic link."""
+    found: dict[str, dict[str, Path | str]] = {}
     errors, warnings = [], []
-    by_fold: dict[str, str] = {}
-    for entry in sorted(submissions.iterdir(), key=lambda p: p.name):
-        if not entry.is_dir():
-            if entry.suffix == ".ipynb":
-                errors.append(f"{entry.name!r} is a notebook outside any student folder; not graded")
+    by_key: dict[str, str] = {}
+    collided: set[str] = set()
+    for entry in sorted(os.scandir(submissions), key=lambda e: e.name):
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISDIR(mode):
+            if not stat.S_ISREG(mode):
+                errors.append(f"'{show(entry.name)}' in SUBMISSIONS is {_kind(mode)}; refused (a student's folder "
+                              "must be a folder, not a link to one)")
+            elif entry.name.endswith(".ipynb"):
+                errors.append(f"'{show(entry.name)}' is a notebook outside any student folder; not graded")
             continue
         student = student_id(entry.name)
         if student is None:
-            errors.append(f"folder {entry.name!r} is not a valid student id (see docs/teaching.md); not graded")
+            errors.append(f"folder '{show(entry.name)}' is not a valid student id (see docs/teaching.md); not graded")
             continue
-        fold = student.casefold()
-        if fold in by_fold:
-            errors.append(f"folders {by_fold[fold]!r} and {entry.name!r} name the same student (ids are "
-                          "case-insensitive); neither is graded")
-            found.pop(by_fold[fold], None)
-            by_fold[fold] = by_fold[fold]
+        key = id_key(student)
+        if key in by_key:
+            errors.append(f"folders {by_key[key]!r} and '{show(entry.name)}' name the same student (ids are "
+                          "compared case-insensitively, after Unicode NFKC); neither is graded")
+            found.pop(by_key[key], None)
+            collided.add(key)
             continue
-        by_fold[fold] = student
+        by_key[key] = student
+        refused: list[str] = []
         copies: dict[str, list[Path]] = {}
-        for nb in sorted(entry.rglob("*.ipynb")):
-            if ".ipynb_checkpoints" in nb.parts:
-                continue
-            if nb.stem in assignments:
-                copies.setdefault(nb.stem, []).append(nb)
+        for nb in _walk(Path(entry.path), student, refused, submissions):
+            stem = nb.name[: -len(".ipynb")]
+            if stem in assignments:
+                copies.setdefault(stem, []).append(nb)
             else:
-                warnings.append(f"{student}: {nb.relative_to(submissions)} is not a course notebook; ignored")
+                warnings.append(f"{student}: {show(nb.relative_to(submissions))} is not a course notebook; ignored")
+        for line in refused:
+            m = re.search(r"([^/\s]+)\.ipynb is ", line)
+            if m and m.group(1) in assignments:  # a notebook that is a link, a FIFO, ...: graded 0, not skipped
+                copies.setdefault(m.group(1), [])
+        if len(refused) > MAX_LINES_PER_STUDENT:
+            refused = refused[:MAX_LINES_PER_STUDENT] + [f"{student}: {len(refused) - MAX_LINES_PER_STUDENT} more "
+                                                         "entries refused"]
+        errors += refused
         for assignment, paths in copies.items():
             if len(paths) > 1:
                 errors.append(f"{student}: {len(paths)} copies of {assignment} "
-                              f"({', '.join(str(p.relative_to(submissions)) for p in paths)}); graded 0")
-            found.setdefault(student, {})[assignment] = paths[0] if len(paths) == 1 else None
+                              f"({', '.join(show(p.relative_to(submissions)) for p in paths)}); graded 0")
+                found.setdefault(student, {})[assignment] = "two copies of this notebook in the student's folder"
+            elif not paths:
+                found.setdefault(student, {})[assignment] = ("the notebook is not a regular file (a symbolic link, "
+                                                             "a FIFO or a device); refused")
+            else:
+                found.setdefault(student, {})[assignment] = paths[0]
+    for key in collided:
+        found.pop(by_key[key], None)
     return found, errors, warnings
+
+
+def read_notebook_bytes(path: Path) -> bytes:
+    """The bytes of a regular file, never through a symbolic link (O_NOFOLLOW), never a FIFO or a device (checked
+    on the open file), at most :data:`MAX_NOTEBOOK_BYTES`; OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{_kind(st.st_mode)}, not a regular file")
+        if st.st_size > MAX_NOTEBOOK_BYTES:
+            raise OSError(f"larger than {MAX_NOTEBOOK_BYTES // 1024 ** 2} MB")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_NOTEBOOK_BYTES:
+                raise OSError(f"larger than {MAX_NOTEBOOK_BYTES // 1024 ** 2} MB")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def check_integrity(submitted: dict, released: dict) -> list[str]:
@@ -178,7 +298,7 @@ def check_integrity(submitted: dict, released: dict) -> list[str]:
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # a student's lone surrogate cannot stop it
     tmp.replace(path)
 
 
@@ -190,11 +310,34 @@ def _release_digest(release_dir: Path, notebook: str) -> bytes:
     return (release_dir / notebook / f"{notebook}.ipynb").read_bytes()
 
 
+_LIVE: set = set()  # the grade processes running now (killed, with their sandboxes, when the run stops)
+_LIVE_LOCK = __import__("threading").Lock()
+_STOPPING = __import__("threading").Event()
+
+
+def kill_live_graders() -> None:
+    """End every grade process of this run and everything it started (its sandbox dies with it)."""
+    import signal
+
+    _STOPPING.set()
+    with _LIVE_LOCK:
+        procs = list(_LIVE)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Path, library: Path, out: Path, *,
-                       cell_timeout: float, budget_s: float) -> dict:
+                       cell_timeout: float, budget_s: float, salt: str = "graded") -> dict:
     """One submission graded in a process of its own (classroom.grade, which starts the sandbox); its result is
     kept in ``out/.state`` under the digest of the submission and the release, so a new run reuses it."""
-    data = path.read_bytes()
+    try:
+        data = read_notebook_bytes(path)
+    except OSError as e:
+        return {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
+                "flags": [f"could not grade: the notebook could not be read ({show(e.strerror or str(e))})"]}
     released_bytes = _release_digest(release_dir, notebook)
     key = grade_digest(data, released_bytes, str(cell_timeout).encode())
     state = _state_path(out, student, notebook)
@@ -212,20 +355,19 @@ def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Pat
         if not isinstance(submitted, dict) or not isinstance(submitted.get("cells"), list):
             raise ValueError("no cells")
         flags += check_integrity(submitted, released)
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, RecursionError, MemoryError) as e:
         result = {"status": "could not grade", "flags": [f"could not grade: not a readable notebook ({type(e).__name__})"],
                   "scores": {}, "messages": {}, "cells": []}
     else:
         with tempfile.TemporaryDirectory(prefix="attn-grade-") as tmp:
             job, res = Path(tmp) / "job.json", Path(tmp) / "result.json"
             job.write_text(json.dumps({"submitted": submitted, "released": released, "library": str(library),
-                                       "cell_timeout": cell_timeout, "budget_s": budget_s}))
+                                       "cell_timeout": cell_timeout, "budget_s": budget_s, "salt": salt}))
             env = dict(os.environ)
             env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
             try:
-                proc = subprocess.run([sys.executable, "-m", "classroom.grade", str(job), str(res)], env=env,
-                                      stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=budget_s + 120,
-                                      start_new_session=True)
+                proc = _run_grader([sys.executable, "-m", "classroom.grade", str(job), str(res)], env,
+                                   timeout=budget_s + 120)
                 if proc.returncode == 0 and res.exists():
                     result = json.loads(res.read_text())
                     result["status"] = "graded"
@@ -240,6 +382,33 @@ def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Pat
     if result["status"] == "graded":
         _atomic_write(state, json.dumps({"digest": key, "result": result}, ensure_ascii=False))
     return result
+
+
+def _run_grader(cmd: list[str], env: dict, *, timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run`` of one grade process, registered so that a stopped run kills it (and its sandbox)."""
+    if _STOPPING.is_set():
+        raise KeyboardInterrupt
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace", start_new_session=True)
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
+    try:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.communicate()
+            raise
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    finally:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
 
 
 def grade_digest(*parts: bytes) -> str:
@@ -278,13 +447,23 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
               jobs: int = 1) -> list[Row]:
     """Grade every submission; write ``out/gradebook.csv``, ``out/feedback/`` and ``out/summary.txt``, and the
     gradebook. Results are kept as they come (``out/.state``): a run that is stopped resumes where it was."""
+    import secrets
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
     from nbgrader.api import Gradebook
 
     from classroom.config import cell_timeout
-    from classroom.sandbox import bwrap_path, library_dir
+    from classroom.sandbox import Cgroup, bwrap_path, library_dir
+
+    salt = secrets.token_hex(16)  # this run's seeds of the graded inputs: drawn here, never in the sandbox
+    Cgroup.sweep()  # what a grader killed with kill -9 left: empty cgroups
+    if jobs > 1 and Cgroup.mode() is None:
+        print(f"note: no writable cgroups here (cgroup v2 with cpu and memory, or v1's cpu and memory), so a "
+              f"sandbox's CPU and memory cannot be limited as a whole: grading one submission at a time "
+              f"(JOBS={jobs} asked), so that a hostile submission cannot starve a classmate's", file=sys.stderr)
+        jobs = 1
+    _STOPPING.clear()
 
     release_dir = course_dir / "release"
     if not (course_dir / "gradebook.db").exists() or not release_dir.is_dir():
@@ -309,13 +488,23 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
 
     def grade(item):
         student, notebook, path = item
+        if _STOPPING.is_set():
+            return
         started = time.monotonic()
-        if path is None:  # two copies of one notebook: an error, 0 for this run
+        if isinstance(path, str):  # two copies of one notebook, a link, a FIFO: an error, 0 for this run
             result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
-                      "flags": ["could not grade: two copies of this notebook in the student's folder"]}
+                      "flags": [f"could not grade: {path}"]}
         else:
-            result = grade_one_notebook(student, notebook, path, release_dir, library, out, cell_timeout=timeout,
-                                        budget_s=student_timeout)
+            try:
+                result = grade_one_notebook(student, notebook, path, release_dir, library, out,
+                                            cell_timeout=timeout, budget_s=student_timeout, salt=salt)
+            except KeyboardInterrupt:
+                return
+            except Exception as e:  # noqa: BLE001 - one submission's error never stops the class
+                result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
+                          "flags": [f"could not grade: the grader failed on it ({type(e).__name__})"]}
+            if _STOPPING.is_set():  # killed by the stop itself: not this student's 0
+                return
         row = Row(student, notebook, max_points=_max_points(released[notebook]))
         row.points = {k: float(result.get("scores", {}).get(k, 0.0)) if result["status"] == "graded" else 0.0
                       for k in row.max_points}
@@ -331,10 +520,16 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
         print(f"graded {student} / {notebook} in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     items = [(s, nb, p) for s, nbs in found.items() for nb, p in nbs.items()]
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            list(pool.map(grade, items))
+        for future in [pool.submit(grade, item) for item in items]:
+            future.result()
+    except BaseException:  # Ctrl-C, SIGTERM (main), an error: no grade process and no sandbox outlives the run
+        kill_live_graders()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
     finally:
+        pool.shutdown(wait=True)
         shutil.rmtree(library.parent, ignore_errors=True)
     publish()
     return rows
@@ -350,14 +545,17 @@ def write_summary(rows: list[Row], errors: list[str], warnings: list[str], path:
 
 
 def write_csv(rows: list[Row], path: Path) -> None:
+    from classroom.gradebook import cell
+
     keys = list(dict.fromkeys(k for r in rows for k in r.max_points))
     f = io.StringIO()
     if True:
         w = csv.writer(f)
         w.writerow(["student", "notebook", *keys, "total", "max_total", "failed", "flags"])
         for r in sorted(rows, key=lambda r: (r.student, r.notebook)):
-            w.writerow([r.student, r.notebook, *[_num(r.points[k]) if k in r.max_points else "" for k in keys],
-                        _num(r.total), _num(sum(r.max_points.values())), ";".join(r.failed), ";".join(r.flags)])
+            w.writerow([cell(r.student), r.notebook, *[_num(r.points[k]) if k in r.max_points else "" for k in keys],
+                        _num(r.total), _num(sum(r.max_points.values())), ";".join(r.failed),
+                        cell(";".join(r.flags))])
     _atomic_write(path, f.getvalue())
 
 
@@ -425,6 +623,12 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=int(os.environ.get("ATTN_GRADE_JOBS", 1)),
                    help="students graded at once (default 1; each runs one kernel)")
     args = p.parse_args(argv)
+    import signal
+
+    def on_term(signum, frame):  # `kill` of the grader: the same clean stop as Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
     if args.submissions is None or not args.submissions.is_dir():
         p.error("give the folder of submissions (one folder per student): make autograde SUBMISSIONS=dir")
     rows = autograde(args.submissions, args.course_dir, args.out, student_timeout=args.student_timeout,

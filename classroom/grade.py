@@ -5,7 +5,9 @@ stops after the cells before it; the grader asks for the check's arguments there
 handle), calls the pristine ``attn_lib.course.exercises.check_*`` of this process with a :class:`RemoteFunction` in place
 of the student's function, and so makes the inputs, sends them, gets the outputs back as arrays and compares them
 here. The expected values never leave this process. The inputs are drawn from other seeds than the notebook's
-visible checks (:data:`SALT`).
+visible checks: their seeds are salted with a secret that :mod:`classroom.autograde` draws for each run, outside
+the sandbox (the job file is in the grader's own temporary folder), so a student who reads this file still cannot
+predict them (issue 41 §5).
 
 Predictions (``check_prediction``) are graded on **completion**: a valid answer (one of the choices, or a number)
 earns the point, right or wrong; the feedback says which. The answers are not in the sandbox.
@@ -28,7 +30,7 @@ from classroom import wire
 from classroom.source import find_checks
 
 MAX_RESTARTS = 4
-SALT = "graded"
+SALT = "graded"  # only when no run's salt is given (a direct call of grade_notebook)
 GRACE_S = 15  # the hard limit of a cell: the runner's own limit plus this
 
 
@@ -82,7 +84,7 @@ def _split_args(args: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------- the checks, here
-def _salt_checks() -> None:
+def _salt_checks(salt: str = SALT) -> None:
     import sys
 
     import attn_lib.course.exercises  # noqa: F401 - every check module
@@ -93,10 +95,33 @@ def _salt_checks() -> None:
             original = mod.fresh_generator
 
             def salted(check_name, *a, _original=original, **k):
-                return _original(f"{check_name}#{SALT}", *a, **k)
+                return _original(f"{check_name}#{salt}", *a, **k)
 
             salted._salted = True
             mod.fresh_generator = salted
+
+
+def _references(check_name: str) -> set[str]:
+    """The functions of attn_lib's core that the check ``check_name`` compares with: what its module imports from
+    them (``attn_lib.attention.scaled_dot_product_attention`` for ``check_attention``)."""
+    import inspect
+    import sys
+
+    import attn_lib.exercises as exercises
+
+    check = getattr(exercises, check_name, None)
+    module = sys.modules.get(getattr(check, "__module__", ""), None)
+    if module is None:
+        return set()
+    out = set()
+    for value in vars(module).values():
+        if inspect.isfunction(value) and value.__module__.startswith("attn_lib.") \
+                and not value.__module__.startswith(("attn_lib.exercises", "attn_lib._checks")):
+            out.add(f"{value.__module__}.{value.__name__}")
+    return out
+
+
+REFERENCE_NAME = re.compile(r"attn_lib(\.[A-Za-z_][A-Za-z0-9_]{0,60}){1,4}")
 
 
 class SandboxGone(Exception):
@@ -134,7 +159,9 @@ class RemoteFunction:
         if self.box.dead:
             raise SandboxGone("your notebook's process had stopped")
         arrays: list = []
-        self.box.send({"op": "call", "fn": self.number, "args": [wire.encode(a, arrays) for a in args]}, arrays)
+        memo = wire.new_memo()  # an optimiser names the parameters of a model sent before it
+        self.box.send({"op": "call", "fn": self.number, "args": [wire.encode(a, arrays, memo=memo) for a in args]},
+                      arrays)
         try:
             reply, data = self.box.receive(timeout=max(_core.TIME_LIMIT_S, 1) + 10)
         except wire.Timeout:
@@ -143,6 +170,13 @@ class RemoteFunction:
             raise SandboxGone(f"your function stopped the notebook's process ({e})") from None
         if not reply.get("ok"):
             raise _remote_error(reply)
+        used = reply.get("used", [])
+        for name in used if isinstance(used, list) else []:
+            name = str(name)
+            if REFERENCE_NAME.fullmatch(name) or name == "(the grader's watch was turned off)":
+                self.box.reference_calls.add(name)  # checked names only: no student text reaches a flag
+            else:
+                self.box.reference_calls.add("(a malformed report)")
         try:
             result = wire.decode(reply.get("result"), data)
             after = [wire.decode(a, data) for a in reply.get("after", [])]
@@ -157,7 +191,19 @@ def _apply_in_place(original, now) -> None:
     import torch
 
     try:
-        if isinstance(original, torch.Tensor) and isinstance(now, torch.Tensor):
+        if isinstance(original, torch.nn.Module) and isinstance(now, wire.ModuleState):
+            with torch.no_grad():  # by name and shape only: the sandbox's values, never its code
+                for name, p in original.named_parameters():
+                    new = now.params.get(name)
+                    if isinstance(new, torch.Tensor) and new.shape == p.shape:
+                        p.copy_(new.to(p.dtype))
+                for name, b in original.named_buffers():
+                    new = now.buffers.get(name)
+                    if b is not None and isinstance(new, torch.Tensor) and new.shape == b.shape:
+                        b.copy_(new.to(b.dtype))
+        elif isinstance(original, torch.Generator) and isinstance(now, torch.Generator):
+            original.set_state(now.get_state())
+        elif isinstance(original, torch.Tensor) and isinstance(now, torch.Tensor):
             if now.shape == original.shape and now.dtype == original.dtype:
                 original.copy_(now)
             else:
@@ -222,9 +268,13 @@ def grade_check(box, name: str, args: str) -> tuple[bool, str]:
 
 # ------------------------------------------------------------------------------------- one notebook
 def grade_notebook(submitted: dict, released: dict, library: Path, *, cell_timeout: float,
-                   budget_s: float, limits=None) -> dict:
-    """{"scores": {grade id: points}, "max": {...}, "messages": {...}, "cells": [...], "flags": [...]}"""
-    _salt_checks()
+                   budget_s: float, limits=None, salt: str = SALT) -> dict:
+    """{"scores": {grade id: points}, "max": {...}, "messages": {...}, "cells": [...], "flags": [...]}
+
+    The cell records and the flags are the grader's own: a record is kept only for the cell the grader saw start
+    and only once (a second record, or one for another cell, is a flag, not a record), and a flag never quotes
+    the student's text (issue 41 §5)."""
+    _salt_checks(salt)
     cells, exercises = plan_cells(submitted, released)
     results: dict[str, tuple[float, str]] = {}
     outputs: dict[int, dict] = {}
@@ -236,6 +286,7 @@ def grade_notebook(submitted: dict, released: dict, library: Path, *, cell_timeo
         pending = [k for k in exercises if k not in results]
         box = sb_mod.Sandbox(library, limits=limits)
         current, grading = None, None
+        recorded: set[int] = set()  # cells recorded in this run of the notebook
         try:
             box.send({"cells": cells, "skip": sorted(skip), "serve": pending, "cell_timeout": cell_timeout})
             box.receive(timeout=120)  # ready
@@ -248,7 +299,18 @@ def grade_notebook(submitted: dict, released: dict, library: Path, *, cell_timeo
                 if ev == "start":
                     current = int(msg.get("index", -1))
                 elif ev == "cell":
-                    idx = int(msg.get("index", -1))
+                    idx = msg.get("index", -1)
+                    idx = idx if isinstance(idx, int) and not isinstance(idx, bool) else -1
+                    if idx != current or idx in recorded:  # a record the runner did not send for this cell
+                        note = "the notebook's process sent a cell record it was not asked for (forged?)"
+                        if note not in flags:
+                            flags.append(note)
+                        if idx in recorded:  # two records of one cell: neither is believed
+                            outputs[idx] = {"status": "forged", "output": "", "error": (
+                                "this cell sent more than one record of what it did (a forged record?); "
+                                "neither is shown")}
+                        continue
+                    recorded.add(idx)
                     if 0 <= idx < len(cells):
                         outputs.setdefault(idx, {"status": str(msg.get("status"))[:20],
                                                  "error": str(msg.get("error", ""))[:2000],
@@ -262,8 +324,14 @@ def grade_notebook(submitted: dict, released: dict, library: Path, *, cell_timeo
                         grading = key
                         ok_all, messages = True, []
                         for name, args in exercises[key]["checks"]:
+                            box.reference_calls = set()
                             ok, message = grade_check(box, name, args)
                             ok_all, messages = ok_all and ok, messages + [message]
+                            hits = (box.reference_calls & _references(name)) | (
+                                box.reference_calls - {n for n in box.reference_calls if n.startswith("attn_lib")})
+                            if hits:
+                                flags.append(f"{key}: the graded function called the check's own reference, "
+                                             f"{', '.join(sorted(hits)[:5])}")
                             if box.dead:
                                 break
                         results[key] = (exercises[key]["points"] if ok_all else 0.0, " ".join(messages))
@@ -274,7 +342,7 @@ def grade_notebook(submitted: dict, released: dict, library: Path, *, cell_timeo
                 elif ev == "done":
                     break
                 else:
-                    raise wire.WireError(f"an unexpected message {str(ev)[:40]!r}")
+                    raise wire.WireError("an unexpected message")  # its text is the student's: not quoted
         except wire.WireError as e:
             why = "ran past the hard time limit" if isinstance(e, wire.Timeout) else "stopped the notebook's process"
             if grading is not None and grading not in results:
@@ -320,16 +388,38 @@ def load_json(path: Path):
     return json.loads(Path(path).read_text())
 
 
+GRADER_MEMORY = int(__import__("os").environ.get("ATTN_GRADER_MEMORY", 8 * 1024 ** 3))
+
+
+def _limit_self() -> None:
+    """The grade process: dies with the autograde process that started it (Ctrl-C, ``kill -9``: its sandbox goes
+    with it, ``--die-with-parent``), and its own memory is limited (the soft limit of its address space; the
+    sandbox sets its own)."""
+    import os
+    import resource
+
+    from classroom.sandbox import _die_with_parent
+
+    _die_with_parent()
+    if os.getppid() == 1:  # the parent was already gone
+        os._exit(1)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard == resource.RLIM_INFINITY or hard >= GRADER_MEMORY:
+        resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY, hard))
+
+
 def main(argv=None) -> int:
     """python -m classroom.grade JOB.json RESULT.json: grade one notebook (a process of its own per submission)."""
     import sys
 
     argv = sys.argv[1:] if argv is None else argv
     job = load_json(Path(argv[0]))
+    _limit_self()
     result = grade_notebook(job["submitted"], job["released"], Path(job["library"]),
-                            cell_timeout=float(job["cell_timeout"]), budget_s=float(job["budget_s"]))
+                            cell_timeout=float(job["cell_timeout"]), budget_s=float(job["budget_s"]),
+                            salt=str(job.get("salt", SALT)))
     tmp = Path(argv[1]).with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, ensure_ascii=False))
+    tmp.write_text(json.dumps(result))  # ASCII: a lone surrogate a student printed is escaped, not an error
     tmp.replace(argv[1])
     return 0
 

@@ -31,6 +31,21 @@ CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 CANVAS_SUFFIX = " (attention course)"
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def cell(value) -> str:
+    """A CSV field a spreadsheet reads as text: one that begins like a formula (``=``, ``+``, ``-``, ``@``, a tab
+    or a carriage return, e.g. a student id ``-2+3`` or ``@A1``) gets a leading apostrophe (OWASP's rule against
+    CSV injection); :func:`uncell` takes it off again."""
+    text = str(value)
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def uncell(text: str) -> str:
+    return text[1:] if text.startswith("'") and text[1:].startswith(FORMULA_START) else text
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
@@ -38,7 +53,7 @@ def _num(x: float) -> str:
 def read_gradebook(path: Path) -> tuple[list[str], dict[str, float], dict[str, dict[str, dict]]]:
     """(notebooks, max points per notebook, student -> notebook -> row) of gradebook.csv."""
     with path.open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+        rows = [{k: uncell(v) for k, v in r.items()} for r in csv.DictReader(f)]
     notebooks = sorted({r["notebook"] for r in rows})
     maxima = {nb: max(float(r["max_total"]) for r in rows if r["notebook"] == nb) for nb in notebooks}
     by_student: dict[str, dict[str, dict]] = {}
@@ -98,7 +113,7 @@ def canvas_csv(notebooks, maxima, by_student, roster: dict | None = None, sectio
         else:
             first = [student, "", "", student, section]
         rows = by_student[student]
-        w.writerow(first + [_num(float(rows[nb]["total"])) if nb in rows else "" for nb in notebooks])
+        w.writerow([cell(x) for x in first] + [_num(float(rows[nb]["total"])) if nb in rows else "" for nb in notebooks])
     return f.getvalue(), unknown
 
 
@@ -110,7 +125,7 @@ def write_reports(grades: Path, roster: Path | None = None, section: str = "") -
     w = csv.DictWriter(f, ["student", "total", "max_total", "percent", *notebooks, "missing", "could_not_grade",
                            "flags"], lineterminator="\n")
     w.writeheader()
-    w.writerows(summary)
+    w.writerows({k: cell(v) for k, v in row.items()} for row in summary)
     (grades / "students.csv").write_text(f.getvalue(), encoding="utf-8")
     text, unknown = canvas_csv(notebooks, maxima, by_student, read_roster(roster) if roster else None, section)
     (grades / "canvas.csv").write_text(text, encoding="utf-8")

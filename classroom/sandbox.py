@@ -51,10 +51,148 @@ class Limits:
     processes: int = int(os.environ.get("ATTN_SANDBOX_PROCESSES", 64))
     file_bytes: int = int(os.environ.get("ATTN_SANDBOX_FILE_BYTES", 64 * 1024 ** 2))
     open_files: int = 256
+    cpus: float = float(os.environ.get("ATTN_SANDBOX_CPUS", 1))  # cores of the whole sandbox (with a cgroup)
 
 
 class SandboxUnavailable(RuntimeError):
     pass
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CPU_PERIOD_US = 100_000
+
+
+class Cgroup:
+    """The CPU and memory of one sandbox as a whole, not per process (issue 41 §4): a cgroup with a CPU quota of
+    ``cpus`` cores, a memory limit and a process limit, in cgroup v2 (``/sys/fs/cgroup/cgroup.controllers`` lists
+    cpu and memory) or else in cgroup v1's cpu, memory and pids hierarchies. Everything bwrap starts is in it: a
+    hog that forks 60 busy children in sessions of their own still gets ``cpus`` cores, and 64 processes share one
+    memory limit. :meth:`kill` ends every process in it, even one that left the sandbox's session.
+    :func:`Cgroup.create` returns None where there are no writable cgroups (an ordinary user, a container
+    without them): the grader then grades one submission at a time (autograde says so)."""
+
+    def __init__(self, dirs: list[Path]):
+        self.dirs = dirs
+
+    @staticmethod
+    def mode() -> str | None:
+        try:
+            controllers = (CGROUP_ROOT / "cgroup.controllers").read_text().split()
+            if {"cpu", "memory"} <= set(controllers) and os.access(CGROUP_ROOT, os.W_OK):
+                return "v2"
+        except OSError:
+            pass
+        if all(os.access(CGROUP_ROOT / c, os.W_OK) and (CGROUP_ROOT / c / "cgroup.procs").exists()
+               for c in ("cpu", "memory")):
+            return "v1"
+        return None
+
+    @classmethod
+    def create(cls, name: str, *, cpus: float, memory_bytes: int, processes: int) -> "Cgroup | None":
+        mode = cls.mode()
+        if mode is None:
+            return None
+        quota = str(max(1000, int(cpus * CPU_PERIOD_US)))
+        made: list[Path] = []
+        try:
+            if mode == "v2":
+                d = CGROUP_ROOT / name
+                d.mkdir()
+                made.append(d)
+                (d / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+                (d / "memory.max").write_text(str(memory_bytes))
+                if (d / "memory.swap.max").exists():
+                    (d / "memory.swap.max").write_text("0")
+                if (d / "pids.max").exists():
+                    (d / "pids.max").write_text(str(processes))
+            else:
+                cpu = CGROUP_ROOT / "cpu" / name
+                cpu.mkdir()
+                made.append(cpu)
+                (cpu / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                (cpu / "cpu.cfs_quota_us").write_text(quota)
+                mem = CGROUP_ROOT / "memory" / name
+                mem.mkdir()
+                made.append(mem)
+                (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                if os.access(CGROUP_ROOT / "pids", os.W_OK) and (CGROUP_ROOT / "pids" / "cgroup.procs").exists():
+                    pids = CGROUP_ROOT / "pids" / name
+                    pids.mkdir()
+                    made.append(pids)
+                    (pids / "pids.max").write_text(str(processes))
+        except OSError:
+            for d in reversed(made):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+            return None
+        return cls(made)
+
+    @staticmethod
+    def sweep() -> int:
+        """Remove the cgroups of sandboxes whose grade process is gone (killed with ``kill -9``: its sandbox died
+        with it, its empty cgroup stayed); any process still in one is killed first. Returns how many."""
+        mode = Cgroup.mode()
+        if mode is None:
+            return 0
+        tops = [CGROUP_ROOT] if mode == "v2" else [CGROUP_ROOT / c for c in ("cpu", "memory", "pids")]
+        stale: list[Path] = []
+        for top in tops:
+            try:
+                names = os.listdir(top)
+            except OSError:
+                continue
+            for name in names:
+                parts = name.split("-")
+                if len(parts) == 4 and parts[:2] == ["attn", "sandbox"] and parts[2].isdigit() \
+                        and not os.path.exists(f"/proc/{parts[2]}"):
+                    stale.append(top / name)
+        if stale:
+            Cgroup(stale).kill()
+        return len(stale)
+
+    def enter(self) -> None:
+        """Put the calling process in the cgroup (in the child, before bwrap: everything it starts follows)."""
+        for d in self.dirs:
+            with open(d / "cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for d in self.dirs:
+            try:
+                out |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
+            except OSError:
+                pass
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL every process in it (a few rounds: a fork may race the first), then remove it."""
+        import time
+
+        for _ in range(50):
+            left = self.pids()
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+        for d in reversed(self.dirs):
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+_cgroup_count = 0
 
 
 def bwrap_path() -> str:
@@ -129,9 +267,11 @@ def command(library: Path, fd_in: int, fd_out: int, *, uid: int | None) -> list[
         args += ["--setenv", k, v]
     # the bound path: a .venv that is a symlink (to a shared virtualenv) is bound at its target, not at ROOT/.venv
     python = str((course_venv.resolve() if course_venv.exists() else venv) / "bin" / "python")
-    inner = [python, "-I", "-c", "import sys; sys.path.insert(0, %r); import classroom.runner as r; "
-             "sys.exit(r.main(sys.argv[1:]))" % GRADER_LIB, str(fd_in), str(fd_out)]
-    # -I: no user site, no PYTHONPATH, no cwd on sys.path; the runner's path is added explicitly.
+    inner = [python, "-I", "-c", "import sys; sys.path[:0] = [%r, %r]; import classroom.runner as r; "
+             "sys.exit(r.main(sys.argv[1:]))" % (GRADER_LIB, str(ROOT)), str(fd_in), str(fd_out)]
+    # -I: no user site, no PYTHONPATH, no cwd on sys.path; the runner's path is added explicitly, and the course's
+    # root (in the sandbox it holds only the copy of attn_lib and data/), so that `import attn_lib` finds the copy
+    # even where the course venv's editable install points at another checkout.
     if uid is not None:
         inner = ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                  "--bounding-set=-all", "--no-new-privs", "--", *inner]
@@ -150,8 +290,16 @@ class Sandbox:
         self._from_child, from_child_w = os.pipe()
         cmd = command(library, to_child_r, from_child_w, uid=uid)
         limits = self.limits
+        global _cgroup_count
+        _cgroup_count += 1
+        self.cgroup = Cgroup.create(f"attn-sandbox-{os.getpid()}-{_cgroup_count}", cpus=limits.cpus,
+                                    memory_bytes=limits.memory_bytes, processes=limits.processes)
+        cgroup = self.cgroup
 
         def preexec():  # runs in the child before bwrap: its limits are inherited by everything inside
+            _die_with_parent()
+            if cgroup is not None:
+                cgroup.enter()
             resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
             resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
             resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
@@ -159,12 +307,18 @@ class Sandbox:
             if uid is not None:  # root: the sandbox's own uid counts only its own processes
                 resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, pass_fds=(to_child_r, from_child_w),
-                                     preexec_fn=preexec, start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, pass_fds=(to_child_r, from_child_w),
+                                         preexec_fn=preexec, start_new_session=True)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.kill()
+            raise
         os.close(to_child_r)
         os.close(from_child_w)
         self.dead = False
+        self.reference_calls: set[str] = set()  # what the graded function called of attn_lib (classroom.grade)
 
     def send(self, meta: dict, arrays: list | None = None) -> None:
         if self.dead:
@@ -190,6 +344,9 @@ class Sandbox:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # bwrap; its PID namespace goes with it
             except ProcessLookupError:
                 pass
+        if self.cgroup is not None:  # and anything that is still in its cgroup
+            self.cgroup.kill()
+            self.cgroup = None
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:  # pragma: no cover
@@ -207,6 +364,17 @@ class Sandbox:
 
     def __exit__(self, *exc):
         self.kill()
+
+
+def _die_with_parent() -> None:
+    """In a child (before exec): SIGKILL when the process that started it dies (Linux's PR_SET_PDEATHSIG), so a
+    grader killed with ``kill -9`` or Ctrl-C leaves no grade process and no sandbox behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except Exception:  # noqa: BLE001 - not Linux: --die-with-parent and the grader's own cleanup remain
+        pass
 
 
 def library_dir(base: Path | None = None) -> Path:

@@ -7,7 +7,18 @@ JSON) and the arrays it refers to. Python values are encoded as a JSON tree:
 - a tensor or numpy array as ``{"T": i}`` (``"torch": true`` for a tensor), its data the array ``a<i>``;
 - lists ``{"L": [...]}``, tuples ``{"U": [...]}``, dicts ``{"D": [[key, value], ...]}``, ``...`` as ``{"E": 1}``;
 - a function (sandbox side only) ``{"F": handle}``; anything else ``{"X": type name, "r": short repr}``, which the
-  other side turns into an :class:`Opaque` value that equals nothing.
+  other side turns into an :class:`Opaque` value that equals nothing;
+- a ``torch.Generator`` as ``{"G": i}``, its state the array ``a<i>`` (both sides rebuild it: the draws are the same);
+- an ``nn.Module`` that a check built with a recipe (``module._grader_recipe``: an ``attn_lib`` class, its arguments,
+  the submodule's path and the dtype) as ``{"M": {"recipe", "p": [[name, array, grad array]], "b": [[name, array]],
+  "training"}, "id": k}``: the sandbox side rebuilds the module from the recipe and loads the arrays; the grader side
+  never builds anything a sandbox describes, it reads back the arrays (:class:`ModuleState`) and copies them into its
+  own module by name (a step that must change the model it is given);
+- a ``torch.optim`` optimiser (SGD, Adam, AdamW, with no state yet) over modules of the same message as ``{"O": class,
+  "groups": [{"params": [[k, name], ...], "hyper": {...}}]}``; the sandbox side rebuilds it over its modules.
+
+A module, an optimiser or a generator is what notebook 10's checks hand the learner's function (a decoder block, a
+model and its optimiser, a generator): without them an honest solution could not be graded in the sandbox.
 
 This module runs on both sides (the sandbox imports it too): it uses only the standard library and numpy
 (torch when a tensor is seen). Every decoder bound (frame size, depth, number of items) is checked.
@@ -56,6 +67,32 @@ class Opaque:
     __hash__ = object.__hash__
 
 
+class ModuleState:
+    """What the grader reads back of a module from the sandbox: its parameters and buffers by name (no code)."""
+
+    def __init__(self, params: dict, buffers: dict):
+        self.params, self.buffers = params, buffers
+
+    def __eq__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+OPTIMIZERS = ("SGD", "Adam", "AdamW")
+MAX_GENERATOR_STATE = 1 << 16  # bytes of a generator's state (torch's CPU generator: 5056)
+
+
+def _json_scalar(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str)) or (
+        isinstance(v, (list, tuple)) and len(v) <= 8 and all(isinstance(x, (int, float)) for x in v))
+
+
+def new_memo() -> dict:
+    """The shared state of one message's values (modules an optimiser refers to)."""
+    return {"modules": {}, "params": {}, "built": {}}
+
+
 class Handle:
     """A function that lives on the other side, by its number."""
 
@@ -63,7 +100,9 @@ class Handle:
         self.number = int(number)
 
 
-def encode(value, arrays: list, *, functions: list | None = None, _depth: int = 0):
+def encode(value, arrays: list, *, functions: list | None = None, memo: dict | None = None, _depth: int = 0):
+    """``memo`` (:func:`new_memo`) is shared by the values of one message, so that an optimiser can name the
+    parameters of a module encoded before it."""
     if _depth > MAX_DEPTH:
         return {"X": "too deeply nested", "r": ""}
     if value is None or isinstance(value, (bool, str)):
@@ -75,7 +114,7 @@ def encode(value, arrays: list, *, functions: list | None = None, _depth: int = 
     if value is Ellipsis:
         return {"E": 1}
     if isinstance(value, np.generic):
-        return encode(value.item(), arrays, functions=functions, _depth=_depth + 1)
+        return encode(value.item(), arrays, functions=functions, memo=memo, _depth=_depth + 1)
     torch = _torch_if_loaded()
     if torch is not None and isinstance(value, torch.Tensor):
         try:
@@ -94,19 +133,121 @@ def encode(value, arrays: list, *, functions: list | None = None, _depth: int = 
         return {"T": len(arrays) - 1}
     if type(value) in (list, tuple):
         tag = "L" if type(value) is list else "U"
-        return {tag: [encode(v, arrays, functions=functions, _depth=_depth + 1) for v in value[:MAX_ITEMS]]}
+        return {tag: [encode(v, arrays, functions=functions, memo=memo, _depth=_depth + 1) for v in value[:MAX_ITEMS]]}
     if type(value) is dict:
-        return {"D": [[encode(k, arrays, functions=functions, _depth=_depth + 1),
-                       encode(v, arrays, functions=functions, _depth=_depth + 1)]
+        return {"D": [[encode(k, arrays, functions=functions, memo=memo, _depth=_depth + 1),
+                       encode(v, arrays, functions=functions, memo=memo, _depth=_depth + 1)]
                       for k, v in list(value.items())[:MAX_ITEMS]]}
     if functions is not None and callable(value):
         functions.append(value)
         return {"F": len(functions) - 1}
+    if torch is not None:
+        special = _encode_torch_object(torch, value, arrays, memo)
+        if special is not None:
+            return special
     try:
         text = repr(value)[:200]
     except Exception:  # noqa: BLE001
         text = ""
     return {"X": type(value).__name__, "r": text}
+
+
+def _encode_torch_object(torch, value, arrays: list, memo: dict | None):
+    """A generator, a module with a recipe or an optimiser over such modules; None for anything else."""
+    try:
+        if isinstance(value, torch.Generator):
+            if value.device.type != "cpu":
+                return None
+            arrays.append(value.get_state().numpy().copy())
+            return {"G": len(arrays) - 1}
+        if isinstance(value, torch.nn.Module):
+            recipe = getattr(value, "_grader_recipe", None)
+            if not isinstance(recipe, dict):
+                return None
+            memo = memo if memo is not None else new_memo()
+            k = len(memo["modules"])
+            memo["modules"][id(value)] = k
+            params, buffers = [], []
+            for name, p in value.named_parameters():
+                memo["params"][id(p)] = [k, name]
+                arrays.append(p.detach().cpu().numpy().copy())
+                at = len(arrays) - 1
+                grad = -1
+                if p.grad is not None:
+                    arrays.append(p.grad.detach().cpu().numpy().copy())
+                    grad = len(arrays) - 1
+                params.append([name, at, grad])
+            for name, b in value.named_buffers():
+                if b is not None and b.dtype != torch.bfloat16:
+                    arrays.append(b.detach().cpu().numpy().copy())
+                    buffers.append([name, len(arrays) - 1])
+            return {"M": {"recipe": json.loads(json.dumps(recipe)), "p": params, "b": buffers,
+                          "training": bool(value.training)}, "id": k}
+        if isinstance(value, torch.optim.Optimizer):
+            name = type(value).__name__
+            if name not in OPTIMIZERS or type(value).__module__.split(".")[0] != "torch" or memo is None \
+                    or any(len(s) for s in value.state.values()):
+                return None
+            groups = []
+            for g in value.param_groups:
+                refs = [memo["params"].get(id(p)) for p in g["params"]]
+                if any(r is None for r in refs):
+                    return None
+                hyper = {k: v for k, v in g.items() if k != "params" and _json_scalar(v)}
+                groups.append({"params": refs, "hyper": hyper})
+            return {"O": name, "groups": groups}
+    except Exception:  # noqa: BLE001 - anything odd is sent as an opaque value
+        return None
+    return None
+
+
+def _build_module(spec: dict, arrays: dict, memo: dict):
+    """Sandbox side: the module a recipe describes, with the grader's parameters, gradients and buffers."""
+    import importlib
+
+    import torch
+
+    recipe = spec["recipe"]
+    mod_name, _, cls_name = str(recipe["cls"]).rpartition(".")
+    if not mod_name.startswith("attn_lib"):
+        raise WireError("a module recipe outside attn_lib")
+    cls = getattr(importlib.import_module(mod_name), cls_name)
+    module = cls(*recipe.get("args", []), **recipe.get("kwargs", {}))
+    module = module.to(getattr(torch, str(recipe.get("dtype", "float32"))))
+    if recipe.get("path"):
+        module = module.get_submodule(str(recipe["path"]))
+    module._grader_recipe = recipe
+    params = dict(module.named_parameters())
+    buffers = dict(module.named_buffers())
+    with torch.no_grad():
+        for name, at, grad in spec["p"]:
+            p = params[name]
+            p.copy_(torch.from_numpy(np.array(arrays[f"a{int(at)}"])))
+            if int(grad) >= 0:
+                p.grad = torch.from_numpy(np.array(arrays[f"a{int(grad)}"], copy=True))
+        for name, at in spec["b"]:
+            if name in buffers and buffers[name] is not None:
+                buffers[name].copy_(torch.from_numpy(np.array(arrays[f"a{int(at)}"])))
+    module.train(bool(spec.get("training", True)))
+    return module
+
+
+def _read_module(spec: dict, arrays: dict) -> ModuleState:
+    """Grader side: a module's arrays, by name; nothing is built from what the sandbox describes."""
+    import torch
+
+    def arr(i):
+        a = arrays.get(f"a{int(i)}")
+        if a is None:
+            raise WireError("a module refers to a missing array")
+        return torch.from_numpy(np.array(a, copy=True))
+
+    try:
+        params = {str(name): arr(at) for name, at, _ in _items(spec.get("p"))}
+        buffers = {str(name): arr(at) for name, at in _items(spec.get("b"))}
+    except (TypeError, ValueError):
+        raise WireError("a malformed module") from None
+    return ModuleState(params, buffers)
 
 
 def _torch_if_loaded():
@@ -115,8 +256,11 @@ def _torch_if_loaded():
     return sys.modules.get("torch")
 
 
-def decode(tree, arrays: dict, *, _depth: int = 0):
-    """The value of an encoded tree; tensors come back as tensors (``torch`` needed), arrays as arrays."""
+def decode(tree, arrays: dict, *, memo: dict | None = None, build: bool = False, _depth: int = 0):
+    """The value of an encoded tree; tensors come back as tensors (``torch`` needed), arrays as arrays.
+
+    ``build`` (the sandbox side only): rebuild modules and optimisers; the grader reads a module as a
+    :class:`ModuleState` and an optimiser as an :class:`Opaque` value."""
     if _depth > MAX_DEPTH:
         raise WireError("the value is nested too deeply")
     if tree is None or isinstance(tree, (bool, int, float, str)):
@@ -132,17 +276,17 @@ def decode(tree, arrays: dict, *, _depth: int = 0):
                 return torch.from_numpy(np.array(arr, copy=True))
             return np.array(arr, copy=True)
         if "L" in tree:
-            return [decode(v, arrays, _depth=_depth + 1) for v in _items(tree["L"])]
+            return [decode(v, arrays, memo=memo, build=build, _depth=_depth + 1) for v in _items(tree["L"])]
         if "U" in tree:
-            return tuple(decode(v, arrays, _depth=_depth + 1) for v in _items(tree["U"]))
+            return tuple(decode(v, arrays, memo=memo, build=build, _depth=_depth + 1) for v in _items(tree["U"]))
         if "D" in tree:
             out = {}
             for pair in _items(tree["D"]):
                 if not isinstance(pair, list) or len(pair) != 2:
                     raise WireError("a dict entry is not a pair")
-                key = decode(pair[0], arrays, _depth=_depth + 1)
+                key = decode(pair[0], arrays, memo=memo, build=build, _depth=_depth + 1)
                 try:
-                    out[key] = decode(pair[1], arrays, _depth=_depth + 1)
+                    out[key] = decode(pair[1], arrays, memo=memo, build=build, _depth=_depth + 1)
                 except TypeError:  # an unhashable key
                     raise WireError("a dict key cannot be used as a key") from None
             return out
@@ -150,9 +294,63 @@ def decode(tree, arrays: dict, *, _depth: int = 0):
             return Ellipsis
         if "F" in tree:
             return Handle(tree["F"])
+        if "G" in tree:
+            return _decode_generator(tree, arrays)
+        if "M" in tree:
+            if not isinstance(tree["M"], dict):
+                raise WireError("a malformed module")
+            if not build:
+                return _read_module(tree["M"], arrays)
+            memo = memo if memo is not None else new_memo()
+            try:
+                module = _build_module(tree["M"], arrays, memo)
+            except WireError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise WireError(f"a module could not be rebuilt ({type(e).__name__}: {e})") from None
+            memo["built"][int(tree.get("id", -1))] = module
+            return module
+        if "O" in tree:
+            if not build:
+                return Opaque(str(tree.get("O")), "optimizer")
+            return _build_optimizer(tree, memo or new_memo())
         if "X" in tree:
             return Opaque(tree.get("X", "?"), tree.get("r", ""))
     raise WireError(f"not an encoded value: {str(tree)[:80]}")
+
+
+def _decode_generator(tree, arrays: dict):
+    import torch
+
+    arr = arrays.get(f"a{int(tree['G'])}")
+    if arr is None or arr.dtype != np.uint8 or arr.ndim != 1 or arr.size > MAX_GENERATOR_STATE:
+        raise WireError("a malformed generator state")
+    g = torch.Generator()
+    try:
+        g.set_state(torch.from_numpy(np.array(arr, copy=True)))
+    except Exception:  # noqa: BLE001
+        raise WireError("a malformed generator state") from None
+    return g
+
+
+def _build_optimizer(tree: dict, memo: dict):
+    import torch
+
+    name = str(tree.get("O"))
+    if name not in OPTIMIZERS:
+        raise WireError(f"an optimizer {name[:40]!r} the wire does not carry")
+    groups = []
+    for g in _items(tree.get("groups")):
+        try:
+            params = [dict(memo["built"][int(k)].named_parameters())[str(pname)] for k, pname in g["params"]]
+        except (KeyError, TypeError, ValueError):
+            raise WireError("an optimizer refers to a parameter not in the message") from None
+        hyper = {str(k): (tuple(v) if isinstance(v, list) else v) for k, v in dict(g.get("hyper", {})).items()}
+        groups.append({"params": params, **hyper})
+    try:
+        return getattr(torch.optim, name)(groups)
+    except Exception as e:  # noqa: BLE001
+        raise WireError(f"an optimizer could not be rebuilt ({type(e).__name__}: {e})") from None
 
 
 def _items(x):
@@ -170,7 +368,32 @@ def pack(meta: dict, arrays: list | None = None) -> bytes:
     return struct.pack("!Q", len(body)) + body
 
 
+MAX_INFLATED = MAX_FRAME  # bytes of all of a frame's arrays once read
+
+
+def _check_entries(body: bytes) -> None:
+    """Before numpy reads a frame: every entry of the archive stored, not compressed (``np.savez`` never compresses;
+    a compressed entry is a decompression bomb, 6 MB grew the grader to 6.3 GB), its sizes within the frame."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(body)) as z:
+            infos = z.infolist()
+    except Exception:  # noqa: BLE001
+        raise WireError("a malformed message (not an archive)") from None
+    if len(infos) > MAX_ITEMS:
+        raise WireError("a message with too many entries")
+    total = 0
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+            raise WireError("a message with a compressed entry (refused: only stored arrays are read)")
+        total += info.file_size
+    if total > MAX_INFLATED:
+        raise WireError(f"a message whose arrays hold more than {MAX_INFLATED} bytes")
+
+
 def unpack(body: bytes) -> tuple[dict, dict]:
+    _check_entries(body)
     try:
         with np.load(io.BytesIO(body), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files if k != "meta"}

@@ -24,6 +24,7 @@ import pytest
 
 from classroom import source
 from classroom.autograde import autograde
+from classroom.gradebook import uncell
 from classroom.release import points_table, release
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +111,9 @@ def course(tmp_path_factory):
     print(f"release: {time.monotonic() - started:.0f} s")
     yield tmp, assignments
     if tmp.parent == shm:
-        shutil.rmtree(tmp, ignore_errors=True)
+        import subprocess
+
+        subprocess.run(["rm", "-rf", str(tmp)])  # 1,100 nested folders (issue 41): deeper than shutil.rmtree goes
 
 
 def test_release_has_every_notebook_with_exercises(course):
@@ -432,6 +435,7 @@ def graded(course):
     _submission(tmp, "x4_flood", solutions, edit=_edits(_add_cell_after("check_attention", FLOOD),
                                                         _add_cell_after("check_attention", HIDDEN_SCRIPT_MD, "markdown")))
     _submission(tmp, "-z_correct_last é", solutions)
+    hostile_entries(tmp)
     victim = tmp / "submissions" / "a_correct_first" / NB / f"{NB}.ipynb"
     victim_bytes = victim.read_bytes()
     before_tmp = set(Path(tempfile.gettempdir()).iterdir())
@@ -439,10 +443,53 @@ def graded(course):
     rows = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=600, jobs=2)
     print(f"autograde of {len(rows)} students: {time.monotonic() - started:.0f} s")
     with (tmp / "grades" / "gradebook.csv").open() as f:
-        table = {r["student"]: r for r in csv.DictReader(f)}
+        table = {uncell(r["student"]): r for r in csv.DictReader(f)}  # "'-z...": a formula-looking id, quoted
     time.sleep(9)  # the daemons' first write would come 8 s after they started
     left = [p for p in set(Path(tempfile.gettempdir()).iterdir()) - before_tmp if p.name.startswith("attn-")]
     return tmp, rows, table, deleted["id"], victim_bytes, left
+
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+
+
+def hostile_entries(tmp: Path) -> None:
+    """Issue 41 §2-3 in SUBMISSIONS: none of these may stop the class or be read through a link; each is a line in
+    summary.txt, and a notebook that is a link, a FIFO or unreadable JSON is that student's 0."""
+    subs = tmp / "submissions"
+    source = tmp / "course" / "source" / NB / f"{NB}.ipynb"  # the teacher's notebook, with the solutions
+    (subs / "h_link" / NB).mkdir(parents=True)
+    (subs / "h_link" / NB / f"{NB}.ipynb").symlink_to(source)
+    (subs / "h_link" / "zeros.ipynb").symlink_to("/dev/zero")
+    (subs / "h_fifo").mkdir()
+    os.mkfifo(subs / "h_fifo" / f"{NB}.ipynb")
+    nest(subs / "h_fifo", 1100)                                   # 1,100 nested folders
+    (subs / "h_fifo" / os.fsdecode(b"bad\xff.ipynb")).write_text("{}")  # a file name that is not UTF-8
+    (subs / os.fsdecode(b"\xff\xfe")).mkdir()                       # a folder name that is not UTF-8
+    (subs / "h_folder_link").symlink_to(subs / "a_correct_first")  # a classmate's folder, through a link
+    (subs / "h_dev").symlink_to("/dev/zero")
+    (subs / "@A1").mkdir()                                         # a formula-looking id, and JSON nested 100,000 deep
+    (subs / "@A1" / f"{NB}.ipynb").write_text(DEEP_JSON)
+    for name in ("\ufb01ona", "fiona", "\u212aelly", "Kelly"):     # the "fi" ligature, the Kelvin sign
+        (subs / name).mkdir()
+        (subs / name / f"{NB}.ipynb").write_text(DEEP_JSON)
+
+
+def test_hostile_entries_are_one_students_error_each(graded):
+    tmp, rows, table, _, _, _ = graded
+    for student in ("h_link", "h_fifo", "@A1"):
+        assert (table[student]["total"], table[student]["failed"]) == ("0", ";".join(KEYS)), student
+        assert "could not grade" in table[student]["flags"]
+    assert "not a regular file" in table["h_link"]["flags"] and "RecursionError" in table["@A1"]["flags"]
+    assert not {"h_folder_link", "h_dev", "fiona", "\ufb01ona", "Kelly", "\u212aelly"} & set(table)
+    summary = (tmp / "grades" / "summary.txt").read_text(encoding="utf-8")
+    for line in (f"h_link: h_link/{NB}/{NB}.ipynb is a symbolic link; refused", "h_link: h_link/zeros.ipynb is a "
+                 "symbolic link", f"h_fifo: h_fifo/{NB}.ipynb is a FIFO", "is more than 12 folders deep",
+                 "'h_folder_link' in SUBMISSIONS is a symbolic link", "'h_dev' in SUBMISSIONS is a symbolic link",
+                 "folder '\\xff\\xfe' is not a valid student id", "h_fifo/bad\\xff.ipynb is not a course notebook",
+                 "folders 'fiona' and '\ufb01ona' name the same student", "'Kelly' and '\u212aelly'"):
+        assert line in summary, (line, summary)
+    assert (tmp / "grades" / "canvas.csv").read_text().count("'@A1") == 2  # Student and SIS Login ID, as text
+    assert "BEGIN SOLUTION" not in "".join(p.read_text() for p in (tmp / "grades" / "feedback").rglob("*.html"))
 
 
 def test_gradebook_header(graded):
@@ -485,8 +532,9 @@ def test_per_student_summary_and_canvas_export(graded):
     columns, a Points Possible row, the same points."""
     tmp, _, table, _, _, _ = graded
     with (tmp / "grades" / "students.csv").open() as f:
-        students = {r["student"]: r for r in csv.DictReader(f)}
+        students = {uncell(r["student"]): r for r in csv.DictReader(f)}
     assert set(students) == set(table)
+    assert "'-z_correct_last é" in (tmp / "grades" / "canvas.csv").read_text()  # a spreadsheet reads it as text
     for name, row in table.items():
         s = students[name]
         assert (s["total"], s["max_total"], s[NB]) == (row["total"], str(MAX), row["total"])
@@ -496,7 +544,7 @@ def test_per_student_summary_and_canvas_export(graded):
     canvas = list(csv.reader(lines))
     assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", f"{NB} (attention course)"]
     assert canvas[1] == ["Points Possible", "", "", "", "", str(MAX)]
-    assert {r[3]: r[5] for r in canvas[2:]} == {name: row["total"] for name, row in table.items()}
+    assert {uncell(r[3]): r[5] for r in canvas[2:]} == {name: row["total"] for name, row in table.items()}
 
 
 def test_canvas_export_matches_a_canvas_roster(tmp_path):
@@ -592,6 +640,19 @@ def test_regrade_resumes_and_never_keeps_stale_points(graded):
     assert row.total == 0 and any(f.startswith("could not grade") for f in row.flags)
     assert "could not grade -z_correct_last é" in (tmp / "grades" / "summary.txt").read_text()
     assert next(r for r in rows2 if r.student == "a_correct_first").total == MAX
+    # issue 41 §3: a resubmission that cannot be read, or is a link, takes the earlier points away everywhere
+    x4 = tmp / "submissions" / "x4_flood" / NB / f"{NB}.ipynb"
+    x4.write_text(DEEP_JSON)
+    x3 = tmp / "submissions" / "x3_dies" / NB / f"{NB}.ipynb"
+    x3.unlink()
+    x3.symlink_to(tmp / "submissions" / "a_correct_first" / NB / f"{NB}.ipynb")
+    rows3 = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=600, jobs=2)
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{tmp / 'course' / 'gradebook.db'}") as gb:
+        for student in ("x4_flood", "x3_dies"):
+            assert next(r for r in rows3 if r.student == student).total == 0
+            assert [gb.find_grade(k, NB, NB, student).auto_score for k in KEYS] == [0] * len(KEYS)
 
 
 def test_sandbox_holds_when_the_teacher_is_not_root(course):
@@ -658,7 +719,354 @@ def test_student_ids_are_distinct_and_errors_are_listed(tmp_path):
     found, errors, _ = find_submissions(tmp_path, {NB})
     assert {"john smith", "john_smith", "José", "Zoë", "-dash", "two"} <= set(found)
     assert "Alice" not in found and "alice" not in found
-    assert found["two"][NB] is None
+    assert found["two"][NB] == "two copies of this notebook in the student's folder"
     text = "\n".join(errors)
     for n in ("'...'", "'.hidden'", "'Alice' and 'alice'", "two: 2 copies"):
         assert n in text, (n, text)
+
+
+# ---- issue 41: a hostile class. Symbolic links, FIFOs, devices, deep folders, bad names: one student's error each.
+def _collect(tmp: Path, assignment: str):
+    """nbgrader collect with the hub's OwnerCheckedCollect over the exchange in tmp; (collected students, log)."""
+    import logging
+
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    from classroom.config import _alembic_on_path
+    from classroom.exchange import OwnerCheckedCollect
+
+    _alembic_on_path()  # nbgrader creates the gradebook with alembic
+    c = Config()
+    c.CourseDirectory.root = str(tmp / "course")
+    c.CourseDirectory.course_id = "attn"
+    c.CourseDirectory.assignment_id = assignment
+    c.Exchange.root = str(tmp / "exchange")
+    coursedir = CourseDirectory(config=c)
+    collect = OwnerCheckedCollect(coursedir=coursedir, authenticator=Authenticator(config=c), config=c)
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    collect.log.addHandler(Keep())
+    collect.start()
+    submitted = tmp / "course" / "submitted"
+    return sorted(p.name for p in submitted.iterdir()) if submitted.is_dir() else [], "\n".join(lines)
+
+
+def test_collect_never_follows_a_link_and_one_bad_entry_never_stops_the_class(tmp_path):
+    """Issue 41 §2-3 on the hub's exchange: real accounts (daemon, bin, sys, nobody) own their inbound folders.
+    bin's own folder holds a link to the teacher's source notebook and to /dev/zero; a link named after daemon's
+    submission points at a folder daemon owns; sys leaves a malformed timestamp, a dangling link, a FIFO and a plain
+    file named like submissions; nobody nests 1,100 folders. Every such entry is a REFUSED line; daemon, bin and
+    nobody are collected, with no solution, no zeros and no link in the course folder."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to own folders as the students' accounts (CI runs as root)")
+    ids = {n: __import__("pwd").getpwnam(n).pw_uid for n in ("daemon", "bin", "sys", "nobody")}
+    (tmp_path / "course" / "source" / NB).mkdir(parents=True)
+    secret = tmp_path / "course" / "source" / NB / f"{NB}.ipynb"
+    secret.write_text('{"cells": [], "SOLUTION": "### BEGIN SOLUTION"}')
+    inbound = tmp_path / "exchange" / "attn" / "inbound"
+    inbound.mkdir(parents=True)
+    os.chmod(inbound, 0o1733)
+
+    def folder(name, owner, ts="2026-12-03 10:00:00.000000 UTC", files=None):
+        d = inbound / f"{name}+{NB}+{ts}+r{len(list(inbound.iterdir()))}"
+        d.mkdir()
+        (d / "timestamp.txt").write_text(ts)
+        for f, text in (files or {f"{NB}.ipynb": '{"cells": []}'}).items():
+            (d / f).write_text(text)
+        for p in [d, *d.rglob("*")]:
+            os.lchown(p, ids[owner], ids[owner])
+        return d
+
+    honest = folder("daemon", "daemon")
+    own = folder("bin", "bin", files={"notes.txt": "mine"})
+    (own / f"{NB}.ipynb").symlink_to(secret)               # the teacher's source notebook, through a link
+    (own / "zeros").symlink_to("/dev/zero")                 # a device, through a link
+    (own / "sub").mkdir()
+    (own / "sub" / "source").symlink_to(secret.parent)      # a folder, through a link
+    for p in (own / f"{NB}.ipynb", own / "zeros", own / "sub", own / "sub" / "source"):
+        os.lchown(p, ids["bin"], ids["bin"])
+    later = "2026-12-03 11:00:00.000000 UTC"
+    victim_link = inbound / f"daemon+{NB}+{later}+evil"    # named after daemon, newer, pointing at daemon's folder
+    victim_link.symlink_to(honest)
+    os.lchown(victim_link, ids["bin"], ids["bin"])
+    folder("daemon", "bin", ts="2026-12-03 12:00:00.000000 UTC")  # a real folder in daemon's name, bin's
+    folder("sys", "sys", ts="not-a-time")                   # a malformed timestamp
+    (inbound / f"sys+{NB}+{later}+dangling").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(inbound / f"sys+{NB}+{later}+fifo")
+    (inbound / f"sys+{NB}+{later}+file").write_text("{}")
+    for p in inbound.glob("sys+*"):
+        os.lchown(p, ids["sys"], ids["sys"])
+    deep = folder("nobody", "nobody")
+    nest(deep, 1100)
+    subprocess_run(["chown", "-R", f"{ids['nobody']}:{ids['nobody']}", str(deep)])
+
+    started = time.monotonic()
+    collected, log = _collect(tmp_path, NB)
+    assert time.monotonic() - started < 30
+    assert collected == ["bin", "daemon", "nobody"], log
+    sub = tmp_path / "course" / "submitted"
+    assert (sub / "daemon" / NB / f"{NB}.ipynb").read_text() == '{"cells": []}'   # not replaced by the link
+    assert (sub / "bin" / NB / "notes.txt").read_text() == "mine"
+    copied = [p for p in (tmp_path / "course" / "submitted").rglob("*")]
+    assert not any(p.is_symlink() for p in copied)
+    assert not any("BEGIN SOLUTION" in p.read_text() for p in copied if p.is_file())
+    assert sum(p.stat().st_size for p in copied if p.is_file()) < 10_000
+    for refused in (f"{NB}.ipynb': a symbolic link", "zeros': a symbolic link", "sub/source': a symbolic link",
+                    "evil': it is a symbolic link", "but its owner is 'bin'", "not-a-time", "dangling': it is a "
+                    "symbolic link", "fifo': it is a FIFO", "file': it is a file", "more than 12 folders deep"):
+        assert refused in log, (refused, log)
+    assert log.count("REFUSED") >= 10
+    subprocess_run(["rm", "-rf", str(tmp_path / "exchange"), str(tmp_path / "course")])
+
+
+def subprocess_run(cmd):
+    import subprocess
+
+    subprocess.run(cmd, check=True)
+
+
+def nest(top: Path, n: int) -> None:
+    """n folders, each inside the last (deeper than Python's recursion limit), a file at the bottom."""
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(n):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(os.open("x.txt", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    os.close(fd)
+
+
+# Issue 41 §1: the course's own solutions, submitted as an honest student fills in the release (the stub, then the
+# solution; a prediction answered with the registry's answer), graded through the autograde path, get full points.
+# 00 (a stub that imports what the solution uses) and 10 (its checks hand the function a decoder block, a model
+# and its optimiser, a generator: the wire carries them) by default, as a CI budget allows: every notebook took
+# 169 s with jobs=2 on the 2-core machine. ATTN_CLASS_ALL_SOLUTIONS=1 grades all of them.
+SOLUTION_SUBSET = ("00_welcome", "10_capstone_decoder")
+
+
+def test_every_solution_notebook_gets_full_points(course, monkeypatch):
+    tmp, assignments = course
+    monkeypatch.setenv("ATTN_CELL_TIMEOUT", "120")  # the course's own limit: notebook 10 trains for 30-60 s
+    every = os.environ.get("ATTN_CLASS_ALL_SOLUTIONS") == "1"
+    chosen = [a for a in assignments if every or a.name in SOLUTION_SUBSET]
+    assert len(chosen) == (len(assignments) if every else len(SOLUTION_SUBSET))
+    subs = tmp / "honest-submissions"
+    for a in chosen:
+        nb = json.loads((tmp / "release" / a.name / f"{a.name}.ipynb").read_text())
+        answers = {f"answer_{e.key}": f"{e.stub}\n{e.solution or source._registry_solution(e.checks[0], e.stub)}"
+                   for e in a.exercises}
+        for c in nb["cells"]:
+            gid = c["metadata"]["nbgrader"]["grade_id"]
+            if gid in answers:
+                c["source"] = answers[gid]
+        path = subs / "honest" / a.name / f"{a.name}.ipynb"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(nb))
+    started = time.monotonic()
+    rows = autograde(subs, tmp / "course", tmp / "honest-grades", student_timeout=600, jobs=2)
+    print(f"{len(rows)} solution notebooks graded in {time.monotonic() - started:.0f} s")
+    assert sorted(r.notebook for r in rows) == sorted(a.name for a in chosen)
+    for r in rows:
+        assert (r.total, r.flags) == (sum(r.max_points.values()), []), (r.notebook, r.flags,
+                                                                        {k: r.messages.get(k) for k in r.failed})
+
+
+# ---- issue 41 §4-5: resources per sandbox, no bomb in the grader, nothing outlives it, the grader's own records
+def test_wire_refuses_compressed_entries():
+    """A 50 MB array compressed into a message of a few kB: refused before numpy inflates it."""
+    import io
+
+    import numpy as np
+
+    from classroom import wire
+
+    buf = io.BytesIO()
+    np.savez_compressed(buf, meta=np.frombuffer(b'{"ev": "done"}', dtype=np.uint8), a0=np.zeros(50_000_000, np.uint8))
+    body = buf.getvalue()
+    assert len(body) < 200_000
+    with pytest.raises(wire.WireError, match="compressed"):
+        wire.unpack(body)
+    meta, arrays = wire.unpack(wire.pack({"ev": "done"}, [np.arange(3)])[8:])  # what the runner sends: stored
+    assert meta == {"ev": "done"} and arrays["a0"].tolist() == [0, 1, 2]
+
+
+FORKS = '''\
+import os, time
+for _ in range(6):
+    if os.fork() == 0:
+        os.setsid()
+        time.sleep(20)
+        os._exit(0)
+time.sleep(15)                  # the sandbox ends with its notebook: it stays while the test counts
+'''
+
+
+def test_sandbox_is_one_cgroup(course, tmp_path, monkeypatch, capsys):
+    """Every process of a sandbox is in one cgroup with a CPU quota of one core and one memory limit; the cgroup
+    is gone with the sandbox. Where there are none, autograde grades one submission at a time and says so."""
+    from classroom import sandbox
+
+    if sandbox.Cgroup.mode() is None:
+        pytest.skip("no writable cgroups on this machine (autograde falls back to one job; checked below)")
+    lib = sandbox.library_dir(Path(tempfile.mkdtemp(prefix="attn-cgroup-")))
+    box = sandbox.Sandbox(lib)
+    try:
+        cg = box.cgroup
+        assert cg is not None and box.proc.pid in cg.pids()
+        # a cell that forks 6 children, each in a session of its own (the CPU hog of issue 41, asleep here):
+        # every one of them is in the sandbox's cgroup, under its one quota
+        box.send({"cells": [{"kind": "code", "grade_id": None, "source": FORKS}], "skip": [], "serve": [],
+                  "cell_timeout": 30})
+        assert box.receive(timeout=120)[0]["ev"] == "ready" and box.receive(timeout=30)[0]["ev"] == "start"
+        deadline, most = time.monotonic() + 20, 0
+        while time.monotonic() < deadline and most < 8:
+            most = max(most, len(cg.pids()))
+            time.sleep(0.2)
+        assert most >= 8, most  # bwrap, the runner, its 6 children (and bwrap's init in the PID namespace)
+        files = {f.name: f.read_text().split() for d in cg.dirs for f in d.iterdir()
+                 if f.name in ("cpu.max", "cpu.cfs_quota_us", "memory.max", "memory.limit_in_bytes", "pids.max")}
+        quota = files.get("cpu.max", files.get("cpu.cfs_quota_us"))[0]
+        memory = int(files.get("memory.max", files.get("memory.limit_in_bytes"))[0])
+        assert quota == "100000" and abs(memory - box.limits.memory_bytes) < 1 << 20, files
+    finally:
+        box.kill()
+        shutil.rmtree(lib.parent, ignore_errors=True)
+    assert not any(d.exists() for d in cg.dirs)
+    monkeypatch.setattr(sandbox.Cgroup, "mode", staticmethod(lambda: None))
+    (tmp_path / "empty").mkdir()
+    tmp, _ = course
+    autograde(tmp_path / "empty", tmp / "course", tmp_path / "grades", jobs=2)
+    assert "grading one submission at a time (JOBS=2 asked)" in capsys.readouterr().err
+
+
+def _grader_processes() -> list[int]:
+    """This checkout's grade processes and sandboxes (their command line names classroom.grade or classroom.runner,
+    and their command line or environment this checkout)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"classroom.grade\0" not in cmd and b"classroom.runner" not in cmd:
+                continue
+            where = cmd + Path(f"/proc/{pid}/environ").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+            continue
+        if str(ROOT).encode() in where:
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("how", ["kill -9", "Ctrl-C"])
+def test_killed_grader_leaves_nothing(course, tmp_path, how):
+    """A notebook that sleeps in a cell; the autograde process is killed (SIGKILL) or interrupted (SIGINT) while
+    its sandbox runs: no grade process and no sandbox is left, and nothing is recorded for the stopped student."""
+    import signal
+    import subprocess
+    import sys
+
+    tmp, _ = course
+    shutil.copytree(tmp / "course", tmp_path / "course")
+    shutil.copytree(tmp / "release", tmp_path / "release")
+    _submission(tmp_path, "k_sleeper", {}, edit=_add_cell_after("check_attention_weights", "import time\ntime.sleep(600)"))
+    env = dict(os.environ, ATTN_CELL_TIMEOUT="600")
+    proc = subprocess.Popen([sys.executable, "-m", "classroom.autograde", str(tmp_path / "submissions"),
+                             "--course-dir", str(tmp_path / "course"), "--out", str(tmp_path / "grades")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if len(_grader_processes()) >= 2:  # the grade process and its sandbox
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the sandbox did not start")
+        time.sleep(3)  # the notebook's cells run up to the sleep
+        proc.send_signal(signal.SIGKILL if how == "kill -9" else signal.SIGINT)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 20
+        while _grader_processes() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _grader_processes() == []
+    finally:
+        proc.kill()
+        proc.wait()
+    csv_path = tmp_path / "grades" / "gradebook.csv"
+    assert not csv_path.exists() or "k_sleeper" not in csv_path.read_text()
+
+
+def test_salt_is_drawn_per_run(course, tmp_path, monkeypatch):
+    """The graded inputs' seeds are salted with a secret that each run draws anew, outside the sandbox."""
+    import classroom.autograde as ag
+
+    tmp, _ = course
+    shutil.copytree(tmp / "course", tmp_path / "course")
+    (tmp_path / "subs" / "someone").mkdir(parents=True)
+    (tmp_path / "subs" / "someone" / f"{NB}.ipynb").write_text("{}")
+    salts = []
+
+    def fake(*args, salt, **kwargs):
+        salts.append(salt)
+        return {"status": "could not grade", "scores": {}, "messages": {}, "cells": [], "flags": ["could not grade"]}
+
+    monkeypatch.setattr(ag, "grade_one_notebook", fake)
+    for _ in range(2):
+        ag.autograde(tmp_path / "subs", tmp_path / "course", tmp_path / "grades")
+    assert len(salts) == 2 and salts[0] != salts[1] and all(re.fullmatch(r"[0-9a-f]{32}", s) for s in salts)
+    assert salts[0] not in (ROOT / "classroom" / "grade.py").read_text()
+
+
+FORGER = '''\
+import sys
+from classroom import wire
+for index in range(100):                          # a record of "this" cell, whichever it is: all ok, nothing shown
+    wire.send(int(sys.argv[-1]), {"ev": "cell", "index": index, "status": "ok", "error": "",
+                                  "output": "(nothing to see here)"})
+raise ValueError("the real error")
+'''
+
+
+WRAPS_REFERENCE = '''\
+import math, torch
+
+
+def attention_weights(query, key):
+    from attn_lib.attention import scaled_dot_product_attention as reference
+    reference(query, key, key)                    # the exercise's reference, inside the sandbox
+    return torch.softmax(query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1]), dim=-1)
+'''
+
+
+def test_forged_records_are_not_believed(course):
+    """A cell that sends its own record of itself ("nothing to see here") and then fails: the grader believes
+    neither record, shows no forged text, and flags it. A graded function that calls the check's own reference
+    (attn_lib.attention.scaled_dot_product_attention, in the sandbox's attn_lib) is flagged."""
+    from classroom.grade import grade_notebook
+    from classroom.sandbox import library_dir
+
+    tmp, _ = course
+    released = json.loads((tmp / "release" / NB / f"{NB}.ipynb").read_text())
+    nb = json.loads(json.dumps(released))
+    _add_cell_after("check_attention_weights", FORGER)(nb)
+    next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") ==
+         "answer_check_attention_weights")["source"] = WRAPS_REFERENCE
+    lib = library_dir(Path(tempfile.mkdtemp(prefix="attn-forge-")))
+    try:
+        result = grade_notebook(nb, released, lib, cell_timeout=30, budget_s=300)
+    finally:
+        shutil.rmtree(lib.parent, ignore_errors=True)
+    forged = [c for c in result["cells"] if "wire.send" in c["source"]]
+    assert len(forged) == 1 and forged[0]["status"] == "forged", forged[0]["error"]
+    assert not any("nothing to see here" in c["output"] + c["error"] for c in result["cells"])  # only its source
+    assert any("sent a cell record it was not asked for" in f for f in result["flags"]), result["flags"]
+    assert result["scores"]["check_attention_weights"] == 3
+    assert "check_attention_weights: the graded function called the check's own reference, " \
+           "attn_lib.attention.scaled_dot_product_attention" in result["flags"], result["flags"]

@@ -71,7 +71,19 @@ def _small_model(seed: int, vocab: int = 17):
     from attn_lib.course.capstone import TinyDecoder
 
     torch.manual_seed(seed)
-    return TinyDecoder(vocab, d_model=16, num_heads=4, num_kv_heads=2, num_layers=1).double()
+    kwargs = dict(d_model=16, num_heads=4, num_kv_heads=2, num_layers=1)
+    model = TinyDecoder(vocab, **kwargs).double()
+    # how to build the same model elsewhere (a grader's sandbox, classroom/wire.py): the class, its arguments,
+    # the dtype; the values are sent with it
+    model._grader_recipe = {"cls": "attn_lib.capstone.TinyDecoder", "args": [vocab], "kwargs": kwargs,
+                            "dtype": "float64", "path": ""}
+    return model
+
+
+def _block_of(model):
+    block = model.layers[0]
+    block._grader_recipe = {**model._grader_recipe, "path": "layers.0"}
+    return block
 
 
 def check_decoder_block(decoder_block_fn) -> CheckResult:
@@ -80,7 +92,7 @@ def check_decoder_block(decoder_block_fn) -> CheckResult:
     def trials():
         for trial, (B, L) in enumerate([(2, 5), (1, 9), (3, 4)]):
             g = fresh_generator("check_decoder_block", trial)
-            block = _small_model(int(torch.randint(0, 10_000, (1,), generator=g))).layers[0].eval()
+            block = _block_of(_small_model(int(torch.randint(0, 10_000, (1,), generator=g)))).eval()
             for p in block.parameters():  # larger weights than the init: every mistake shows
                 with torch.no_grad():
                     p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.4)
