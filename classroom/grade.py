@@ -107,7 +107,7 @@ def _references(check_name: str) -> set[str]:
     import inspect
     import sys
 
-    import attn_lib.exercises as exercises
+    import attn_lib.course.exercises as exercises
 
     check = getattr(exercises, check_name, None)
     module = sys.modules.get(getattr(check, "__module__", ""), None)
@@ -116,7 +116,7 @@ def _references(check_name: str) -> set[str]:
     out = set()
     for value in vars(module).values():
         if inspect.isfunction(value) and value.__module__.startswith("attn_lib.") \
-                and not value.__module__.startswith(("attn_lib.exercises", "attn_lib._checks")):
+                and not value.__module__.startswith(("attn_lib.course.exercises", "attn_lib._checks")):
             out.add(f"{value.__module__}.{value.__name__}")
     return out
 

@@ -75,7 +75,7 @@ def _small_model(seed: int, vocab: int = 17):
     model = TinyDecoder(vocab, **kwargs).double()
     # how to build the same model elsewhere (a grader's sandbox, classroom/wire.py): the class, its arguments,
     # the dtype; the values are sent with it
-    model._grader_recipe = {"cls": "attn_lib.capstone.TinyDecoder", "args": [vocab], "kwargs": kwargs,
+    model._grader_recipe = {"cls": "attn_lib.course.capstone.TinyDecoder", "args": [vocab], "kwargs": kwargs,
                             "dtype": "float64", "path": ""}
     return model
 
