@@ -137,7 +137,7 @@ def test_ring_cache_check_rejects_the_typical_mistakes_and_accepts_another_writi
             return torch.cat([k, key], 2), torch.cat([v, value], 2), torch.cat([pos, torch.arange(self.seq_len - n,
                                                                                                   self.seq_len)])
 
-    _fails_with(pm.check_piece_ring_kv_cache(StoreFirst), "the positions of update 1")
+    _fails_with(pm.check_piece_ring_kv_cache(StoreFirst), "as they were BEFORE this chunk")
 
     class CountsKept(_ListRing):
         @property
@@ -237,8 +237,18 @@ def test_absorbed_attention_check_rejects_the_typical_mistakes_and_accepts_anoth
 
 
 # ----------------------------------------------------------------------------------------------------- 12
+def _solved(module: str):
+    """The worked solution's module, loaded from its file (not as my_attn: no switch involved)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_solved_{module}", SOLVED / f"{module}.py")
+    out = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(out)
+    return out
+
+
 def test_decayed_attention_check_rejects_the_typical_mistakes_and_accepts_another_writing():
-    from attn_lib.linear import decayed_attention
+    decayed_attention = _solved("linear").decayed_attention
 
     def no_decay(q, k, v, log_decay=None, **kw):
         return decayed_attention(q, k, v, None, **kw)
@@ -313,6 +323,55 @@ def test_delta_step_check_rejects_the_typical_mistakes_and_accepts_another_writi
         return (St @ q[..., :, None])[..., 0], St.transpose(-1, -2)
 
     assert pm.check_piece_delta_rule_step(householder).passed
+
+
+def test_each_check_refuses_attn_libs_own_piece():
+    """Calling attn_lib's implementation, under any name, is no answer: the profile hook sees its code object."""
+    from attn_lib.deltanet import delta_rule_step, gated_delta_rule
+    from attn_lib.linear import decayed_attention, linear_attention
+    from attn_lib.sparse import LightningIndexer
+    from attn_lib.variants import VariantAttention, softcap
+    from attn_lib.windows import RingKVCache, sliding_window_mask, window_mask_from_positions
+
+    def called(result, name):
+        _fails_with(result, f"called attn_lib's {name}")
+
+    called(pm.check_piece_softcap(softcap), "softcap")
+    called(pm.check_piece_softcap(lambda s, cap: softcap(s * 1.0, cap)), "softcap")
+    called(pm.check_piece_sliding_window_mask(sliding_window_mask), "sliding_window_mask")
+    called(pm.check_piece_sliding_window_mask(lambda L, S=None, *, window, device=None: window_mask_from_positions(
+        torch.arange(L) + (L if S is None else S) - L, torch.arange(L if S is None else S), window=window)),
+        "window_mask_from_positions")
+    called(pm.check_piece_ring_kv_cache(RingKVCache), "update")
+    called(pm.check_piece_decayed_attention(decayed_attention), "decayed_attention")
+    called(pm.check_piece_decayed_attention(lambda q, k, v, g=None, **kw: linear_attention(q, k, v, feature_map=None,
+                                                                                          normalize=False)),
+           "linear_attention")
+    called(pm.check_piece_delta_rule_step(delta_rule_step), "delta_rule_step")
+
+    def through_the_sequence(S, q, k, v, g, b):
+        out, S = gated_delta_rule(q[:, :, None], k[:, :, None], v[:, :, None], g[:, :, None], b[:, :, None],
+                                  scale=1.0, initial_state=S)
+        return out[:, :, 0], S
+
+    called(pm.check_piece_delta_rule_step(through_the_sequence), "gated_delta_rule")
+
+    class Holder:
+        select, selected_mask = LightningIndexer.select, LightningIndexer.selected_mask
+
+        def __init__(self, k):
+            self.topk = k
+
+    called(pm.check_piece_select_topk(lambda s, k: Holder(k).selected_mask(s)), "select")
+
+    def sink_through_the_layer(s, sinks):  # right weights, but attn_lib's layer is called on the way
+        H = sinks.shape[0]
+        layer = VariantAttention(2 * H, H, H, 2, sinks=True).double()
+        z = torch.zeros(1, H, 1, 2, dtype=torch.float64)
+        layer.attend(z, z, z, torch.ones(1, 1, dtype=torch.bool))
+        return _solved("variants").softmax_with_sink(s, sinks)
+
+    called(pm.check_piece_softmax_with_sink(sink_through_the_layer), "attend")
 
 
 def test_pieces_that_replace_nothing_are_not_attn_lib_functions():

@@ -11,18 +11,26 @@ learner's package that replaces nothing (``replaces=False``) and the reference i
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
+
 import torch
 
 from attn_lib.attention import scaled_dot_product_attention as _ref_sdpa
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.course.exercises.pieces import Piece
 from attn_lib.deltanet import delta_rule_step as _ref_delta_step
+from attn_lib.deltanet import gated_delta_rule
 from attn_lib.linear import decayed_attention as _ref_decayed
+from attn_lib.linear import linear_attention, ssd
 from attn_lib.masks import causal_mask as _ref_causal_mask
+from attn_lib.mla import MultiHeadLatentAttention
 from attn_lib.sparse import LightningIndexer
+from attn_lib.variants import VariantAttention
 from attn_lib.variants import softcap as _ref_softcap
 from attn_lib.windows import RingKVCache as _RefRing
 from attn_lib.windows import sliding_window_mask as _ref_window_mask
+from attn_lib.windows import streaming_mask, window_mask_from_positions
 
 __all__ = ["PIECES", "check_piece_softcap", "check_piece_softmax_with_sink", "check_piece_sliding_window_mask",
            "check_piece_ring_kv_cache", "check_piece_select_topk", "check_piece_absorbed_attention",
@@ -31,6 +39,30 @@ __all__ = ["PIECES", "check_piece_softcap", "check_piece_softmax_with_sink", "ch
 
 def _randn(g, *shape, dtype=torch.float64):
     return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+@contextmanager
+def _refusing(*functions, what: str):
+    """Fail the check when the code run under it calls one of attn_lib's ``functions`` (the piece itself): a
+    profile hook compares each Python call's code object, so an import under another name is caught too."""
+    codes = {f.__code__ for f in functions}
+    used = []
+    previous = sys.getprofile()
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes and frame.f_code.co_name not in used:
+            used.append(frame.f_code.co_name)
+        if previous is not None:
+            previous(frame, event, arg)
+
+    sys.setprofile(hook)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
+    if used:
+        raise Mismatch(f"your {what} called attn_lib's {', '.join(used)}: the piece is the one you write, so "
+                       "compute it yourself.")
 
 
 # ----------------------------------------------------------------------------------------------------- 11
@@ -45,7 +77,8 @@ def check_piece_softcap(fn) -> CheckResult:
         for t, (shape, cap, spread) in enumerate((((3, 5), 50.0, 30.0), ((2, 4, 6, 6), 2.0, 4.0), ((7,), 30.0, 500.0))):
             s = _randn(fresh_generator("softcap", t), *shape) * spread
             want = _ref_softcap(s, cap)
-            got = call(lambda s_, c_: fn(s_, c_), {"scores": s, "cap": cap})
+            with _refusing(_ref_softcap, what="softcap"):
+                got = call(lambda s_, c_: fn(s_, c_), {"scores": s, "cap": cap})
             expect_close(got, want, what=f"softcap of a {shape} tensor with cap={cap:g}", atol=1e-10, rtol=1e-8,
                          dtype=torch.float64, wrong_answers=[
                              (torch.tanh(s), "divide by the cap inside the tanh and multiply by it outside: "
@@ -85,7 +118,8 @@ def check_piece_softmax_with_sink(fn) -> CheckResult:
             if t == 2:
                 s[0, 1, 0, :] = -torch.inf  # a row whose keys are all masked: all its weight goes to the sink
             want = _sink_reference(s, sinks)
-            got = call(lambda s_, k_: fn(s_, k_), {"scores": s, "sinks": sinks})
+            with _refusing(VariantAttention.attend, what="softmax with a sink"):
+                got = call(lambda s_, k_: fn(s_, k_), {"scores": s, "sinks": sinks})
             if big and not bool(torch.isfinite(torch.as_tensor(got)).all()):
                 raise Mismatch("scores and sinks near 1000 gave NaN or inf: subtract the maximum of each row, the "
                                "sink included, before exp.")
@@ -113,7 +147,8 @@ def check_piece_sliding_window_mask(fn) -> CheckResult:
         cases = [(6, None, 3), (3, 8, 4), (1, 9, 2), (5, 5, 1), (4, 7, 10)]
         for L, S, w in cases:
             want = _ref_window_mask(L, S, window=w)
-            got = call(lambda L_, S_: fn(L_, S_, window=w), {"q_len": L, "kv_len": S})
+            with _refusing(_ref_window_mask, streaming_mask, window_mask_from_positions, what="window mask"):
+                got = call(lambda L_, S_: fn(L_, S_, window=w), {"q_len": L, "kv_len": S})
             S_ = L if S is None else S
             extra = _ref_window_mask(L, S, window=w + 1)
             top_left = _ref_causal_mask(L, S_) & ~torch.ones(L, S_, dtype=torch.bool).tril(-w)
@@ -151,7 +186,8 @@ def check_piece_ring_kv_cache(cls) -> CheckResult:
             for step, n in enumerate((3, 1, 1, 5, 1, 1)):
                 k, v = _randn(g, 1, 2, n, 3), _randn(g, 1, 2, n, 5)
                 want = ref.update(k, v)
-                got = call(lambda k_, v_: mine.update(k_, v_), {"key": k, "value": v})
+                with _refusing(_RefRing.update, what="ring cache"):
+                    got = call(lambda k_, v_: mine.update(k_, v_), {"key": k, "value": v})
                 if not isinstance(got, (tuple, list)) or len(got) != 3:
                     raise Mismatch("update must return (keys, values, positions): the slots before this chunk "
                                    "followed by the chunk, and the position of each.")
@@ -159,7 +195,10 @@ def check_piece_ring_kv_cache(cls) -> CheckResult:
                 pos = torch.as_tensor(got[2])
                 if pos.shape == want[2].shape and bool((pos[:window] >= 0).all()) and bool((want[2][:window] < 0).any()):
                     raise Mismatch(f"{where}: an empty slot must have position -1 (then the mask never attends it).")
-                expect_close(pos, want[2], what=f"the positions of {where}")
+                stored_first = torch.cat([ref.positions, want[2][window:]])  # the slots AFTER storing the chunk
+                expect_close(pos, want[2], what=f"the positions of {where}", wrong_answers=[
+                    (stored_first, "update returns the slots as they were BEFORE this chunk, then the chunk: attend "
+                                   "first, then store (else a token of the chunk is attended twice).")])
                 expect_close(got[0], want[0], what=f"the keys of {where}", atol=0, rtol=0, dtype=torch.float64)
                 expect_close(got[1], want[1], what=f"the values of {where}", atol=0, rtol=0, dtype=torch.float64)
                 if getattr(mine, "seq_len", None) != ref.seq_len:
@@ -204,7 +243,8 @@ def check_piece_select_topk(fn) -> CheckResult:
             g = fresh_generator("select_topk", t)
             s = _randn(g, B, L, L).masked_fill(~_ref_causal_mask(L), -torch.inf)
             want = _Indexer(k).selected_mask(s)
-            got = call(lambda s_, k_: fn(s_, k_), {"scores": s, "topk": k})
+            with _refusing(LightningIndexer.select, LightningIndexer.selected_mask, what="top-k selection"):
+                got = call(lambda s_, k_: fn(s_, k_), {"scores": s, "topk": k})
             finite = torch.isfinite(s)
             smallest = torch.zeros_like(want).scatter(-1, s.masked_fill(~finite, torch.inf).topk(
                 min(k, L), -1, largest=False).indices, True) & finite
@@ -243,8 +283,9 @@ def check_piece_absorbed_attention(fn) -> CheckResult:
             no_rope, _ = _ref_sdpa(q_c, k_c, v, mask, scale=scale)
             no_mask, _ = _ref_sdpa(torch.cat([q_c, q_r], -1), key, v, scale=scale)
             default_scale, _ = _ref_sdpa(torch.cat([q_c, q_r], -1), key, v, mask, scale=(r + dr) ** -0.5)
-            got = call(lambda *a: fn(*a, scale=scale), {"q_c": q_c, "q_r": q_r, "c_kv": c, "k_r": k_r, "w_uk": w_uk,
-                                                        "w_uv": w_uv})
+            with _refusing(MultiHeadLatentAttention.forward, what="absorbed attention"):
+                got = call(lambda *a: fn(*a, scale=scale), {"q_c": q_c, "q_r": q_r, "c_kv": c, "k_r": k_r,
+                                                            "w_uk": w_uk, "w_uv": w_uv})
             wrong = [(no_rope, "the rotary part is missing: the score is q_C·W_UK·c + q_R·k_R; append q_R to the "
                                "absorbed query and k_R to the latent key."),
                      (default_scale, "the scale is the one given (1/sqrt(dn + dr) in DeepSeek), not 1/sqrt of the "
@@ -278,8 +319,9 @@ def check_piece_decayed_attention(fn) -> CheckResult:
             state0 = _randn(g, 2, 2, 3, 4)
             for form in ("parallel", "recurrent", "chunked"):
                 want = _ref_decayed(q, k, v, ld, form=form, chunk_size=C)
-                got = call(lambda *a: fn(*a, form=form, chunk_size=C), {"query": q, "key": k, "value": v,
-                                                                         "log_decay": ld})
+                with _refusing(_ref_decayed, linear_attention, ssd, what="decayed attention"):
+                    got = call(lambda *a: fn(*a, form=form, chunk_size=C), {"query": q, "key": k, "value": v,
+                                                                             "log_decay": ld})
                 wrong = [(_ref_decayed(q, k, v, None, form="parallel"), "the decay is missing: weight key j's "
                                                                         "contribution to query i by exp(g_{j+1} + ... "
                                                                         "+ g_i).")] if decay else []
@@ -305,8 +347,9 @@ def check_piece_decayed_attention(fn) -> CheckResult:
                     continue
                 want_o, want_s = _ref_decayed(q, k, v, ld, form=form, chunk_size=C, initial_state=state0,
                                               return_state=True)
-                got = call(lambda *a: fn(*a, form=form, chunk_size=C, initial_state=state0, return_state=True),
-                           {"query": q, "key": k, "value": v, "log_decay": ld})
+                with _refusing(_ref_decayed, linear_attention, ssd, what="decayed attention"):
+                    got = call(lambda *a: fn(*a, form=form, chunk_size=C, initial_state=state0, return_state=True),
+                               {"query": q, "key": k, "value": v, "log_decay": ld})
                 if not isinstance(got, (tuple, list)) or len(got) != 2:
                     raise Mismatch("with return_state=True, return (out, state): the state after the last position.")
                 what = f"form={form!r} with an initial state, L={L}, chunk_size={C}"
@@ -341,8 +384,9 @@ def check_piece_delta_rule_step(fn) -> CheckResult:
             if t == 1:
                 beta[:] = 1.0
             want_o, want_s = _ref_delta_step(state, q, k, v, ld, beta)
-            got = call(lambda *a: fn(*a), {"state": state, "query": q, "key": k, "value": v, "log_decay": ld,
-                                          "beta": beta})
+            with _refusing(_ref_delta_step, gated_delta_rule, what="delta-rule step"):
+                got = call(lambda *a: fn(*a), {"state": state, "query": q, "key": k, "value": v, "log_decay": ld,
+                                              "beta": beta})
             if not isinstance(got, (tuple, list)) or len(got) != 2:
                 raise Mismatch("return (out, new_state), as attn_lib's delta_rule_step does.")
             a = ld.exp()[..., None, None]
