@@ -263,6 +263,17 @@ def test_decayed_attention_check_rejects_the_typical_mistakes_and_accepts_anothe
 
     _fails_with(pm.check_piece_decayed_attention(strict), "the token must see itself")
 
+    def decays_after_adding(q, k, v, log_decay=None, *, form="parallel", **kw):
+        if log_decay is None or kw.get("return_state"):
+            return decayed_attention(q, k, v, log_decay, form=form, **kw)
+        state, outs = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=k.dtype), []
+        for t in range(k.shape[-2]):
+            state = log_decay[..., t, None, None].exp() * (state + k[..., t, :, None] * v[..., t, None, :])
+            outs.append(q[..., t, None, :] @ state)
+        return torch.cat(outs, -2)
+
+    _fails_with(pm.check_piece_decayed_attention(decays_after_adding), "the decay is one position too long")
+
     def chunks_alone(q, k, v, log_decay=None, *, form="parallel", chunk_size=16, **kw):
         if form != "chunked" or kw:
             return decayed_attention(q, k, v, log_decay, form=form, chunk_size=chunk_size, **kw)

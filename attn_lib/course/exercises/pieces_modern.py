@@ -326,10 +326,10 @@ def check_piece_decayed_attention(fn) -> CheckResult:
                                                                         "contribution to query i by exp(g_{j+1} + ... "
                                                                         "+ g_i).")] if decay else []
                 if decay:
-                    shifted = _ref_decayed(q, k, v, torch.cat([ld[..., 1:], ld[..., :1] * 0], -1), form="parallel")
-                    wrong.append((shifted, "the decay is off by one position: token i's own decay g_i multiplies the "
-                                           "state BEFORE k_i v_iᵀ is added, so key j < i is decayed by g_{j+1} .. g_i "
-                                           "and key i not at all."))
+                    late = _ref_decayed(q, k * ld.exp()[..., None], v, ld, form="parallel")  # weights exp(g_j..g_i)
+                    wrong.append((late, "the decay is one position too long: token i's own decay g_i multiplies the "
+                                        "state BEFORE k_i v_iᵀ is added, so key j < i is decayed by g_{j+1} .. g_i "
+                                        "and key i not at all."))
                 strict = _ref_decayed(q, k, v, ld, form="parallel") - \
                     (q * k).sum(-1, keepdim=True) * v  # without the diagonal
                 wrong.append((strict, "the token must see itself: read the state AFTER adding k_i v_iᵀ (j <= i)."))
