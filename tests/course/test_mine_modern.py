@@ -392,3 +392,22 @@ def test_pieces_that_replace_nothing_are_not_attn_lib_functions():
     for piece in pm.PIECES:
         has = hasattr(importlib.import_module(f"attn_lib.{piece.module}"), piece.name)
         assert has == piece.replaces, piece
+
+
+def test_ring_check_names_a_shifting_buffer():
+    class Shifting(_ListRing):  # keeps the last `window` tokens in order, oldest first: not a ring
+        def update(self, key, value):
+            if self._shape is None:
+                self._shape = (*key.shape[:2], key.shape[-1], value.shape[-1], key.dtype)
+                self.order = []
+            k, v, pos = self._tensors()
+            n = key.shape[2]
+            new = torch.arange(self.seq_len, self.seq_len + n)
+            self.order = (self.order + [(self.seq_len + t, key[:, :, t], value[:, :, t]) for t in range(n)])
+            self.order = self.order[-self.window:]
+            pad = self.window - len(self.order)
+            self.slots = {pad + i: item for i, item in enumerate(self.order)}
+            self.seq_len += n
+            return torch.cat([k, key], 2), torch.cat([v, value], 2), torch.cat([pos, new])
+
+    _fails_with(pm.check_piece_ring_kv_cache(Shifting), "p % window")
