@@ -411,3 +411,15 @@ def test_ring_check_names_a_shifting_buffer():
             return torch.cat([k, key], 2), torch.cat([v, value], 2), torch.cat([pos, new])
 
     _fails_with(pm.check_piece_ring_kv_cache(Shifting), "p % window")
+
+
+def test_the_checks_still_compare_with_attn_lib_while_the_course_runs_on_the_learners_stack():
+    """use_mine swaps every module-level reference to a piece; the checks keep attn_lib's own in a namespace."""
+    mine.use_mine(SOLVED, quiet=True)
+    import attn_lib.variants as V
+
+    assert V.softcap.__module__ == "my_attn.variants"
+    assert pm.check_piece_softcap(V.softcap).passed  # the learner's piece in use is not taken for attn_lib's
+    assert pm.check_piece_ring_kv_cache(attn_lib.windows.RingKVCache).passed
+    assert all(s.status == "passes" for s in mine.check_mine(SOLVED) if s.piece in pm.PIECES)
+    _fails_with(pm.check_piece_softcap(lambda s, cap: torch.tanh(s / cap)), "forgot the factor cap outside")

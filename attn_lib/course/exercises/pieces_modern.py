@@ -13,24 +13,31 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import torch
 
-from attn_lib.attention import scaled_dot_product_attention as _ref_sdpa
+import attn_lib.attention
+import attn_lib.deltanet
+import attn_lib.linear
+import attn_lib.masks
+import attn_lib.variants
+import attn_lib.windows
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.course.exercises.pieces import Piece
-from attn_lib.deltanet import delta_rule_step as _ref_delta_step
-from attn_lib.deltanet import gated_delta_rule
-from attn_lib.linear import decayed_attention as _ref_decayed
-from attn_lib.linear import linear_attention, ssd
-from attn_lib.masks import causal_mask as _ref_causal_mask
 from attn_lib.mla import MultiHeadLatentAttention
 from attn_lib.sparse import LightningIndexer
 from attn_lib.variants import VariantAttention
-from attn_lib.variants import softcap as _ref_softcap
-from attn_lib.windows import RingKVCache as _RefRing
-from attn_lib.windows import sliding_window_mask as _ref_window_mask
-from attn_lib.windows import streaming_mask, window_mask_from_positions
+
+# attn_lib's own objects, the references, held in a namespace: ``use_mine`` swaps module-level references to a
+# piece, never these, so a check run while the course runs on the learner's stack still compares with attn_lib.
+_lib = SimpleNamespace(
+    sdpa=attn_lib.attention.scaled_dot_product_attention, causal_mask=attn_lib.masks.causal_mask,
+    softcap=attn_lib.variants.softcap, window_mask=attn_lib.windows.sliding_window_mask,
+    streaming_mask=attn_lib.windows.streaming_mask, window_mask_from_positions=attn_lib.windows.window_mask_from_positions,
+    Ring=attn_lib.windows.RingKVCache, decayed=attn_lib.linear.decayed_attention,
+    linear_attention=attn_lib.linear.linear_attention, ssd=attn_lib.linear.ssd,
+    delta_step=attn_lib.deltanet.delta_rule_step, gated_delta_rule=attn_lib.deltanet.gated_delta_rule)
 
 __all__ = ["PIECES", "check_piece_softcap", "check_piece_softmax_with_sink", "check_piece_sliding_window_mask",
            "check_piece_ring_kv_cache", "check_piece_select_topk", "check_piece_absorbed_attention",
@@ -76,8 +83,8 @@ def check_piece_softcap(fn) -> CheckResult:
     def trials():
         for t, (shape, cap, spread) in enumerate((((3, 5), 50.0, 30.0), ((2, 4, 6, 6), 2.0, 4.0), ((7,), 30.0, 500.0))):
             s = _randn(fresh_generator("softcap", t), *shape) * spread
-            want = _ref_softcap(s, cap)
-            with _refusing(_ref_softcap, what="softcap"):
+            want = _lib.softcap(s, cap)
+            with _refusing(_lib.softcap, what="softcap"):
                 got = call(lambda s_, c_: fn(s_, c_), {"scores": s, "cap": cap})
             expect_close(got, want, what=f"softcap of a {shape} tensor with cap={cap:g}", atol=1e-10, rtol=1e-8,
                          dtype=torch.float64, wrong_answers=[
@@ -146,17 +153,17 @@ def check_piece_sliding_window_mask(fn) -> CheckResult:
     def trials():
         cases = [(6, None, 3), (3, 8, 4), (1, 9, 2), (5, 5, 1), (4, 7, 10)]
         for L, S, w in cases:
-            want = _ref_window_mask(L, S, window=w)
-            with _refusing(_ref_window_mask, streaming_mask, window_mask_from_positions, what="window mask"):
+            want = _lib.window_mask(L, S, window=w)
+            with _refusing(_lib.window_mask, _lib.streaming_mask, _lib.window_mask_from_positions, what="window mask"):
                 got = call(lambda L_, S_: fn(L_, S_, window=w), {"q_len": L, "kv_len": S})
             S_ = L if S is None else S
-            extra = _ref_window_mask(L, S, window=w + 1)
-            top_left = _ref_causal_mask(L, S_) & ~torch.ones(L, S_, dtype=torch.bool).tril(-w)
+            extra = _lib.window_mask(L, S, window=w + 1)
+            top_left = _lib.causal_mask(L, S_) & ~torch.ones(L, S_, dtype=torch.bool).tril(-w)
             wrong = [(~want, "True and False are swapped: True means 'may attend'."),
-                     (_ref_causal_mask(L, S, align="bottom_right"), "that is the causal mask: drop the keys that "
+                     (_lib.causal_mask(L, S, align="bottom_right"), "that is the causal mask: drop the keys that "
                                                                     f"fell out of the window (i' - j >= window).")]
             if w > 1:
-                wrong.append((_ref_window_mask(L, S, window=w - 1), "off by one: a query sees `window` keys, ITSELF "
+                wrong.append((_lib.window_mask(L, S, window=w - 1), "off by one: a query sees `window` keys, ITSELF "
                                                                     "included (0 <= i' - j < window)."))
             wrong.append((extra, "off by one: a query sees `window` keys in all, itself included, not window + 1."))
             if S_ != L:
@@ -180,13 +187,13 @@ def check_piece_ring_kv_cache(cls) -> CheckResult:
             raise Mismatch("RingKVCache must be a class: RingKVCache(window) makes an empty cache.")
         g = fresh_generator("RingKVCache", 0)
         window = 4
-        ref = _RefRing(window)
+        ref = _lib.Ring(window)
         mine = call(lambda w: cls(w), {"window": window})
         for rnd in range(2):
             for step, n in enumerate((3, 1, 1, 5, 1, 1)):
                 k, v = _randn(g, 1, 2, n, 3), _randn(g, 1, 2, n, 5)
                 want = ref.update(k, v)
-                with _refusing(_RefRing.update, what="ring cache"):
+                with _refusing(_lib.Ring.update, what="ring cache"):
                     got = call(lambda k_, v_: mine.update(k_, v_), {"key": k, "value": v})
                 if not isinstance(got, (tuple, list)) or len(got) != 3:
                     raise Mismatch("update must return (keys, values, positions): the slots before this chunk "
@@ -245,7 +252,7 @@ def check_piece_select_topk(fn) -> CheckResult:
     def trials():
         for t, (B, L, k) in enumerate(((2, 6, 3), (1, 5, 1), (1, 4, 8))):
             g = fresh_generator("select_topk", t)
-            s = _randn(g, B, L, L).masked_fill(~_ref_causal_mask(L), -torch.inf)
+            s = _randn(g, B, L, L).masked_fill(~_lib.causal_mask(L), -torch.inf)
             want = _Indexer(k).selected_mask(s)
             with _refusing(LightningIndexer.select, LightningIndexer.selected_mask, what="top-k selection"):
                 got = call(lambda s_, k_: fn(s_, k_), {"scores": s, "topk": k})
@@ -279,14 +286,14 @@ def check_piece_absorbed_attention(fn) -> CheckResult:
             c, k_r = _randn(g, B, 1, S, r), _randn(g, B, 1, S, dr)
             w_uk, w_uv = _randn(g, H, dn, r), _randn(g, H, dv, r)
             scale = (dn + dr) ** -0.5
-            mask = _ref_causal_mask(L, S, align="bottom_right")
+            mask = _lib.causal_mask(L, S, align="bottom_right")
             k_c = torch.einsum("bxsr,hdr->bhsd", c, w_uk)  # (B, H, S, dn): the expanded keys
             v = torch.einsum("bxsr,hvr->bhsv", c, w_uv)  # (B, H, S, dv)
             key = torch.cat([k_c, k_r.expand(B, H, S, dr)], -1)
-            want, _ = _ref_sdpa(torch.cat([q_c, q_r], -1), key, v, mask, scale=scale)
-            no_rope, _ = _ref_sdpa(q_c, k_c, v, mask, scale=scale)
-            no_mask, _ = _ref_sdpa(torch.cat([q_c, q_r], -1), key, v, scale=scale)
-            default_scale, _ = _ref_sdpa(torch.cat([q_c, q_r], -1), key, v, mask, scale=(r + dr) ** -0.5)
+            want, _ = _lib.sdpa(torch.cat([q_c, q_r], -1), key, v, mask, scale=scale)
+            no_rope, _ = _lib.sdpa(q_c, k_c, v, mask, scale=scale)
+            no_mask, _ = _lib.sdpa(torch.cat([q_c, q_r], -1), key, v, scale=scale)
+            default_scale, _ = _lib.sdpa(torch.cat([q_c, q_r], -1), key, v, mask, scale=(r + dr) ** -0.5)
             with _refusing(MultiHeadLatentAttention.forward, what="absorbed attention"):
                 got = call(lambda *a: fn(*a, scale=scale), {"q_c": q_c, "q_r": q_r, "c_kv": c, "k_r": k_r,
                                                             "w_uk": w_uk, "w_uv": w_uv})
@@ -322,23 +329,23 @@ def check_piece_decayed_attention(fn) -> CheckResult:
             ld = -torch.rand(2, 2, L, generator=g, dtype=torch.float64) if decay else None
             state0 = _randn(g, 2, 2, 3, 4)
             for form in ("parallel", "recurrent", "chunked"):
-                want = _ref_decayed(q, k, v, ld, form=form, chunk_size=C)
-                with _refusing(_ref_decayed, linear_attention, ssd, what="decayed attention"):
+                want = _lib.decayed(q, k, v, ld, form=form, chunk_size=C)
+                with _refusing(_lib.decayed, _lib.linear_attention, _lib.ssd, what="decayed attention"):
                     got = call(lambda *a: fn(*a, form=form, chunk_size=C), {"query": q, "key": k, "value": v,
                                                                              "log_decay": ld})
-                wrong = [(_ref_decayed(q, k, v, None, form="parallel"), "the decay is missing: weight key j's "
+                wrong = [(_lib.decayed(q, k, v, None, form="parallel"), "the decay is missing: weight key j's "
                                                                         "contribution to query i by exp(g_{j+1} + ... "
                                                                         "+ g_i).")] if decay else []
                 if decay:
-                    late = _ref_decayed(q, k * ld.exp()[..., None], v, ld, form="parallel")  # weights exp(g_j..g_i)
+                    late = _lib.decayed(q, k * ld.exp()[..., None], v, ld, form="parallel")  # weights exp(g_j..g_i)
                     wrong.append((late, "the decay is one position too long: token i's own decay g_i multiplies the "
                                         "state BEFORE k_i v_iᵀ is added, so key j < i is decayed by g_{j+1} .. g_i "
                                         "and key i not at all."))
-                strict = _ref_decayed(q, k, v, ld, form="parallel") - \
+                strict = _lib.decayed(q, k, v, ld, form="parallel") - \
                     (q * k).sum(-1, keepdim=True) * v  # without the diagonal
                 wrong.append((strict, "the token must see itself: read the state AFTER adding k_i v_iᵀ (j <= i)."))
                 if form == "chunked" and L > C:
-                    alone = torch.cat([_ref_decayed(q[..., s:s + C, :], k[..., s:s + C, :], v[..., s:s + C, :],
+                    alone = torch.cat([_lib.decayed(q[..., s:s + C, :], k[..., s:s + C, :], v[..., s:s + C, :],
                                                     None if ld is None else ld[..., s:s + C]) for s in range(0, L, C)], -2)
                     wrong.append((alone, "each chunk only sees itself: carry the state from chunk to chunk (decayed "
                                          "by the chunk's total decay) and add the query times that state to every "
@@ -349,9 +356,9 @@ def check_piece_decayed_attention(fn) -> CheckResult:
                 n += 1
                 if form == "parallel":
                     continue
-                want_o, want_s = _ref_decayed(q, k, v, ld, form=form, chunk_size=C, initial_state=state0,
+                want_o, want_s = _lib.decayed(q, k, v, ld, form=form, chunk_size=C, initial_state=state0,
                                               return_state=True)
-                with _refusing(_ref_decayed, linear_attention, ssd, what="decayed attention"):
+                with _refusing(_lib.decayed, _lib.linear_attention, _lib.ssd, what="decayed attention"):
                     got = call(lambda *a: fn(*a, form=form, chunk_size=C, initial_state=state0, return_state=True),
                                {"query": q, "key": k, "value": v, "log_decay": ld})
                 if not isinstance(got, (tuple, list)) or len(got) != 2:
@@ -359,7 +366,7 @@ def check_piece_decayed_attention(fn) -> CheckResult:
                 what = f"form={form!r} with an initial state, L={L}, chunk_size={C}"
                 expect_close(got[1], want_s, what=f"the final state of {what}", atol=1e-9, rtol=1e-7,
                              dtype=torch.float64, wrong_answers=[
-                                 (_ref_decayed(q, k, v, ld, form="recurrent", return_state=True)[1],
+                                 (_lib.decayed(q, k, v, ld, form="recurrent", return_state=True)[1],
                                   "the initial state was ignored: start from initial_state, not zeros.")])
                 expect_close(got[0], want_o, what=f"the output of {what}", atol=1e-9, rtol=1e-7, dtype=torch.float64)
                 n += 1
@@ -387,8 +394,8 @@ def check_piece_delta_rule_step(fn) -> CheckResult:
             beta = torch.rand(B, H, generator=g, dtype=torch.float64)
             if t == 1:
                 beta[:] = 1.0
-            want_o, want_s = _ref_delta_step(state, q, k, v, ld, beta)
-            with _refusing(_ref_delta_step, gated_delta_rule, what="delta-rule step"):
+            want_o, want_s = _lib.delta_step(state, q, k, v, ld, beta)
+            with _refusing(_lib.delta_step, _lib.gated_delta_rule, what="delta-rule step"):
                 got = call(lambda *a: fn(*a), {"state": state, "query": q, "key": k, "value": v, "log_decay": ld,
                                               "beta": beta})
             if not isinstance(got, (tuple, list)) or len(got) != 2:
@@ -397,7 +404,7 @@ def check_piece_delta_rule_step(fn) -> CheckResult:
             pred_before = (state * k[..., :, None]).sum(-2)  # Sᵀ k with the undecayed state
             late = a * (state + k[..., :, None] * (beta[..., None] * (v - pred_before))[..., None, :])
             plain = a * state + k[..., :, None] * (beta[..., None] * v)[..., None, :]
-            _, no_gate = _ref_delta_step(state, q, k, v, torch.zeros_like(ld), beta)
+            _, no_gate = _lib.delta_step(state, q, k, v, torch.zeros_like(ld), beta)
             expect_close(got[1], want_s, what=f"the new state {(B, H, E, Ev)}", atol=1e-10, rtol=1e-8,
                          dtype=torch.float64, wrong_answers=[
                              (late, "decay first, then correct: the prediction Sᵀk uses the DECAYED state "
