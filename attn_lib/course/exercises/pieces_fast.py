@@ -294,7 +294,9 @@ def check_piece_kv_cache(cls) -> CheckResult:
                              "with your cache, against its full causal forward", atol=1e-10, rtol=1e-8)
         return 4 + 3 + 2
 
-    return run_check("KVCache", trials)
+    return run_check("KVCache", trials, shape_mistakes=(
+        "Known shape mistakes: the new positions go after the cached ones along the sequence axis, dim 2 of "
+        "(B, Hkv, S, E): torch.cat([cached, new], dim=2); along another axis, chunks of different lengths do not fit."))
 
 
 # ----------------------------------------------------------------------------------------------------- 09
