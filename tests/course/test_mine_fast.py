@@ -313,3 +313,99 @@ def test_the_switch_replaces_08s_pieces_and_keeps_09s_subset_out(capsys):
         assert torch.allclose(steps, layer(x, is_causal=True)[0], atol=1e-10)
     mine.use_attn_lib()
     assert kv.KVCache is not my_attn.kv_cache.KVCache
+
+
+# ----------------------------------------------------------------------------------------------------- Triton
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+
+
+@triton.jit
+def _exp2_kernel(Q, K, V, O, LSE, L, S, scale_log2, H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """A differently written right answer: base-2 exponentials (FlashAttention-2's), contiguous (B, H, ·, D) only."""
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    d = tl.arange(0, D)
+    q = tl.load(Q + bh * L * D + rows[:, None] * D + d[None, :], mask=rows[:, None] < L, other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    for j in range(0, S, BLOCK_N):
+        cols = j + tl.arange(0, BLOCK_N)
+        k = tl.load(K + bh * S * D + cols[:, None] * D + d[None, :], mask=cols[:, None] < S, other=0.0)
+        v = tl.load(V + bh * S * D + cols[:, None] * D + d[None, :], mask=cols[:, None] < S, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2  # in log2 units
+        ok = cols[None, :] < S
+        if IS_CAUSAL:
+            ok = ok & (cols[None, :] <= rows[:, None])
+        s = tl.where(ok, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m = m_new
+    tl.store(O + bh * L * D + rows[:, None] * D + d[None, :], acc / l[:, None], mask=rows[:, None] < L)
+    tl.store(LSE + bh * L + rows, (m + tl.log2(l)) * 0.6931471805599453, mask=rows < L)
+
+
+def _exp2_forward(query, key, value, *, is_causal=False, scale=None, block_m=16, block_n=16):
+    from my_attn._triton import launch
+
+    B, H, L, D = query.shape
+    scale = 1 / math.sqrt(D) if scale is None else scale
+    out, lse = torch.empty_like(query), torch.empty(B, H, L)
+    launch(_exp2_kernel, (triton.cdiv(L, block_m), B * H), query.contiguous(), key.contiguous(), value.contiguous(),
+           out, lse, L, key.shape[2], scale / math.log(2), H=H, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
+           IS_CAUSAL=is_causal)
+    return out, lse
+
+
+def test_flash_forward_check():
+    solved = _solved("flash").flash_forward
+    assert P.check_piece_flash_forward(solved).passed
+    assert P.check_piece_flash_forward(_exp2_forward).passed
+
+    def unscaled(q, k, v, *, is_causal=False, scale=None, block_m=16, block_n=16):
+        return solved(q, k, v, is_causal=is_causal, scale=1.0, block_m=block_m, block_n=block_n)
+
+    _fails_with(P.check_piece_flash_forward(unscaled), "not scaled")
+
+    def log2_lse(q, k, v, **kw):
+        out, lse = solved(q, k, v, **kw)
+        return out, lse / math.log(2)
+
+    _fails_with(P.check_piece_flash_forward(log2_lse), "natural log")
+
+    def in_torch(q, k, v, *, is_causal=False, scale=None, block_m=16, block_n=16):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+        return out, torch.zeros(out.shape[:-1])
+
+    _fails_with(P.check_piece_flash_forward(in_torch), "called torch.nn.functional.scaled_dot_product_attention")
+
+    def no_kernel(q, k, v, *, is_causal=False, scale=None, block_m=16, block_n=16):
+        return torch.zeros_like(q), torch.zeros(q.shape[:-1])
+
+    _fails_with(P.check_piece_flash_forward(no_kernel), "no Triton kernel ran")
+    from attn_lib.flash import flash_attention
+
+    def library(q, k, v, *, is_causal=False, scale=None, block_m=16, block_n=16):
+        return flash_attention(q, k, v, is_causal=is_causal, scale=scale, return_lse=True)
+
+    _fails_with(P.check_piece_flash_forward(library), "called attn_lib.flash.flash_attention")
+
+
+def test_flash_forward_check_under_triton_interpret(tmp_path):
+    """TRITON_INTERPRET=1 before triton's import (Triton's own way): the kernel is interpreted as it is decorated."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from attn_lib.course import mine; from attn_lib.course.exercises import pieces_fast as P\n"
+            f"mine.check_mine({str(SOLVED)!r}); import my_attn.flash as f\n"
+            "assert type(f._flash_fwd_kernel).__name__ == 'InterpretedFunction'\n"
+            "r = P.check_piece_flash_forward(f.flash_forward); print(r.message); assert r.passed\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]

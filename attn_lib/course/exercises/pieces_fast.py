@@ -10,6 +10,7 @@ and a profile hook (``sys.setprofile``) sees calls of attn_lib's own implementat
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
 
@@ -26,7 +27,8 @@ from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_
 from attn_lib.course.exercises.pieces import Piece
 
 __all__ = ["PIECES", "check_piece_repeat_kv", "check_piece_grouped_query_attention", "check_piece_kv_cache",
-           "check_piece_online_softmax_update", "check_piece_merge_states", "check_piece_tiled_attention"]
+           "check_piece_online_softmax_update", "check_piece_merge_states", "check_piece_tiled_attention",
+           "check_piece_flash_forward"]
 
 # attn_lib's objects, captured at import (a dict: use_mine swaps module attributes, not a dict's values)
 _REF = {"repeat_kv": _gqa.repeat_kv, "grouped_query_attention": _gqa.grouped_query_attention,
@@ -72,9 +74,10 @@ class _Guard(TorchFunctionMode):
         return out
 
 
-def _watching(fn, piece: str, guard: _Guard, used: list, **kwargs):
+def _watching(fn, piece: str, guard: _Guard, used: list, seen: dict | None = None, **kwargs):
     """``fn`` wrapped: run under ``guard`` (torch functions) and a profile hook that appends to ``used`` the name of
-    each of attn_lib's implementations of ``piece`` it runs, however the learner imported it."""
+    each of attn_lib's implementations of ``piece`` it runs, however the learner imported it; with ``seen``
+    (code object -> False), sets the entry of each of those code objects that ran to True."""
     library = _LIBRARY_CODE.get(piece, {})
 
     def profile(frame, event, arg):
@@ -82,6 +85,8 @@ def _watching(fn, piece: str, guard: _Guard, used: list, **kwargs):
             name = library.get(frame.f_code)
             if name is not None and name not in used:
                 used.append(name)
+            if seen is not None and frame.f_code in seen:
+                seen[frame.f_code] = True
 
     def run(*args):
         previous = sys.getprofile()
@@ -101,11 +106,11 @@ def _refusal(piece: str, used: list) -> str:
 
 
 def _guarded(fn, inputs: dict, piece: str, *, torch_watched: dict | None = None, guard: _Guard | None = None,
-             **kwargs):
+             seen: dict | None = None, **kwargs):
     """``call(fn, inputs)`` with keyword arguments, refusing calls of attn_lib's implementation of ``piece`` and of
-    the ``torch_watched`` torch functions (or those of ``guard``)."""
+    the ``torch_watched`` torch functions (or those of ``guard``); ``seen`` as :func:`_watching`."""
     guard, used = guard or _Guard(torch_watched or {}), []
-    got = call(_watching(fn, piece, guard, used, **kwargs), inputs)
+    got = call(_watching(fn, piece, guard, used, seen, **kwargs), inputs)
     if used or guard.used:
         raise Mismatch(_refusal(piece, used + guard.used))
     return got
@@ -418,6 +423,81 @@ def check_piece_tiled_attention(fn) -> CheckResult:
     return run_check("tiled_attention", trials)
 
 
+# ----------------------------------------------------------------------------------------------------- 09, Triton
+def _flash_library_code() -> dict:
+    from attn_lib import flash as _flash
+    from attn_lib import flash_kernels as _fk
+
+    code = {_flash.flash_attention.__code__: "attn_lib.flash.flash_attention", _flash._forward.__code__:
+            "attn_lib.flash's forward", _fk._kernel("forward").fn.__code__: "attn_lib's Triton forward kernel"}
+    return {**code, **_LIBRARY_CODE["tiled_attention"]}
+
+
+_NOT_IN_TORCH = {**_SDPA, **{f: "a torch matrix product" for f in _MATMULS},
+                 torch.softmax: "torch.softmax", torch.Tensor.softmax: "Tensor.softmax", _F.softmax: "F.softmax",
+                 torch.exp: "torch.exp", torch.Tensor.exp: "Tensor.exp", torch.logsumexp: "torch.logsumexp",
+                 torch.Tensor.logsumexp: "Tensor.logsumexp"}
+
+
+def check_piece_flash_forward(fn) -> CheckResult:
+    """my_attn.flash.flash_forward, the learner's FlashAttention-2 forward kernel in Triton, run by Triton's
+    interpreter on CPU float32 tensors, against torch's scaled_dot_product_attention (and the log-sum-exp of the
+    scaled scores) computed in float64: ragged tiles, L < S and L > S, is_causal (top-left) with L = S and L != S,
+    a given scale, head_dim 16 and 32, tiles of 16 and 32. Tolerance 1e-4 (float32 accumulation).
+
+    It fails when no Triton kernel runs during the call (Triton's ``GridExecutor`` is watched), when the launcher
+    computes attention in torch (matrix products, exp, softmax) or calls attn_lib's kernels, flash_attention or
+    tiled_attention.
+    Raises: nothing; a wrong answer is a failed CheckResult with a hint.
+    """
+    from triton.runtime import interpreter as _interp
+
+    grid_call = _interp.GridExecutor.__call__.__code__
+    _LIBRARY_CODE["flash_forward"] = _flash_library_code()
+
+    def trials():
+        #        (B, H, L, S, D, is_causal, scale, block_m, block_n)
+        cases = [(1, 2, 20, 20, 16, False, None, 16, 16), (2, 1, 33, 17, 16, False, 0.3, 16, 16),
+                 (1, 2, 24, 24, 32, True, None, 16, 16), (1, 1, 5, 40, 16, True, None, 16, 32),
+                 (1, 1, 37, 21, 16, True, None, 32, 16)]
+        for t, (B, H, L, S, D, causal, scale, bm, bn) in enumerate(cases):
+            g = fresh_generator("flash_forward", t)
+            q, k, v = (_randn(g, B, H, n, D, dtype=torch.float32) for n in (L, S, S))
+            seen = {grid_call: False}
+            got = _pair(_guarded(fn, {"query": q, "key": k, "value": v}, "flash_forward",
+                                 torch_watched=_NOT_IN_TORCH, seen=seen, is_causal=causal, scale=scale, block_m=bm,
+                                 block_n=bn), "flash_forward")
+            if not seen[grid_call]:
+                raise Mismatch("no Triton kernel ran: flash_forward must launch your @triton.jit kernel "
+                               "(launch(kernel, grid, ...)); attention in torch is tiled_attention's piece.")
+            q64, k64, v64 = q.double(), k.double(), v.double()
+            sc = 1 / math.sqrt(D) if scale is None else scale
+            logits = q64 @ k64.transpose(-2, -1) * sc                                       # (B, H, L, S)
+            allowed = torch.ones(L, S, dtype=torch.bool).tril() if causal else torch.ones(L, S, dtype=torch.bool)
+            logits = logits.masked_fill(~allowed, -math.inf)
+            want_lse = logits.logsumexp(-1)
+            want = torch.exp(logits - want_lse[..., None]).nan_to_num(0.0) @ v64
+            torchs = _F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal, scale=scale)
+            rows = allowed.any(-1)  # torch's gives NaN on a row that sees no key; there the course's rule is 0
+            assert torch.allclose(want[..., rows, :], torchs[..., rows, :], atol=1e-12)
+            what = f"case {t + 1} (L={L}, S={S}, head_dim={D}, is_causal={causal}, scale={scale}, tiles {bm}×{bn})"
+            wrong = [(torch.exp(logits / sc - (logits / sc).logsumexp(-1, keepdim=True)) @ v64,
+                      "the scores are not scaled: multiply q·kᵀ by scale (1/sqrt(head_dim) when None).")]
+            if causal and L != S:
+                br = (q64 @ k64.transpose(-2, -1) * sc).masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(S - L),
+                                                                    -math.inf)
+                wrong.append((torch.softmax(br, -1).nan_to_num(0.0) @ v64, "is_causal is top-left, as torch's: query "
+                              "i sees keys 0..i (not 0..i + S - L)."))
+            expect_close(torch.as_tensor(got[0]).double(), want, what=f"the output of {what}", atol=1e-4, rtol=1e-4,
+                         wrong_answers=wrong)
+            expect_close(torch.as_tensor(got[1]).double(), want_lse, what=f"the log-sum-exp of {what}", atol=1e-4,
+                         rtol=1e-4, wrong_answers=[(want_lse / math.log(2), "the log-sum-exp is in natural log: "
+                                                    "m + log(l); with exp2 in the kernel, convert back (× ln 2).")])
+        return len(cases)
+
+    return run_check("flash_forward", trials)
+
+
 PIECES: tuple[Piece, ...] = (
     Piece("gqa", "repeat_kv", "08", "The same attention, three ways", check_piece_repeat_kv),
     # the class replaces attn_lib's: MultiHeadAttention, DecoderLM and MLA use only what KVCacheProtocol names
@@ -433,3 +513,7 @@ PIECES: tuple[Piece, ...] = (
     Piece("tiled", "tiled_attention", "09", "5 · From one row to tiles: `tiled_attention`",
           check_piece_tiled_attention, replaces=False),
 )
+if importlib.util.find_spec("triton") is not None:  # Triton ships for Linux only: elsewhere the piece is not offered
+    # the learner's kernel takes a subset of attn_lib.flash's inputs: attn_lib.flash stays, nothing is replaced
+    PIECES += (Piece("flash", "flash_forward", "09", "Optional: the Triton kernel, line by line (pointers, strides, "
+                                                      "PTX)", check_piece_flash_forward, replaces=False),)
