@@ -189,8 +189,9 @@ def check_piece_grouped_query_attention(fn) -> CheckResult:
             what = f"case {t + 1} ({case}: {Hq} query heads, {Hkv} key/value heads, L={L}, S={S})"
             G = Hq // Hkv
             cycled = _REF["sdpa"](q, k.repeat(1, G, 1, 1), v.repeat(1, G, 1, 1), mask, **kw)
-            wrong = [(cycled[1], "query head j reads key/value head j // G (G = Hq / Hkv query heads per group, "
-                                 "consecutive): the groups are (0..G-1), (G..2G-1), ..., not j % Hkv.")] if G > 1 else []
+            cycling = ("query head j reads key/value head j // G (G = Hq / Hkv query heads per group, consecutive): "
+                       "the groups are (0..G-1), (G..2G-1), ..., not j % Hkv.")
+            wrong = [(cycled[1], cycling)] if G > 1 else []
             wrong.append((_REF["sdpa"](q, k, v, mask, is_causal=kw["is_causal"], scale=1.0, enable_gqa=True)[1],
                           "the scores are not scaled: multiply Q·Kᵀ by scale (1/sqrt(E) when scale is None)."))
             if case == "causal":
@@ -335,10 +336,10 @@ def check_piece_merge_states(fn) -> CheckResult:
 
     def trials():
         inf = math.inf
-        m_a, l_a, acc_a = torch.tensor([-inf, 1.0], dtype=torch.float64), torch.tensor([0.0, 2.0], dtype=torch.float64), \
-            torch.tensor([[0.0, 0.0], [1.0, -1.0]], dtype=torch.float64)
-        m_b, l_b, acc_b = torch.tensor([-inf, -inf], dtype=torch.float64), torch.zeros(2, dtype=torch.float64), \
-            torch.zeros(2, 2, dtype=torch.float64)
+        f64 = torch.float64
+        m_a, l_a, acc_a = (torch.tensor([-inf, 1.0], dtype=f64), torch.tensor([0.0, 2.0], dtype=f64),
+                           torch.tensor([[0.0, 0.0], [1.0, -1.0]], dtype=f64))
+        m_b, l_b, acc_b = torch.tensor([-inf, -inf], dtype=f64), torch.zeros(2, dtype=f64), torch.zeros(2, 2, dtype=f64)
         got = _guarded(fn, dict(zip(("m_a", "l_a", "acc_a", "m_b", "l_b", "acc_b"),
                                     (m_a, l_a, acc_a, m_b, l_b, acc_b))), "merge_states")
         got = tuple(torch.as_tensor(t) for t in got)
@@ -383,7 +384,8 @@ def check_piece_tiled_attention(fn) -> CheckResult:
             want = _REF["tiled_attention"](q, k, v, return_lse=True, **kw)
             guard = _Guard({**_SDPA}, keys=S if S > bk else 0)
             got = _pair(_guarded(fn, {"query": q, "key": k, "value": v}, "tiled_attention", guard=guard,
-                                 return_lse=True, block_q=bq, block_k=bk, **kw), "tiled_attention(..., return_lse=True)")
+                                 return_lse=True, block_q=bq, block_k=bk, **kw),
+                        "tiled_attention(..., return_lse=True)")
             what = f"case {t + 1} (L={L}, S={S}, blocks {bq} × {bk}, {kw or 'no options'})"
             if guard.whole:
                 raise Mismatch(f"{what}: a matrix product gave the scores against all S = {S} keys at once, more "
