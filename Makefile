@@ -29,7 +29,7 @@ help:
 	@echo "  make test-portable  strict nbval again with the CPU's default and widest SIMD kernels"
 	@echo "  make execute        re-run notebooks and save their outputs (NB=path to choose)"
 	@echo "  make check-mine     your own stack, my_attn/: which pieces pass, and the first hint for the rest"
-	@echo "  make test-mine      notebooks 02-05's asserts run on the worked solution of my_attn"
+	@echo "  make test-mine      notebooks 02-05, 08, 09: asserts run on the worked solution of my_attn"
 	@echo "The website and the browser:"
 	@echo "  make book           the course website into build/book/, offline"
 	@echo "  make test-browser   every notebook in JupyterLab in headless Chromium, the website and a slide deck"
