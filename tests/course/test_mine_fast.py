@@ -303,6 +303,16 @@ def test_the_switch_replaces_08s_pieces_and_keeps_09s_subset_out(capsys):
     assert kv.KVCache is my_attn.kv_cache.KVCache and mla.KVCache is my_attn.kv_cache.KVCache
     assert gqa.repeat_kv is my_attn.gqa.repeat_kv and tiled.online_softmax_update is my_attn.tiled.online_softmax_update
     assert tiled.tiled_attention is original_tiled  # replaces=False: a subset of attn_lib's options
+
+    def no_rescale(m_old, l_old, acc_old, scores, values):
+        m_new = torch.maximum(m_old, scores.amax(-1))
+        p = torch.exp(scores - m_new[:, None])
+        return m_new, l_old + p.sum(-1), acc_old + p @ values
+
+    # after the switch the checks still compare with attn_lib's own pieces, not with the learner's
+    _fails_with(P.check_piece_online_softmax_update(no_rescale), "not rescaled")
+    _fails_with(P.check_piece_repeat_kv(lambda x, n: x.repeat(*([1] * (x.dim() - 3)), n, 1, 1)), "copies cycle")
+    assert not P.check_piece_kv_cache(_variant(seq_len=property(lambda self: len(self._k)))).passed
     # attn_lib's layer decodes with the learner's cache exactly as its full forward
     torch.manual_seed(0)
     layer = MultiHeadAttention(16, 4, num_kv_heads=2, rope_base=10000.0).double().eval()

@@ -321,7 +321,12 @@ def check_piece_online_softmax_update(fn) -> CheckResult:
 
     Raises: nothing; a wrong answer is a failed CheckResult with a hint.
     """
-    return _then_refuse(_ex_tiled.check_online_softmax_update, fn, "online_softmax_update")
+    # the exercise check's reference is a module attribute, which use_mine may have pointed at the learner's piece
+    saved, _ex_tiled.online_softmax_update = _ex_tiled.online_softmax_update, _REF["online_softmax_update"]
+    try:
+        return _then_refuse(_ex_tiled.check_online_softmax_update, fn, "online_softmax_update")
+    finally:
+        _ex_tiled.online_softmax_update = saved
 
 
 def check_piece_merge_states(fn) -> CheckResult:
