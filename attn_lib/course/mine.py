@@ -60,7 +60,10 @@ class PieceStatus:
 def _package_dir(path) -> Path:
     if path is None or str(path).strip().lower() in ("", "1", "yes", "true", "on"):
         return REPO_ROOT / PACKAGE
-    p = Path(path).expanduser().resolve()
+    p = Path(path).expanduser()
+    if not p.is_absolute() and not (p / "__init__.py").is_file():
+        p = REPO_ROOT / p  # a notebook runs in notebooks/: a relative path is the repository's
+    p = p.resolve()
     if not (p / "__init__.py").is_file():
         raise ValueError(f"path must be a folder holding your package (with an __init__.py), got {str(path)!r}")
     return p
