@@ -27,7 +27,7 @@ PACKAGE = "my_attn"
 
 
 # The modules that define pieces: each has PIECES, a tuple of Piece, in the course's order.
-_PIECE_MODULES = ("attn_lib.course.exercises.pieces",)
+_PIECE_MODULES = ("attn_lib.course.exercises.pieces", "attn_lib.course.exercises.pieces_build")
 
 
 def _all_pieces() -> tuple[Piece, ...]:
@@ -189,12 +189,11 @@ def use_mine(path=None, *, quiet: bool = False) -> list[PieceStatus]:
     use_attn_lib()
     statuses = check_mine(path)
     _core_modules()
-    mine = sys.modules[PACKAGE]
     yours = []
     for s in statuses:
         if s.status == "passes" and s.piece.replaces:
             original = getattr(importlib.import_module(f"attn_lib.{s.piece.module}"), s.piece.name)
-            _replace_everywhere(original, getattr(getattr(mine, s.piece.module), s.piece.name))
+            _replace_everywhere(original, getattr(importlib.import_module(f"{PACKAGE}.{s.piece.module}"), s.piece.name))
         if s.status == "passes":
             yours.append(s.piece.name)
     if not quiet:

@@ -1,0 +1,422 @@
+"""The checks of the pieces the learner assembles from the first ones (issue 34): notebook 05's
+``MultiHeadAttention`` and notebook 07's ``EncoderBlock`` / ``DecoderBlock``.
+
+Each is a class piece: the learner's class subclasses attn_lib's (whose ``__init__`` creates the submodules, so
+``from_torch``, ``from_hf``, checkpoints and every attn_lib model that builds one keep working on it) and writes
+``forward``. A check builds attn_lib's module and the learner's with the same arguments, copies the weights
+(``load_state_dict``) and compares both results in float64 on fresh inputs, with and without masks.
+
+``MultiHeadAttention`` must run on the learner's OWN ``my_attn.attention.scaled_dot_product_attention``: the check
+swaps every reference to it inside the learner's package for a counting wrapper (which calls it) and fails when
+``forward`` never calls it; a TorchFunctionMode also refuses torch's fused attention
+(``F.scaled_dot_product_attention``, ``F.multi_head_attention_forward``).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import math
+import sys
+
+import torch
+
+import attn_lib.mha as _mha
+import attn_lib.models.blocks as _blocks
+from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
+from attn_lib.course.exercises.pieces import Piece, _watched_call
+
+__all__ = ["PIECES", "check_piece_multi_head_attention", "check_piece_encoder_block", "check_piece_decoder_block"]
+
+# attn_lib's own classes, held in a dict: use_mine() swaps module attributes that ARE attn_lib's class for the
+# learner's, and the reference of a check must stay attn_lib's.
+_REF = {"MultiHeadAttention": _mha.MultiHeadAttention, "EncoderBlock": _blocks.EncoderBlock,
+        "DecoderBlock": _blocks.DecoderBlock}
+_F = torch.nn.functional
+_FUSED = {_F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
+          _F.multi_head_attention_forward: "torch.nn.functional.multi_head_attention_forward"}
+
+
+def _randn(g, *shape):
+    return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+
+def _twin(cls, ref: torch.nn.Module, *args, **kwargs) -> torch.nn.Module:
+    """The learner's ``cls(*args, **kwargs)`` in float64, eval mode, with ``ref``'s weights."""
+    with torch.random.fork_rng():
+        mine = cls(*args, **kwargs)
+    if not isinstance(mine, torch.nn.Module):
+        raise Mismatch(f"{cls.__name__}(...) must build an nn.Module (subclass attn_lib's class, as the stub does).")
+    mine = mine.double().eval()
+    try:
+        mine.load_state_dict(ref.state_dict())
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise Mismatch(f"attn_lib's weights do not load into your {cls.__name__} ({first}): keep the submodules the "
+                       "stub's __init__ creates (subclass attn_lib's class and write forward only).") from None
+    return mine
+
+
+class _SpyOnSdpa:
+    """Swap every reference to the learner's SDPA in the learner's package for a wrapper that counts its calls."""
+
+    def __init__(self, cls):
+        root = (getattr(cls, "__module__", "") or "").split(".")[0]
+        self.root = root if root + ".attention" in sys.modules or root == "my_attn" else "my_attn"
+        self.calls, self.missing, self._undo = 0, False, []
+
+    def __enter__(self):
+        try:
+            attention = importlib.import_module(self.root + ".attention")
+        except Exception as e:  # noqa: BLE001 - the learner's module
+            raise Mismatch(f"{self.root}.attention does not import ({type(e).__name__}: {e}); MultiHeadAttention "
+                           "runs on your scaled_dot_product_attention.") from None
+        target = getattr(attention, "scaled_dot_product_attention", None)
+        if target is None:
+            raise Mismatch(f"{self.root}.attention has no scaled_dot_product_attention (notebook 03).")
+
+        def spy(*args, **kwargs):
+            self.calls += 1
+            try:
+                return target(*args, **kwargs)
+            except NotImplementedError:
+                self.missing = True
+                raise
+
+        for name, module in list(sys.modules.items()):
+            if module is None or not (name == self.root or name.startswith(self.root + ".")):
+                continue
+            for attr, value in list(vars(module).items()):
+                if value is target:
+                    setattr(module, attr, spy)
+                    self._undo.append((module, attr, target))
+        return self
+
+    def __exit__(self, *exc):
+        while self._undo:
+            module, attr, value = self._undo.pop()
+            setattr(module, attr, value)
+        return False
+
+
+# ----------------------------------------------------------------------------------------------------- 05
+def _scaled_query(ref, factor: float):
+    """A copy of ``ref`` whose queries are multiplied by ``factor`` (so the scores are too)."""
+    out = copy.deepcopy(ref)
+    with torch.no_grad():
+        out.q_proj.weight.mul_(factor)
+        if out.q_proj.bias is not None:
+            out.q_proj.bias.mul_(factor)
+    return out
+
+
+def _no_out_proj(ref):
+    """A copy of ``ref`` whose out_proj is the identity: the concatenated heads come out."""
+    out = copy.deepcopy(ref)
+    with torch.no_grad():
+        out.out_proj.weight.copy_(torch.eye(out.out_proj.weight.shape[0], dtype=torch.float64))
+        out.out_proj.bias.zero_()
+    return out
+
+
+def _bad_split(ref, query, key, value, kw):
+    """The output when the projections are reshaped straight to (B, H, L, E) (tokens and heads mixed)."""
+    B, L, _ = query.shape
+    S = key.shape[1]
+    H, Hkv, E = ref.num_heads, ref.num_kv_heads, ref.head_dim
+    q = ref.q_proj(query).reshape(B, H, L, E)
+    k, v = ref.k_proj(key).reshape(B, Hkv, S, E), ref.v_proj(value).reshape(B, Hkv, S, E)
+    mask = ref._build_mask(B, L, S, kw.get("attn_mask"), kw.get("padding_mask"), kw.get("is_causal", False), False,
+                           query.device, tuple(query.shape), tuple(key.shape))
+    heads, _ = _mha._sdpa(q, k, v, mask, enable_gqa=H != Hkv)
+    return ref.out_proj(heads.reshape(B, L, H * E))
+
+
+_MHA_CASES = (
+    dict(what="self-attention, no mask"),
+    dict(what="self-attention, is_causal=True", is_causal=True),
+    dict(what="self-attention with a bool padding_mask (B, S)", padding="bool"),
+    dict(what="causal self-attention with HuggingFace's 0/1 integer padding_mask", padding="int", is_causal=True),
+    dict(what="self-attention with a float attn_mask (L, S)", attn_mask="float"),
+    dict(what="self-attention with a bool attn_mask (B, L, S)", attn_mask="bool3"),
+    dict(what="cross-attention (kdim 7, vdim 5, L 4, S 6) with a padding_mask", cross=True, padding="bool"),
+    dict(what="grouped-query attention (num_kv_heads 1) with RoPE, is_causal=True", gqa=True, is_causal=True),
+)
+
+
+def _mha_case(t: int, case: dict):
+    """Fresh float64 inputs and modules for one case: (torch's layer or None, attn_lib's, inputs, keyword args)."""
+    g = fresh_generator("multi_head_attention", t)
+    B, L, d, H = 2, 5, 12, 3
+    S = 6 if case.get("cross") else L
+    kdim, vdim = (7, 5) if case.get("cross") else (d, d)
+    with torch.random.fork_rng():
+        torch.manual_seed(int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g)))
+        if case.get("gqa"):
+            theirs = None
+            ref = _REF["MultiHeadAttention"](d, H, num_kv_heads=1, head_dim=4, rope_base=10000.0,
+                                             dtype=torch.float64).eval()
+            args, kwargs = (d, H), dict(num_kv_heads=1, head_dim=4, rope_base=10000.0)
+        else:
+            theirs = torch.nn.MultiheadAttention(d, H, batch_first=True, kdim=kdim, vdim=vdim,
+                                                 dtype=torch.float64).eval()
+            ref = _REF["MultiHeadAttention"].from_torch(theirs).eval()
+            args, kwargs = (d, H), dict(kdim=kdim, vdim=vdim)
+    query = _randn(g, B, L, d)
+    key, value = (_randn(g, B, S, kdim), _randn(g, B, S, vdim)) if case.get("cross") else (query, query)
+    kw = dict(is_causal=case.get("is_causal", False))
+    torch_kw = {}
+    if case.get("padding"):
+        pad = torch.ones(B, S, dtype=torch.bool)
+        pad[1, -2:] = False  # the second sequence: its last two keys are padding
+        kw["padding_mask"] = pad.long() if case["padding"] == "int" else pad
+        torch_kw["key_padding_mask"] = ~pad
+    if case.get("attn_mask") == "float":
+        kw["attn_mask"] = torch_kw["attn_mask"] = _randn(g, L, S)
+    elif case.get("attn_mask") == "bool3":
+        m = torch.rand(B, L, S, generator=g) < 0.6
+        m[..., 0] = True
+        kw["attn_mask"] = m
+        theirs = None  # torch's 3-D masks are (B·H, L, S): compare with attn_lib's only
+    if kw["is_causal"]:
+        torch_kw["attn_mask"] = ~torch.ones(L, S, dtype=torch.bool).tril()  # torch: True = may NOT attend
+    return theirs, ref, args, kwargs, (query, key, value), kw, torch_kw
+
+
+def check_piece_multi_head_attention(cls) -> CheckResult:
+    """my_attn.mha.MultiHeadAttention against torch.nn.MultiheadAttention and attn_lib's class, float64, copied
+    weights: self- and cross-attention, causal, bool and 0/1 padding masks, float and bool attn_masks, GQA with RoPE;
+    the output (B, L, d_model), the per-head weights (B, H, L, S) and the head-averaged ones (B, L, S).
+
+    It fails when ``forward`` never calls the learner's own ``my_attn.attention.scaled_dot_product_attention``
+    (every reference to it in the learner's package is swapped for a counting wrapper during the check), and when it
+    calls torch's fused attention (a TorchFunctionMode watches ``F.scaled_dot_product_attention`` and
+    ``F.multi_head_attention_forward``).
+
+    Raises: nothing; a wrong answer is a failed CheckResult with a hint (scale, out_proj, split, masks).
+    Source: Vaswani et al. 2017, §3.2.2; torch.nn.MultiheadAttention.
+    """
+    def trials():
+        spy = _SpyOnSdpa(cls)
+        with spy:
+            try:
+                for t, case in enumerate(_MHA_CASES):
+                    _one_mha_case(cls, t, case)
+            except NotImplementedError:
+                if spy.missing:
+                    raise Mismatch("your MultiHeadAttention calls your scaled_dot_product_attention, which is not "
+                                   "written yet: write it first (notebook 03).") from None
+                raise
+        if spy.calls == 0:
+            raise Mismatch("your forward never called YOUR scaled_dot_product_attention (my_attn.attention): the "
+                           "piece is multi-head attention built on your own SDPA and masks, so call it for the "
+                           "per-head attention (not attn_lib's, not torch's, not super().forward).")
+        return len(_MHA_CASES)
+
+    return run_check("MultiHeadAttention", trials)
+
+
+def _one_mha_case(cls, t, case):
+    theirs, ref, args, kwargs, (query, key, value), kw, torch_kw = _mha_case(t, case)
+    mine = _twin(cls, ref, *args, **kwargs)
+    what = case["what"]
+    with torch.no_grad():
+        want, want_w = ref(query, key, value, need_weights=True, **kw)
+        got = _watched_call(lambda q, k, v: mine(q, k, v, need_weights=True, **kw),
+                            {"query": query, "key": key, "value": value}, _FUSED, "MultiHeadAttention")
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise Mismatch("forward returns a pair (output, weights), as attn_lib's MultiHeadAttention does.")
+        E, d = ref.head_dim, ref.d_model
+        wrong = [(_scaled_query(ref, math.sqrt(E / d))(query, key, value, **kw)[0],
+                  f"the scores are divided by sqrt(d_model) = sqrt({d}); each head divides by sqrt(head_dim) = "
+                  f"sqrt({E}) (your SDPA does it when scale is None)."),
+                 (_bad_split(ref, query, key, value, kw),
+                  "tokens and heads are mixed: view the projection as (B, L, H, head_dim), then transpose(1, 2); "
+                  "reshaping straight to (B, H, L, head_dim) cuts across tokens (split_heads does it right).")]
+        if ref.num_heads * E == d and ref.kdim == d:
+            wrong.append((_no_out_proj(ref)(query, key, value, **kw)[0],
+                          "out_proj is missing: after merging the heads, apply out_proj (W_O), which mixes them."))
+        if any(k_ in kw for k_ in ("padding_mask", "attn_mask")) or kw["is_causal"]:
+            wrong.append((ref(query, key, value)[0], "the masks were ignored: build one mask (True = may attend) "
+                                                     "from is_causal, padding_mask and attn_mask, and pass it to "
+                                                     "your scaled_dot_product_attention."))
+        if "padding_mask" in kw:
+            flipped = dict(kw, padding_mask=~kw["padding_mask"].bool())
+            wrong.append((ref(query, key, value, **flipped)[0], "the padding mask is inverted: in attn_lib, True "
+                                                               "(or 1) = a real token that may be attended to "
+                                                               "(torch's key_padding_mask is the opposite)."))
+        if "padding_mask" in kw and kw["is_causal"]:
+            wrong.append((ref(query, key, value, padding_mask=kw["padding_mask"])[0],
+                          "is_causal was lost when a padding_mask came too: combine them with & (both must allow)."))
+        expect_close(got[0], want, what=f"the output of {what}", atol=1e-10, rtol=1e-8, dtype=torch.float64,
+                     wrong_answers=wrong)
+        expect_close(got[1], want_w, what=f"the per-head weights (B, H, L, S) of {what} (need_weights=True)",
+                     atol=1e-10, rtol=1e-8, dtype=torch.float64, wrong_answers=[
+                         (want_w.mean(1), "average_attn_weights=False (the default here) returns the weights of "
+                                          "every head, (B, H, L, S), not their mean.")])
+        got_avg = call(lambda q, k, v: mine(q, k, v, need_weights=True, average_attn_weights=True, **kw),
+                       {"query": query, "key": key, "value": value})
+        expect_close(got_avg[1], want_w.mean(1), what=f"the head-averaged weights (B, L, S) of {what}",
+                     atol=1e-10, rtol=1e-8, dtype=torch.float64)
+        got_none = call(lambda q, k, v: mine(q, k, v, **kw), {"query": query, "key": key, "value": value})
+        if not isinstance(got_none, (tuple, list)) or len(got_none) != 2 or got_none[1] is not None:
+            raise Mismatch("with need_weights=False (the default), forward returns (output, None).")
+        if theirs is not None:  # torch's own layer: same output, same head-averaged weights
+            t_out, t_w = theirs(query, key, value, need_weights=True, **torch_kw)
+            expect_close(got[0], t_out, what=f"the output of {what}, against torch.nn.MultiheadAttention",
+                         atol=1e-10, rtol=1e-8)
+            expect_close(got_avg[1], t_w, what=f"the averaged weights of {what}, against torch.nn.MultiheadAttention",
+                         atol=1e-10, rtol=1e-8)
+
+
+# ----------------------------------------------------------------------------------------------------- 07
+def _enc_by_hand(b, x, pad, *, norm_first, residual=True):
+    """An encoder block's forward written out (attn_lib's submodules), with one mistake switchable."""
+    def sa(h):
+        return b.self_attn(h, h, h, padding_mask=pad)[0]
+
+    r = 1.0 if residual else 0.0
+    if norm_first:
+        x = r * x + sa(b.norm1(x))
+        return x + b.ff(b.norm2(x))
+    x = b.norm1(r * x + sa(x))
+    return b.norm2(x + b.ff(x))
+
+
+def _dec_by_hand(b, x, memory, pad, mpad, *, norm_first, causal=True, cross_from_x=False):
+    """A decoder block's forward written out, with one mistake switchable."""
+    def sa(h):
+        return b.self_attn(h, h, h, padding_mask=pad, is_causal=causal)[0]
+
+    def ca(h):
+        src = h if cross_from_x else memory
+        return b.cross_attn(h, src, src, padding_mask=None if cross_from_x else mpad)[0]
+
+    if norm_first:
+        x = x + sa(b.norm1(x))
+        if b.cross_attn is not None:
+            x = x + ca(b.norm2(x))
+        return x + b.ff(b.norm3(x))
+    x = b.norm1(x + sa(x))
+    if b.cross_attn is not None:
+        x = b.norm2(x + ca(x))
+    return b.norm3(x + b.ff(x))
+
+
+def _blocks_pair(cls, name, t, **kwargs):
+    g = fresh_generator(name, t)
+    with torch.random.fork_rng():
+        torch.manual_seed(int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g)))
+        ref = _REF[name](12, 3, 20, **kwargs).double().eval()
+    return g, ref, _twin(cls, ref, 12, 3, 20, **kwargs)
+
+
+def _norm_hint(norm_first):
+    return ("norm_first=True is pre-norm: x = x + Sublayer(LayerNorm(x)); you wrote post-norm." if norm_first else
+            "norm_first=False is the paper's post-norm: x = LayerNorm(x + Sublayer(x)); you wrote pre-norm.")
+
+
+def check_piece_encoder_block(cls) -> CheckResult:
+    """my_attn.models.blocks.EncoderBlock against attn_lib's with copied weights, float64, eval mode: post- and
+    pre-norm, with and without a padding mask (B, S); x (B, S, D) -> (x (B, S, D), weights (B, H, S, S) or None).
+
+    Raises: nothing; a wrong answer is a failed CheckResult with a hint (norm order, residual, padding).
+    Source: Vaswani et al. 2017, §3.1; attn_lib.models.blocks.EncoderBlock (= torch.nn.TransformerEncoderLayer).
+    """
+    def trials():
+        n = 0
+        for norm_first in (False, True):
+            for padded in (False, True):
+                g, ref, mine = _blocks_pair(cls, "EncoderBlock", n, norm_first=norm_first)
+                x = _randn(g, 2, 5, 12)
+                pad = None
+                if padded:
+                    pad = torch.ones(2, 5, dtype=torch.bool)
+                    pad[0, -2:] = False
+                what = f"the output of the EncoderBlock (norm_first={norm_first}, padding_mask {'given' if padded else 'None'})"
+                with torch.no_grad():
+                    want, want_w = ref(x, pad, need_weights=True)
+                    got = call(lambda x_, p_: mine(x_, p_, need_weights=True), {"x": x, "padding_mask": pad})
+                    if not isinstance(got, (tuple, list)) or len(got) != 2:
+                        raise Mismatch("EncoderBlock.forward returns a pair (x, self-attention weights or None).")
+                    wrong = [(_enc_by_hand(ref, x, pad, norm_first=not norm_first), _norm_hint(norm_first)),
+                             (_enc_by_hand(ref, x, pad, norm_first=norm_first, residual=False),
+                              "the residual connection around the self-attention is missing: add x back "
+                              "(x + attention) before (post-norm) or after (pre-norm) the LayerNorm.")]
+                    if padded:
+                        wrong.append((_enc_by_hand(ref, x, None, norm_first=norm_first),
+                                      "the padding_mask was not passed to the self-attention."))
+                    expect_close(got[0], want, what=what, atol=1e-10, rtol=1e-8, dtype=torch.float64,
+                                 wrong_answers=wrong)
+                    expect_close(got[1], want_w, what="the self-attention weights (need_weights=True)", atol=1e-10,
+                                 rtol=1e-8)
+                n += 1
+        return n
+
+    return run_check("EncoderBlock", trials)
+
+
+def check_piece_decoder_block(cls) -> CheckResult:
+    """my_attn.models.blocks.DecoderBlock against attn_lib's with copied weights, float64, eval mode: post- and
+    pre-norm, with cross-attention to a memory (B, S, D) and padding on both sides, and without cross-attention;
+    x (B, L, D) -> (x (B, L, D), self weights (B, H, L, L), cross weights (B, H, L, S) or None).
+
+    Raises: nothing; a wrong answer is a failed CheckResult with a hint (causal mask, memory, norm order).
+    Source: Vaswani et al. 2017, §3.1 and §3.2.3; attn_lib.models.blocks.DecoderBlock
+    (= torch.nn.TransformerDecoderLayer).
+    """
+    def trials():
+        cases = [(False, True, True), (True, True, True), (False, True, False), (True, False, False),
+                 (False, False, True)]
+        for n, (norm_first, cross, padded) in enumerate(cases):
+            g, ref, mine = _blocks_pair(cls, "DecoderBlock", n, norm_first=norm_first, cross_attention=cross)
+            x = _randn(g, 2, 4, 12)
+            memory = _randn(g, 2, 6, 12) if cross else None
+            pad = mpad = None
+            if padded:
+                pad = torch.ones(2, 4, dtype=torch.bool)
+                pad[1, -1] = False
+                if cross:
+                    mpad = torch.ones(2, 6, dtype=torch.bool)
+                    mpad[0, -3:] = False
+            what = (f"the output of the DecoderBlock (norm_first={norm_first}, cross_attention={cross}, "
+                    f"padding {'given' if padded else 'None'})")
+            with torch.no_grad():
+                want, want_sw, want_cw = ref(x, memory, padding_mask=pad, memory_padding_mask=mpad, need_weights=True)
+                got = call(lambda x_, m_, p_, mp_: mine(x_, m_, padding_mask=p_, memory_padding_mask=mp_,
+                                                        need_weights=True),
+                           {"x": x, "memory": memory, "padding_mask": pad, "memory_padding_mask": mpad})
+                if not isinstance(got, (tuple, list)) or len(got) != 3:
+                    raise Mismatch("DecoderBlock.forward returns a triple (x, self-attention weights, "
+                                   "cross-attention weights), each weight None unless need_weights.")
+                by_hand = dict(norm_first=norm_first)
+                wrong = [(_dec_by_hand(ref, x, memory, pad, mpad, norm_first=not norm_first), _norm_hint(norm_first)),
+                         (_dec_by_hand(ref, x, memory, pad, mpad, causal=False, **by_hand),
+                          "the decoder's self-attention must be causal (is_causal=True): position t may not see "
+                          "the later tokens it is trained to predict.")]
+                if cross and not padded:
+                    wrong.append((_dec_by_hand(ref, x, memory, pad, mpad, cross_from_x=True, **by_hand),
+                                  "the cross-attention's keys and values come from memory (the encoder output); "
+                                  "only its queries come from x."))
+                expect_close(got[0], want, what=what, atol=1e-10, rtol=1e-8, dtype=torch.float64, wrong_answers=wrong)
+                expect_close(got[1], want_sw, what="the self-attention weights (need_weights=True)", atol=1e-10,
+                             rtol=1e-8)
+                if cross:
+                    expect_close(got[2], want_cw, what="the cross-attention weights (need_weights=True)",
+                                 atol=1e-10, rtol=1e-8)
+                elif got[2] is not None:
+                    raise Mismatch("a DecoderBlock without cross-attention returns None as its cross weights.")
+        return len(cases)
+
+    return run_check("DecoderBlock", trials)
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+PIECES: tuple[Piece, ...] = (
+    # A class piece: the learner's class subclasses attn_lib's and writes forward, so it replaces attn_lib's class
+    # everywhere (from_torch, from_hf, the blocks, the LM and gqa's converters build it); the KV-cache and tiled
+    # paths of forward stay attn_lib's until notebooks 08 and 09.
+    Piece("mha", "MultiHeadAttention", "05", "2 · The mechanics, shape by shape", check_piece_multi_head_attention),
+    Piece("models.blocks", "EncoderBlock", "07", "3 · One model, three kinds of attention", check_piece_encoder_block),
+    Piece("models.blocks", "DecoderBlock", "07", "3 · One model, three kinds of attention", check_piece_decoder_block),
+)
