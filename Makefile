@@ -93,7 +93,7 @@ test-portable: install
 # pieces exist with the course's worked solution of my_attn switched on (ATTN_MINE): their asserts, not their saved
 # outputs (round-offs may differ), must pass on the learner-shaped code.
 MINE ?=
-MINE_NB ?= notebooks/02_*.ipynb notebooks/03_*.ipynb notebooks/04_*.ipynb notebooks/05_*.ipynb notebooks/07_*.ipynb
+MINE_NB ?= notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb notebooks/04_*.ipynb notebooks/05_*.ipynb notebooks/07_*.ipynb
 .PHONY: check-mine test-mine
 check-mine: install
 	@$(BIN)/python -m attn_lib.course.mine $(MINE)

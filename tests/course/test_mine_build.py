@@ -18,7 +18,7 @@ from attn_lib.course.exercises import pieces_build
 
 ROOT = attn_lib.REPO_ROOT
 STUBS, SOLVED = ROOT / "my_attn", ROOT / "notebooks" / "solutions" / "my_attn"
-NAMES = ("MultiHeadAttention", "EncoderBlock", "DecoderBlock")
+NAMES = ("BPETokenizer", "MultiHeadAttention", "EncoderBlock", "DecoderBlock")
 
 
 @pytest.fixture(autouse=True)
@@ -150,7 +150,8 @@ def test_multi_head_attention_needs_the_learners_sdpa_written_first(tmp_path):
     shutil.copytree(STUBS, pkg)
     shutil.copy(SOLVED / "mha.py", pkg / "mha.py")
     s = _status(pkg)["MultiHeadAttention"]
-    assert s.status == "fails" and "which still raises NotImplementedError: write that first (notebook 03)" in s.message, s.message
+    assert s.status == "fails", s.message
+    assert "which still raises NotImplementedError: write that first (notebook 03)" in s.message, s.message
 
 
 OTHER_MHA = '''
@@ -279,3 +280,123 @@ def test_block_checks_accept_a_differently_written_right_answer(tmp_path):
     s = _status(pkg)
     assert s["EncoderBlock"].status == "passes", s["EncoderBlock"].message
     assert s["DecoderBlock"].status == "passes", s["DecoderBlock"].message
+
+
+BPE_WRONG = {
+    "ties: the last pair": ("best = min(pairs, key=lambda p: (-pairs[p], key(p[0]), key(p[1])))",
+                            "best = max(pairs, key=lambda p: (pairs[p], key(p[0]), key(p[1])))",
+                            "alphabetically FIRST"),
+    "unweighted counts": ("words = {tuple(w): n for w, n in word_counts.items() if n}",
+                          "words = {tuple(w): 1 for w, n in word_counts.items() if n}", "word's frequency"),
+    "pairs across words": ("for w in pre_tokenize(text):", "for w in [text]:", "must not cross words"),
+    "min_frequency ignored": ("if pairs[best] < min_frequency:", "if False:", "fewer than min_frequency"),
+    "byte-level ties on characters": ("return bytes(back[c] for c in token)", "return token", "BYTES"),
+    "greedy longest match": ("        rank = self.__dict__.get(\"_rank_of_merge\")",
+                             "        from attn_lib.course.exercises.pieces_build import _greedy_longest\n"
+                             "        return _greedy_longest(self, word)\n"
+                             "        rank = self.__dict__.get(\"_rank_of_merge\")",
+                             "not the longest vocabulary entry"),
+    "unknown characters dropped": ("symbols = [c if c in known else self.unk_token for c in word]",
+                                   "symbols = [c for c in word if c in known]", "unk_token ([UNK])"),
+    "byte-level decode joins characters": ("        back = {c: b for b, c in bytes_to_unicode().items()}\n",
+                                           "        return \"\".join(tokens)\n", "inverse of bytes_to_unicode"),
+    "invalid bytes ignored": ('decode("utf-8", errors="replace")', 'decode("utf-8", errors="ignore")', "U+FFFD"),
+    "train is attn_lib's": ("        texts = corpus.items()",
+                            "        return super().train(corpus, vocab_size, byte_level=byte_level, "
+                            "min_frequency=min_frequency)\n        texts = corpus.items()",
+                            "called attn_lib's BPETokenizer.train"),
+    "encode is attn_lib's": ("return [self.vocab[t] for t in self.tokenize(text)]", "return super().encode(text)",
+                             "called attn_lib's BPETokenizer.encode"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BPE_WRONG))
+def test_bpe_check_rejects_the_typical_wrong_answers(tmp_path, case):
+    old, new, hint = BPE_WRONG[case]
+    pkg = _solved_with(tmp_path, "tokenization.py", old, new)
+    s = _status(pkg)["BPETokenizer"]
+    assert s.status == "fails" and hint in s.message, s.message
+
+
+OTHER_BPE = '''
+"""BPE written differently: pairs counted by hand, merges replayed in learned order over the whole word."""
+
+from collections import Counter
+
+from attn_lib.tokenization import BPETokenizer as _Lib
+from attn_lib.tokenization import bytes_to_unicode, pre_tokenize
+
+BYTE = bytes_to_unicode()
+UNBYTE = {c: b for b, c in BYTE.items()}
+
+
+def _merge(symbols, pair):
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return out
+
+
+class BPETokenizer(_Lib):
+    @classmethod
+    def train(cls, corpus, vocab_size, *, byte_level=False, unk_token="[UNK]", min_frequency=2,
+              tie_break="alphabetical", progress=False):
+        if isinstance(corpus, str):
+            corpus = {corpus: 1}
+        elif not isinstance(corpus, dict):
+            corpus = Counter(corpus)
+        words = Counter()
+        for text, n in corpus.items():
+            for w in pre_tokenize(text):
+                words[tuple(BYTE[b] for b in w.encode()) if byte_level else tuple(w)] += n
+        alphabet = None if byte_level else sorted({c for w in words for c in w})
+        size = 256 if byte_level else 1 + len(alphabet)
+        made, merges, counts = set(), [], []
+        as_key = (lambda t: bytes(UNBYTE[c] for c in t)) if byte_level else (lambda t: t)
+        while size + len(made) < vocab_size:
+            pairs = Counter()
+            for w, n in words.items():
+                for a, b in zip(w, w[1:]):
+                    pairs[a, b] += n
+            ranked = sorted(pairs.items(), key=lambda kv: (-kv[1], as_key(kv[0][0]), as_key(kv[0][1])))
+            if not ranked or ranked[0][1] < min_frequency:
+                break
+            best, count = ranked[0]
+            merges.append(best)
+            counts.append(count)
+            if best[0] + best[1] not in (set(alphabet or BYTE.values())):
+                made.add(best[0] + best[1])
+            words = Counter({tuple(_merge(list(w), best)): n for w, n in words.items()})
+        tok = cls(merges, alphabet, unk_token, byte_level=byte_level)
+        tok.merge_counts = counts
+        return tok
+
+    def tokenize_word(self, word):
+        if self.byte_level:
+            symbols = [BYTE[b] for b in word.encode()]
+        else:
+            symbols = [c if c in self.alphabet else self.unk_token for c in word]
+        for pair in self.merges:  # every merge in learned order, over the whole word
+            symbols = _merge(symbols, pair)
+        return symbols
+
+    def encode(self, text):
+        return self.convert_tokens_to_ids(self.tokenize(text))
+
+    def decode(self, ids):
+        text = "".join(self.convert_ids_to_tokens(ids))
+        return bytes(UNBYTE[c] for c in text).decode(errors="replace") if self.byte_level else text
+'''
+
+
+def test_bpe_check_accepts_a_differently_written_right_answer(tmp_path):
+    pkg = tmp_path / "my_attn"
+    shutil.copytree(SOLVED, pkg)
+    (pkg / "tokenization.py").write_text(OTHER_BPE)
+    s = _status(pkg)["BPETokenizer"]
+    assert s.status == "passes", s.message

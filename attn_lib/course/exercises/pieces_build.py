@@ -1,5 +1,5 @@
-"""The checks of the pieces the learner assembles from the first ones (issue 34): notebook 05's
-``MultiHeadAttention`` and notebook 07's ``EncoderBlock`` / ``DecoderBlock``.
+"""The checks of the class pieces of the learner's stack (issue 34): notebook 01's ``BPETokenizer`` (train, encode,
+decode), notebook 05's ``MultiHeadAttention`` and notebook 07's ``EncoderBlock`` / ``DecoderBlock``.
 
 Each is a class piece: the learner's class subclasses attn_lib's (whose ``__init__`` creates the submodules, so
 ``from_torch``, ``from_hf``, checkpoints and every attn_lib model that builds one keep working on it) and writes
@@ -23,15 +23,17 @@ import torch
 
 import attn_lib.mha as _mha
 import attn_lib.models.blocks as _blocks
+import attn_lib.tokenization as _tok
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.course.exercises.pieces import Piece, _watched_call
 
-__all__ = ["PIECES", "check_piece_multi_head_attention", "check_piece_encoder_block", "check_piece_decoder_block"]
+__all__ = ["PIECES", "check_piece_bpe_tokenizer", "check_piece_multi_head_attention", "check_piece_encoder_block",
+           "check_piece_decoder_block"]
 
 # attn_lib's own classes, held in a dict: use_mine() swaps module attributes that ARE attn_lib's class for the
 # learner's, and the reference of a check must stay attn_lib's.
 _REF = {"MultiHeadAttention": _mha.MultiHeadAttention, "EncoderBlock": _blocks.EncoderBlock,
-        "DecoderBlock": _blocks.DecoderBlock}
+        "DecoderBlock": _blocks.DecoderBlock, "BPETokenizer": _tok.BPETokenizer}
 _F = torch.nn.functional
 _FUSED = {_F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
           _F.multi_head_attention_forward: "torch.nn.functional.multi_head_attention_forward"}
@@ -100,26 +102,33 @@ class _SpyOnSdpa:
 
 
 class _Refuse:
-    """Record whether attn_lib's own ``owner.forward`` (the method the learner re-implements) runs inside the block."""
+    """Record whether attn_lib's own ``owner.<method>`` (a method the learner re-implements) runs inside the block."""
 
-    def __init__(self, owner, what: str):
-        self.owner, self.what, self.used = owner, what, False
+    def __init__(self, owner, what: str, methods=("forward",)):
+        self.owner, self.what, self.methods, self.used, self.originals = owner, what, methods, [], {}
 
     def __enter__(self):
-        original = self.original = self.owner.__dict__["forward"]
-
-        def forward(*args, **kwargs):
-            self.used = True
-            return original(*args, **kwargs)
-
-        self.owner.forward = forward
+        for name in self.methods:
+            original = self.originals[name] = self.owner.__dict__[name]
+            if isinstance(original, classmethod):
+                def wrapper(cls_, *args, _f=original.__func__, _n=name, **kwargs):
+                    self.used.append(_n)
+                    return _f(cls_, *args, **kwargs)
+                setattr(self.owner, name, classmethod(wrapper))
+            else:
+                def wrapper(*args, _f=original, _n=name, **kwargs):
+                    self.used.append(_n)
+                    return _f(*args, **kwargs)
+                setattr(self.owner, name, wrapper)
         return self
 
     def __exit__(self, *exc):
-        self.owner.forward = self.original
+        for name, original in self.originals.items():
+            setattr(self.owner, name, original)
         if exc[0] is None and self.used:
-            raise Mismatch(f"your forward called attn_lib's {self.what}.forward (super().forward?): that is the "
-                           "piece you write; compute it yourself from the submodules.")
+            name = self.used[0]
+            raise Mismatch(f"your code called attn_lib's {self.what}.{name} (super().{name}?): that is the piece you "
+                           "write; compute it yourself.")
         return False
 
 
@@ -129,6 +138,203 @@ def _call_mine(owner: str, fn, inputs: dict, watched: dict | None = None, what: 
         if watched:
             return _watched_call(fn, inputs, watched, what)
         return call(fn, inputs)
+
+
+# ----------------------------------------------------------------------------------------------------- 01
+_BPE_METHODS = ("train", "tokenize_word", "encode", "decode")
+
+
+def _fresh_text(g, alphabet: str, n_words: int, *, extra: str = "") -> str:
+    """Random text: words of 1-6 symbols drawn from ``alphabet`` (and rarely ``extra``), spaces, some punctuation."""
+    pool = alphabet + extra
+    words = []
+    for _ in range(n_words):
+        k = int(torch.randint(1, 7, (1,), generator=g))
+        idx = torch.randint(0, len(alphabet), (k,), generator=g).tolist()
+        word = "".join(alphabet[i] for i in idx)
+        if extra and float(torch.rand(1, generator=g)) < 0.2:
+            word += pool[int(torch.randint(len(alphabet), len(pool), (1,), generator=g))]
+        words.append(word)
+        if float(torch.rand(1, generator=g)) < 0.1:
+            words.append(".,!?"[int(torch.randint(0, 4, (1,), generator=g))])
+    return " ".join(words)
+
+
+def _train_variant(corpus, vocab_size, *, byte_level=False, min_frequency=2, ties="alphabetical", weighted=True,
+                   split=True):
+    """A small trainer of the course's own, with one typical mistake switchable: the merges and their counts."""
+    texts = corpus.items() if isinstance(corpus, dict) else [(t, 1) for t in corpus]
+    counts: dict[str, int] = {}
+    for text, n in texts:
+        for w in (_tok.pre_tokenize(text) if split else [text]):
+            counts[w] = counts.get(w, 0) + n
+    table = _tok.bytes_to_unicode()
+    back = {c: b for b, c in table.items()}
+    words = {(tuple(table[b] for b in w.encode()) if byte_level else tuple(w)): (n if weighted else 1)
+             for w, n in counts.items() if n}
+    vocab = set(table.values()) if byte_level else {"[UNK]", *{c for w in words for c in w}}
+
+    def key(t):
+        return bytes(back[c] for c in t) if byte_level and ties == "alphabetical" else t
+
+    merges, got = [], []
+    while len(vocab) < vocab_size:
+        pairs = _tok.count_pairs(words)
+        if not pairs:
+            break
+        if ties == "reverse":
+            best = max(pairs, key=lambda p: (pairs[p], p[0], p[1]))
+        elif ties == "first_seen":
+            best = max(pairs, key=lambda p: pairs[p])
+        else:
+            best = min(pairs, key=lambda p: (-pairs[p], key(p[0]), key(p[1])))
+        if pairs[best] < min_frequency:
+            break
+        merges.append(best)
+        got.append(pairs[best])
+        vocab.add(best[0] + best[1])
+        words = {tuple(_tok.merge_pair(w, best)): n for w, n in words.items()}
+    return merges, got
+
+
+def _greedy_longest(tok, word: str) -> list[str]:
+    """The typical wrong tokenizer: the longest vocabulary entry first, left to right."""
+    table = _tok.bytes_to_unicode()
+    symbols = "".join(table[b] for b in word.encode()) if tok.byte_level else word
+    out, i = [], 0
+    while i < len(symbols):
+        for j in range(len(symbols), i, -1):
+            if symbols[i:j] in tok.vocab:
+                out.append(symbols[i:j])
+                i = j
+                break
+        else:
+            out.append(tok.unk_token)
+            i += 1
+    return out
+
+
+def _check_merges(got, want_merges, want_counts, what, variants):
+    merges = [tuple(m) for m in getattr(got, "merges", [])]
+    if merges != want_merges:
+        for variant, hint in variants:
+            if variant != want_merges and merges == variant:
+                raise Mismatch(f"{what}: your merges differ from attn_lib's. {hint}")
+        k = next((i for i, (a, b) in enumerate(zip(merges, want_merges)) if a != b), min(len(merges), len(want_merges)))
+        yours = merges[k] if k < len(merges) else "none (you stopped)"
+        theirs = want_merges[k] if k < len(want_merges) else "none (stop here)"
+        raise Mismatch(f"{what}: merge {k + 1} is {yours}, expected {theirs} (the most frequent adjacent pair, its "
+                       f"count weighted by each word's frequency; ties: the alphabetically first pair).")
+    if list(getattr(got, "merge_counts", None) or []) != want_counts:
+        raise Mismatch(f"{what}: the merges are right but merge_counts is {getattr(got, 'merge_counts', None)!r:.80}; "
+                       f"expected {want_counts!r:.80} (the pair's count when it was chosen).")
+
+
+def check_piece_bpe_tokenizer(cls) -> CheckResult:
+    """my_attn.tokenization.BPETokenizer against attn_lib's on fresh small corpora: ``train`` (character and byte
+    level, a list, a str and a {text: frequency} corpus, min_frequency 1 and 2): the same merges and merge_counts;
+    ``tokenize``/``encode`` of fresh random strings (unknown characters, accents, an emoji) with attn_lib's trained
+    merges: the same tokens and ids; ``decode``: attn_lib's text for the same ids, and ``decode(encode(s)) == s``
+    (every str byte-level; text of the alphabet in character mode).
+
+    It fails when the learner's methods call attn_lib's own train, tokenize_word, encode or decode.
+    No tensors: str and lists of int. Raises: nothing; a wrong answer is a failed CheckResult with a hint
+    (ties, frequencies, word boundaries, min_frequency, replay order, unknown characters, bytes).
+    Source: Sennrich et al. 2016, §3.2; GPT-2's byte-level BPE (Radford et al. 2019, §2.2).
+    """
+    Ref = _REF["BPETokenizer"]
+
+    def trials():
+        n = 0
+        corpora = []
+        for t, (alphabet, byte_level) in enumerate((("abcde", False), ("abcdefgh", False), ("abcé", True))):
+            g = fresh_generator("BPETokenizer.train", t)
+            lines = [_fresh_text(g, alphabet, 12, extra="🙂" if byte_level else "") for _ in range(8)]
+            corpora.append((lines, byte_level))
+        g = fresh_generator("BPETokenizer.train", 9)
+        word_dict = {_fresh_text(g, "xyz", 1): int(torch.randint(1, 9, (1,), generator=g)) for _ in range(12)}
+        cases = [(corpora[0][0], False, 25, 2), (corpora[1][0], False, 40, 1), (" ".join(corpora[0][0]), False, 20, 2),
+                 (word_dict, False, 12, 1), (corpora[2][0], True, 256 + 20, 2),
+                 (corpora[1][0][:2], False, 80, 3)]  # stops early: no pair left occurs 3 times
+        for corpus, byte_level, vocab_size, min_frequency in cases:
+            kind = ("a dict corpus" if isinstance(corpus, dict) else "a str" if isinstance(corpus, str) else
+                    "fresh lines")
+            what = (f"train({kind}, vocab_size={vocab_size}, byte_level={byte_level}, min_frequency={min_frequency})")
+            want = Ref.train(corpus, vocab_size, byte_level=byte_level, min_frequency=min_frequency)
+            with _Refuse(Ref, "BPETokenizer", _BPE_METHODS):
+                got = call(lambda c, v: cls.train(c, v, byte_level=byte_level, min_frequency=min_frequency),
+                           {"corpus": corpus, "vocab_size": vocab_size})
+            if not isinstance(got, Ref):
+                raise Mismatch(f"{what} returned {type(got).__name__}; return cls(merges, alphabet, unk_token, "
+                               "byte_level=...) (a BPETokenizer) with merge_counts set.")
+            as_list = [corpus] if isinstance(corpus, str) else corpus
+            kw = dict(byte_level=byte_level, min_frequency=min_frequency)
+            variants = [(_train_variant(as_list, vocab_size, **kw, ties="reverse")[0],
+                         "On a tie (two pairs with the same count) take the alphabetically FIRST pair: the smallest "
+                         "(left, right)."),
+                        (_train_variant(as_list, vocab_size, **kw, ties="first_seen")[0],
+                         "On a tie take the alphabetically first pair (left token, then right token), not the first "
+                         "one counted."),
+                        (_train_variant(as_list, vocab_size, **kw, weighted=False)[0],
+                         "Weight each pair by its word's frequency: a word seen 5 times counts 5 times."),
+                        (_train_variant(as_list, vocab_size, **kw, split=False)[0],
+                         "Pairs must not cross words: pre_tokenize each text first and count pairs within words."),
+                        (_train_variant(as_list, vocab_size, byte_level=byte_level, min_frequency=1)[0],
+                         f"Stop when the most frequent pair occurs fewer than min_frequency={min_frequency} times.")]
+            if byte_level:
+                variants.append((_train_variant(as_list, vocab_size, **kw, ties="chars")[0],
+                                 "byte-level ties compare the tokens' BYTES (map each character back through "
+                                 "bytes_to_unicode), not the printable characters that stand for them."))
+            _check_merges(got, [tuple(m) for m in want.merges], list(want.merge_counts), what, variants)
+            n += 1
+
+        # encode / tokenize / decode with attn_lib's trained merges, on fresh random strings
+        for t, (lines, byte_level) in enumerate(corpora):
+            ref = Ref.train(lines, 256 + 30 if byte_level else 30, byte_level=byte_level, min_frequency=1)
+            mine = cls(ref.merges, None if byte_level else ref.alphabet, byte_level=byte_level)
+            g = fresh_generator("BPETokenizer.encode", t)
+            alphabet = "".join(sorted({c for line in lines for c in line if c.isalpha()}))
+            for k in range(6):
+                text = _fresh_text(g, alphabet, 6, extra="qü🙂 ")
+                with _Refuse(Ref, "BPETokenizer", _BPE_METHODS):
+                    got_tokens = call(lambda s: mine.tokenize(s), {"text": text})
+                    got_ids = call(lambda s: mine.encode(s), {"text": text})
+                want_tokens = ref.tokenize(text)
+                if list(got_tokens) != want_tokens:
+                    greedy = [tok for w in _tok.pre_tokenize(text) for tok in _greedy_longest(ref, w)]
+                    hint = ("replay the merges in the order they were learned (the earliest learned adjacent pair "
+                            "first), not the longest vocabulary entry first." if list(got_tokens) == greedy and
+                            greedy != want_tokens else
+                            "an unknown character becomes unk_token ([UNK]) and never takes part in a merge."
+                            if not byte_level and ref.unk_token in want_tokens and ref.unk_token not in got_tokens
+                            else "start from the word's characters (byte-level: the bytes_to_unicode characters of "
+                                 "its UTF-8 bytes) and repeatedly merge the adjacent pair learned earliest.")
+                    raise Mismatch(f"tokenize({text!r}) (byte_level={byte_level}) gave {list(got_tokens)!r:.120}, "
+                                   f"expected {want_tokens!r:.120}: {hint}")
+                if list(got_ids) != ref.encode(text):
+                    raise Mismatch(f"encode({text!r}) gave {list(got_ids)!r:.100}, expected {ref.encode(text)!r:.100}: "
+                                   "the ids of the tokens, looked up in self.vocab.")
+                ids = ref.encode(text)
+                with _Refuse(Ref, "BPETokenizer", _BPE_METHODS):
+                    back = call(lambda i: mine.decode(i), {"ids": ids})
+                if back != ref.decode(ids):
+                    raise Mismatch(f"decode({ids!r:.60}) gave {back!r:.80}, expected {ref.decode(ids)!r:.80}"
+                                   + (": map each character back to its byte (the inverse of bytes_to_unicode), then "
+                                      "decode the bytes as UTF-8." if byte_level else ": join the tokens."))
+                if byte_level and back != text:
+                    raise Mismatch(f"decode(encode(s)) must give s back in byte-level mode; got {back!r:.80} for "
+                                   f"{text!r:.80}.")
+                n += 1
+            if byte_level:  # a lone UTF-8 continuation byte: U+FFFD, as errors="replace" gives
+                ids = [0x80, ref.vocab[_tok.bytes_to_unicode()[ord("a")]]]
+                with _Refuse(Ref, "BPETokenizer", _BPE_METHODS):
+                    back = call(lambda i: mine.decode(i), {"ids": ids})
+                if back != ref.decode(ids):
+                    raise Mismatch(f"decode([0x80, id of 'a']) gave {back!r}, expected {ref.decode(ids)!r}: bytes that "
+                                   "are not valid UTF-8 become U+FFFD (decode with errors=\"replace\").")
+        return n
+
+    return run_check("BPETokenizer", trials)
 
 
 # ----------------------------------------------------------------------------------------------------- 05
@@ -451,6 +657,9 @@ def check_piece_decoder_block(cls) -> CheckResult:
 
 # ----------------------------------------------------------------------------------------------------- registry
 PIECES: tuple[Piece, ...] = (
+    # Class pieces: the learner's class subclasses attn_lib's and writes the methods named in its stub, so it replaces
+    # attn_lib's class everywhere (with_merges, the notebooks' code and attn_lib's own users build it).
+    Piece("tokenization", "BPETokenizer", "01", "Byte-pair encoding, step by step", check_piece_bpe_tokenizer),
     # A class piece: the learner's class subclasses attn_lib's and writes forward, so it replaces attn_lib's class
     # everywhere (from_torch, from_hf, the blocks, the LM and gqa's converters build it); the KV-cache and tiled
     # paths of forward stay attn_lib's until notebooks 08 and 09.
