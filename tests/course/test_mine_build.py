@@ -18,7 +18,7 @@ from attn_lib.course.exercises import pieces_build
 
 ROOT = attn_lib.REPO_ROOT
 STUBS, SOLVED = ROOT / "my_attn", ROOT / "notebooks" / "solutions" / "my_attn"
-NAMES = ("BPETokenizer", "MultiHeadAttention", "EncoderBlock", "DecoderBlock")
+NAMES = ("BPETokenizer", "MultiHeadAttention", "EncoderBlock", "DecoderBlock", "LMBlock", "DecoderLM")
 
 
 @pytest.fixture(autouse=True)
@@ -400,3 +400,98 @@ def test_bpe_check_accepts_a_differently_written_right_answer(tmp_path):
     (pkg / "tokenization.py").write_text(OTHER_BPE)
     s = _status(pkg)["BPETokenizer"]
     assert s.status == "passes", s.message
+
+
+LM_WRONG = {
+    "LMBlock not causal": ("LMBlock", "a, w = self.attn(self.norm1(x), is_causal=True,",
+                           "a, w = self.attn(self.norm1(x),", "must be causal"),
+    "LMBlock post-norm": ("LMBlock", "        x = x + a\n        x = x + self.ffn(self.norm2(x))\n"
+                                     "        return (x, w) if need_weights else x",
+                          "        x = self.norm1(x + self.attn(x, is_causal=True)[0])\n"
+                          "        x = self.norm2(x + self.ffn(x))\n        return (x, w) if need_weights else x",
+                          "LMBlock is pre-norm"),
+    "LMBlock no ffn residual": ("LMBlock", "x = x + self.ffn(self.norm2(x))", "x = self.ffn(self.norm2(x))",
+                                "the residual around the feed-forward"),
+    "LMBlock drops the cache": ("LMBlock", "is_causal=True, kv_cache=kv_cache,", "is_causal=True,",
+                                "pass kv_cache on"),
+    "LMBlock calls attn_lib's forward": ("LMBlock", "        a, w = self.attn(self.norm1(x), is_causal=True,",
+                                         "        return super().forward(x, kv_cache, attn_mask=attn_mask, "
+                                         "need_weights=need_weights)\n"
+                                         "        a, w = self.attn(self.norm1(x), is_causal=True,",
+                                         "called attn_lib's LMBlock.forward"),
+    "DecoderLM without the final norm": ("DecoderLM", "return self.lm_head(self.norm(x))", "return self.lm_head(x)",
+                                         "the final RMSNorm is missing"),
+    "DecoderLM drops the mask": ("DecoderLM", "attn_mask=mask, backend=attention,", "backend=attention,",
+                                 "attend=\"self\" needs it"),
+    "DecoderLM drops the caches": ("DecoderLM", "x = layer(x, None if kv_caches is None else kv_caches[i],",
+                                   "x = layer(x, None,", "pass each layer its own cache"),
+    "DecoderLM calls attn_lib's _run": ("DecoderLM", "        past = 0 if kv_caches is None",
+                                        "        return self._run(input_ids, kv_caches, attention, "
+                                        "need_weights=False)[0]\n        past = 0 if kv_caches is None",
+                                        "called attn_lib's DecoderLM._run"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LM_WRONG))
+def test_lm_checks_reject_the_typical_wrong_answers(tmp_path, case):
+    name, old, new, hint = LM_WRONG[case]
+    pkg = _solved_with(tmp_path, "models/lm.py", old, new)
+    s = _status(pkg)[name]
+    assert s.status == "fails" and hint in s.message, s.message
+
+
+OTHER_LM = '''
+"""Written differently: the block through a list of sub-layers, the model through functools.reduce."""
+
+from functools import reduce
+
+import attn_lib.models.lm as _lib_lm
+
+
+class LMBlock(_lib_lm.LMBlock):
+    def forward(self, x, kv_cache=None, *, attn_mask=None, backend="naive", tile_size=8, need_weights=False):
+        kept = []
+
+        def attend(h):
+            out, w = self.attn(h, kv_cache=kv_cache, attn_mask=attn_mask, is_causal=True, backend=backend,
+                               tile_size=tile_size, need_weights=need_weights)
+            kept.append(w)
+            return out
+
+        for norm, sub in ((self.norm1, attend), (self.norm2, self.ffn)):
+            x = x + sub(norm(x))
+        return (x, kept[0]) if need_weights else x
+
+
+class DecoderLM(_lib_lm.DecoderLM):
+    def forward(self, input_ids, kv_caches=None, *, attention="naive"):
+        input_ids = _lib_lm.check_token_ids("input_ids", input_ids, vocab_size=self.vocab_size, max_len=self.max_len)
+        caches = list(kv_caches) if kv_caches is not None else [None] * len(self.layers)
+        past = caches[0].seq_len if caches[0] is not None else 0
+        mask = self._mask(input_ids.shape[-1], past, input_ids.device)
+        x = reduce(lambda h, pair: pair[0](h, pair[1], attn_mask=mask, backend=attention, tile_size=self.tile_size),
+                   zip(self.layers, caches), self.embed(input_ids))
+        return self.lm_head(self.norm(x))
+'''
+
+
+def test_lm_checks_accept_a_differently_written_right_answer(tmp_path):
+    pkg = tmp_path / "my_attn"
+    shutil.copytree(SOLVED, pkg)
+    (pkg / "models" / "lm.py").write_text(OTHER_LM)
+    s = _status(pkg)
+    assert s["LMBlock"].status == "passes", s["LMBlock"].message
+    assert s["DecoderLM"].status == "passes", s["DecoderLM"].message
+
+
+def test_use_mine_builds_every_decoder_from_the_learners_blocks_but_keeps_attn_libs_decoder_class():
+    from attn_lib.course.capstone import TinyDecoder
+
+    statuses = {s.piece.name: s for s in mine.use_mine(SOLVED, quiet=True)}
+    import my_attn.mha as M
+    import my_attn.models.lm as LM
+
+    assert statuses["DecoderLM"].status == "passes" and not statuses["DecoderLM"].piece.replaces
+    model = TinyDecoder(17, d_model=16, num_heads=2, num_kv_heads=1, num_layers=1)
+    assert isinstance(model, attn_lib.models.lm.DecoderLM) and attn_lib.models.lm.DecoderLM is not LM.DecoderLM
+    assert type(model.layers[0]) is LM.LMBlock and type(model.layers[0].attn) is M.MultiHeadAttention

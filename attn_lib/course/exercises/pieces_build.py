@@ -1,5 +1,6 @@
 """The checks of the class pieces of the learner's stack (issue 34): notebook 01's ``BPETokenizer`` (train, encode,
-decode), notebook 05's ``MultiHeadAttention`` and notebook 07's ``EncoderBlock`` / ``DecoderBlock``.
+decode), notebook 05's ``MultiHeadAttention``, notebook 07's ``EncoderBlock`` / ``DecoderBlock`` and notebook 10's
+``LMBlock`` / ``DecoderLM``.
 
 Each is a class piece: the learner's class subclasses attn_lib's (whose ``__init__`` creates the submodules, so
 ``from_torch``, ``from_hf``, checkpoints and every attn_lib model that builds one keep working on it) and writes
@@ -23,17 +24,19 @@ import torch
 
 import attn_lib.mha as _mha
 import attn_lib.models.blocks as _blocks
+import attn_lib.models.lm as _lm
 import attn_lib.tokenization as _tok
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.course.exercises.pieces import Piece, _watched_call
 
 __all__ = ["PIECES", "check_piece_bpe_tokenizer", "check_piece_multi_head_attention", "check_piece_encoder_block",
-           "check_piece_decoder_block"]
+           "check_piece_decoder_block", "check_piece_lm_block", "check_piece_decoder_lm"]
 
 # attn_lib's own classes, held in a dict: use_mine() swaps module attributes that ARE attn_lib's class for the
 # learner's, and the reference of a check must stay attn_lib's.
 _REF = {"MultiHeadAttention": _mha.MultiHeadAttention, "EncoderBlock": _blocks.EncoderBlock,
-        "DecoderBlock": _blocks.DecoderBlock, "BPETokenizer": _tok.BPETokenizer}
+        "DecoderBlock": _blocks.DecoderBlock, "BPETokenizer": _tok.BPETokenizer,
+        "LMBlock": _lm.LMBlock, "DecoderLM": _lm.DecoderLM}
 _F = torch.nn.functional
 _FUSED = {_F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
           _F.multi_head_attention_forward: "torch.nn.functional.multi_head_attention_forward"}
@@ -133,8 +136,9 @@ class _Refuse:
 
 
 def _call_mine(owner: str, fn, inputs: dict, watched: dict | None = None, what: str = ""):
-    """``call(fn, inputs)`` (or ``_watched_call``) refusing attn_lib's ``owner.forward`` inside it."""
-    with _Refuse(_REF[owner], owner):
+    """``call(fn, inputs)`` (or ``_watched_call``) refusing attn_lib's ``owner.forward`` (and DecoderLM's ``_run``)
+    inside it."""
+    with _Refuse(_REF[owner], owner, ("forward", "_run") if owner == "DecoderLM" else ("forward",)):
         if watched:
             return _watched_call(fn, inputs, watched, what)
         return call(fn, inputs)
@@ -655,6 +659,139 @@ def check_piece_decoder_block(cls) -> CheckResult:
     return run_check("DecoderBlock", trials)
 
 
+# ----------------------------------------------------------------------------------------------------- 10
+_LM_CONFIGS = (dict(d_model=16, num_heads=4, num_kv_heads=2, d_ff=24, rope_base=10000.0),
+               dict(d_model=16, num_heads=2, num_kv_heads=1, d_ff=20, rope_base=500.0, ffn="swiglu", head_dim=6))
+
+
+def _lm_block_pair(cls, t, config):
+    g = fresh_generator("LMBlock", t)
+    c = dict(config)
+    args = (c.pop("d_model"), c.pop("num_heads"), c.pop("num_kv_heads"), c.pop("d_ff"), c.pop("rope_base"))
+    with torch.random.fork_rng():
+        torch.manual_seed(int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g)))
+        ref = _REF["LMBlock"](*args, **c).double().eval()
+        with torch.no_grad():  # RMSNorm weights start at 1: make them matter
+            for norm in (ref.norm1, ref.norm2):
+                norm.weight.copy_(1 + 0.3 * torch.randn(norm.weight.shape, generator=g, dtype=torch.float64))
+    return g, ref, _twin(cls, ref, *args, **c)
+
+
+def _lm_block_by_hand(b, x, *, causal=True, pre_norm=True, ffn_residual=True):
+    if pre_norm:
+        x = x + b.attn(b.norm1(x), is_causal=causal)[0]
+        return (x if ffn_residual else 0) + b.ffn(b.norm2(x))
+    x = b.norm1(x + b.attn(x, is_causal=causal)[0])
+    return b.norm2(x + b.ffn(x))
+
+
+def check_piece_lm_block(cls) -> CheckResult:
+    """my_attn.models.lm.LMBlock against attn_lib's with copied weights, float64: x (B, L, D) -> (B, L, D), GELU and
+    SwiGLU, grouped-query heads, the weights (B, H, L, S) with need_weights, an attn_mask (attend="self"'s diagonal),
+    and a KV cache fed in two chunks (equal to attn_lib's block with its own cache, and to the full forward).
+
+    It fails when the learner's forward calls attn_lib's LMBlock.forward.
+    Raises: nothing; a wrong answer is a failed CheckResult with a hint (pre-norm, causal, residuals, the cache).
+    Source: Touvron et al. 2023 (LLaMA), §2.2; attn_lib.models.lm.LMBlock.
+    """
+    from attn_lib.kv_cache import KVCache
+
+    def trials():
+        n = 0
+        for t, config in enumerate(_LM_CONFIGS):
+            g, ref, mine = _lm_block_pair(cls, t, config)
+            x = _randn(g, 2, 5, config["d_model"])
+            with torch.no_grad():
+                want = ref(x)
+                got = _call_mine("LMBlock", lambda x_: mine(x_), {"x": x})
+                expect_close(got, want, what=f"the output of the LMBlock ({config})", atol=1e-10, rtol=1e-8,
+                             dtype=torch.float64, wrong_answers=[
+                                 (_lm_block_by_hand(ref, x, causal=False), "the attention must be causal: "
+                                                                           "is_causal=True."),
+                                 (_lm_block_by_hand(ref, x, pre_norm=False), "LMBlock is pre-norm: x + attn(norm1(x)),"
+                                                                             " then x + ffn(norm2(x)); you normalised "
+                                                                             "after the residual (post-norm)."),
+                                 (_lm_block_by_hand(ref, x, ffn_residual=False),
+                                  "the residual around the feed-forward is missing: x = x + ffn(norm2(x)).")])
+                want, want_w = ref(x, need_weights=True)
+                got = _call_mine("LMBlock", lambda x_: mine(x_, need_weights=True), {"x": x})
+                if not isinstance(got, (tuple, list)) or len(got) != 2:
+                    raise Mismatch("with need_weights=True, LMBlock.forward returns (x, weights).")
+                expect_close(got[1], want_w, what="the weights (need_weights=True)", atol=1e-10, rtol=1e-8)
+                diag = torch.eye(5, dtype=torch.bool)
+                want = ref(x, attn_mask=diag)
+                got = _call_mine("LMBlock", lambda x_, m_: mine(x_, attn_mask=m_), {"x": x, "attn_mask": diag})
+                expect_close(got, want, what="the output with attn_mask (the diagonal: each token sees itself)",
+                             atol=1e-10, rtol=1e-8, wrong_answers=[(ref(x), "pass attn_mask on to the attention.")])
+                full = ref(x)
+                ref_cache, my_cache = KVCache(), KVCache()
+                for lo, hi in ((0, 3), (3, 5)):
+                    want = ref(x[:, lo:hi], ref_cache)
+                    got = _call_mine("LMBlock", lambda x_: mine(x_, my_cache), {"x": x[:, lo:hi]})  # the cache grows
+                    expect_close(got, want, what=f"the output for tokens {lo}..{hi - 1} fed with a KV cache",
+                                 atol=1e-10, rtol=1e-8, wrong_answers=[
+                                     (ref(x[:, lo:hi]), "pass kv_cache on to the attention: the new tokens must "
+                                                        "attend to the cached ones.")])
+                    expect_close(got, full[:, lo:hi], what="cached decoding against the full forward", atol=1e-10,
+                                 rtol=1e-8)
+            n += 4
+        return n
+
+    return run_check("LMBlock", trials)
+
+
+def check_piece_decoder_lm(cls) -> CheckResult:
+    """my_attn.models.lm.DecoderLM's forward against attn_lib's with copied weights, float64: logits (B, L, V) for
+    input_ids (B, L) int64, causal and attend="self", attention="tiled", and decoding with KV caches in two chunks.
+
+    It fails when the learner's forward calls attn_lib's DecoderLM.forward (or its _run).
+    Raises: nothing; a wrong answer is a failed CheckResult with a hint (final norm, the mask, the caches).
+    Source: Radford et al. 2019 (GPT-2) and Touvron et al. 2023 (LLaMA), §2.2; attn_lib.models.lm.DecoderLM.
+    """
+    def trials():
+        n = 0
+        for t, (attend, attention) in enumerate((("causal", "naive"), ("self", "naive"), ("causal", "tiled"))):
+            g = fresh_generator("DecoderLM", t)
+            kwargs = dict(d_model=16, num_heads=4, num_kv_heads=2, num_layers=2, attend=attend, tile_size=2)
+            with torch.random.fork_rng():
+                torch.manual_seed(int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g)))
+                ref = _REF["DecoderLM"](13, **kwargs).double().eval()
+                with torch.no_grad():
+                    ref.norm.weight.copy_(1 + 0.3 * torch.randn(16, generator=g, dtype=torch.float64))
+            mine = _twin(cls, ref, 13, **kwargs)
+            ids = torch.randint(0, 13, (2, 6), generator=g)
+            with torch.no_grad():
+                want = ref(ids, attention=attention)
+            what = f"the logits (attend={attend!r}, attention={attention!r})"
+            with torch.no_grad():
+                got = _call_mine("DecoderLM", lambda i_: mine(i_, attention=attention), {"input_ids": ids})
+                x = ref.embed(ids)
+                for layer in ref.layers:
+                    x = layer(x, attn_mask=ref._mask(6, 0, ids.device))
+                wrong = [(ref.lm_head(x), "the final RMSNorm is missing: logits = lm_head(norm(x)).")]
+                if attend == "self":
+                    x = ref.embed(ids)
+                    for layer in ref.layers:
+                        x = layer(x)
+                    wrong.append((ref.lm_head(ref.norm(x)), "pass the model's mask (self._mask(L, past, device)) to "
+                                                            "every layer as attn_mask: attend=\"self\" needs it."))
+                expect_close(got, want, what=what, atol=1e-10, rtol=1e-8, dtype=torch.float64, wrong_answers=wrong)
+                if attention == "naive":
+                    ref_caches, my_caches = ref.new_kv_caches(), mine.new_kv_caches()
+                    for lo, hi in ((0, 4), (4, 6)):
+                        want = ref(ids[:, lo:hi], ref_caches)
+                        got = _call_mine("DecoderLM", lambda i_: mine(i_, my_caches),  # the caches grow
+                                         {"input_ids": ids[:, lo:hi]})
+                        expect_close(got, want, what=f"the logits of tokens {lo}..{hi - 1} with KV caches",
+                                     atol=1e-10, rtol=1e-8, wrong_answers=[
+                                         (ref(ids[:, lo:hi]), "pass each layer its own cache, kv_caches[i]: the new "
+                                                              "tokens attend to the cached ones.")])
+            n += 1
+        return n
+
+    return run_check("DecoderLM", trials)
+
+
 # ----------------------------------------------------------------------------------------------------- registry
 PIECES: tuple[Piece, ...] = (
     # Class pieces: the learner's class subclasses attn_lib's and writes the methods named in its stub, so it replaces
@@ -666,4 +803,10 @@ PIECES: tuple[Piece, ...] = (
     Piece("mha", "MultiHeadAttention", "05", "2 · The mechanics, shape by shape", check_piece_multi_head_attention),
     Piece("models.blocks", "EncoderBlock", "07", "3 · One model, three kinds of attention", check_piece_encoder_block),
     Piece("models.blocks", "DecoderBlock", "07", "3 · One model, three kinds of attention", check_piece_decoder_block),
+    # LMBlock replaces attn_lib's: every DecoderLM (TinyDecoder included) builds its layers through the name LMBlock,
+    # so notebook 10 trains a decoder of the learner's blocks on the learner's MultiHeadAttention and SDPA.
+    Piece("models.lm", "LMBlock", "10", "2 · The model", check_piece_lm_block),
+    # DecoderLM is checked, not swapped in (replaces=False): TinyDecoder and the notebooks' isinstance(model, DecoderLM)
+    # are attn_lib's class, and a DecoderLM already runs on the learner's layers through LMBlock.
+    Piece("models.lm", "DecoderLM", "10", "2 · The model", check_piece_decoder_lm, replaces=False),
 )
