@@ -27,8 +27,8 @@ PACKAGE = "my_attn"
 
 
 # The modules that define pieces: each has PIECES, a tuple of Piece, in the course's order.
-_PIECE_MODULES = ("attn_lib.course.exercises.pieces",
-                  "attn_lib.course.exercises.pieces_modern", "attn_lib.course.exercises.pieces_fast")
+_PIECE_MODULES = ("attn_lib.course.exercises.pieces", "attn_lib.course.exercises.pieces_build",
+                  "attn_lib.course.exercises.pieces_fast", "attn_lib.course.exercises.pieces_modern")
 
 
 def _all_pieces() -> tuple[Piece, ...]:
@@ -198,12 +198,11 @@ def use_mine(path=None, *, quiet: bool = False) -> list[PieceStatus]:
     use_attn_lib()
     statuses = check_mine(path)
     _core_modules()
-    mine = sys.modules[PACKAGE]
     yours = []
     for s in statuses:
         if s.status == "passes" and s.piece.replaces:
             original = getattr(importlib.import_module(f"attn_lib.{s.piece.module}"), s.piece.name)
-            _replace_everywhere(original, getattr(getattr(mine, s.piece.module), s.piece.name))
+            _replace_everywhere(original, getattr(importlib.import_module(f"{PACKAGE}.{s.piece.module}"), s.piece.name))
         if s.status == "passes":
             yours.append(s.piece.name)
     if not quiet:

@@ -1,0 +1,1 @@
+"""The models, solved (notebook 07)."""
