@@ -3,7 +3,8 @@
 1. release every course notebook (nbgrader generate_assignment) and check the student version cell by cell;
 2. synthetic students submit notebook 03: correct ones graded before and after the others (``a_correct_first``,
    ``-z_correct_last é``), typical wrong answers, a raising and a looping function, edited locked cells, patched
-   checks, and the attackers of issue 24 (``x1``-``x4``), each attack in more than one form;
+   checks, the attackers of issue 24 (``x1``-``x4``), each attack in more than one form, and the CPU hog of
+   issue 41 (``-x5_hog``: 60 busy children in sessions of their own, graded beside ``-z_correct_last é``);
 3. autograde them in one run (``jobs=2``), then again (resume, stale points);
 4. assert the gradebook CSV cell by cell, nbgrader's gradebook, the feedback pages, and that no attacker reached
    anything or left a process or a file behind.
@@ -393,6 +394,103 @@ def _sandbox_processes() -> list[int]:
     return pids
 
 
+# ---- the CPU hog (issue 41 §4): 60 busy children, each in a session of its own, beside an honest classmate.
+# It stops by itself: its children spin at most 60 s from the fork and never past an absolute time written into the
+# submission (60 s after it is written), so the notebook graded again from the top (its own starved first cell runs
+# past the hard time limit) adds only seconds; its waiting cells keep its sandbox, and so the children, alive while
+# the classmates beside it are graded.
+HOG_NAME = "attn-hog-41"  # the children's /proc/<pid>/comm: how the test finds them
+HOG = '''\
+import os, time
+_until = min(time.time() + 60, {hard_end})
+for _ in range(60):
+    try:
+        pid = os.fork()
+    except OSError:                      # the sandbox's process limit
+        break
+    if pid == 0:
+        try:
+            os.setsid()                  # out of the notebook's session and process group
+            with open("/proc/self/comm", "w") as f:
+                f.write("{name}")
+            while time.time() < _until:  # busy
+                pass
+        finally:
+            os._exit(0)
+'''
+HOG_WAIT = "import time\ntime.sleep(max(0, min(20, _until - time.time())))\n"
+
+
+def _add_cell_first(source):
+    def edit(nb):  # before the notebook's first code cell
+        i = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code")
+        nb["cells"].insert(i, {"cell_type": "code", "metadata": {}, "source": source, "outputs": [],
+                               "execution_count": None})
+    return edit
+
+
+def _hog_processes() -> list[int]:
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and Path(f"/proc/{pid}/comm").read_text().strip() == HOG_NAME:
+                pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
+class HogWatch:
+    """Samples the hog's children twice a second while autograde runs: how many are running, whether each leads a
+    session of its own, the CPU each has used, and the cgroups (v1: cpu, memory, pids; v2: its one path) each was
+    in when it was first seen running; ``timeline`` keeps (time, running, cgroup paths) for the report."""
+
+    def __init__(self):
+        import threading
+
+        self.samples: list[tuple[float, int]] = []  # (time, children running)
+        self.first: dict[int, dict[str, str]] = {}  # pid -> {controller ("" in v2): cgroup path} when first seen
+        self.timeline: list[tuple[float, int, set]] = []
+        self.own_session = True
+        self.ticks: dict[int, int] = {}             # pid -> utime + stime, in clock ticks
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        while not self._stop.wait(0.5):
+            running, paths = 0, set()
+            for pid in _hog_processes():
+                try:
+                    stat = Path(f"/proc/{pid}/stat").read_text()
+                    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                except OSError:
+                    continue
+                fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, session, ... utime (11), stime (12)
+                self.ticks[pid] = max(self.ticks.get(pid, 0), int(fields[11]) + int(fields[12]))
+                if fields[0] in "ZX":
+                    continue
+                running += 1
+                self.own_session &= fields[3] == str(pid)
+                groups = {}
+                for line in lines:
+                    _, controllers, path = line.split(":", 2)
+                    for c in controllers.split(",") if controllers else ([""] if len(lines) == 1 else []):
+                        if c in ("cpu", "memory", "pids", ""):
+                            groups[c] = path
+                self.first.setdefault(pid, groups)
+                paths |= set(groups.values())
+            self.samples.append((time.monotonic(), running))
+            self.timeline.append((time.monotonic(), running, paths))
+
+
 @pytest.fixture(scope="module")
 def graded(course):
     tmp, assignments = course
@@ -435,18 +533,39 @@ def graded(course):
     _submission(tmp, "x4_flood", solutions, edit=_edits(_add_cell_after("check_attention", FLOOD),
                                                         _add_cell_after("check_attention", HIDDEN_SCRIPT_MD, "markdown")))
     _submission(tmp, "-z_correct_last é", solutions)
+    # x5: the CPU hog; its name sorts first, so it is graded from the start beside "-z_correct_last é" (JOBS=2),
+    # and the classmates after that one on the other job while it lasts
+    hog = HOG.format(hard_end=round(time.time() + 60), name=HOG_NAME)
+    _submission(tmp, "-x5_hog", solutions, edit=_edits(_add_cell_first(hog),
+                                                      *[_add_cell_after(k, HOG_WAIT) for k in KEYS[:3]]))
     hostile_entries(tmp)
     victim = tmp / "submissions" / "a_correct_first" / NB / f"{NB}.ipynb"
     victim_bytes = victim.read_bytes()
     before_tmp = set(Path(tempfile.gettempdir()).iterdir())
+    import classroom.autograde as ag
+
+    original, spans = ag.grade_one_notebook, {}
+
+    def timed(student, *args, **kwargs):  # when each student's grading ran, to set beside the hog's
+        start = time.monotonic()
+        try:
+            return original(student, *args, **kwargs)
+        finally:
+            spans[student] = (start, time.monotonic())
+
     started = time.monotonic()
-    rows = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=600, jobs=2)
+    ag.grade_one_notebook = timed
+    try:
+        with HogWatch() as watch:
+            rows = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=600, jobs=2)
+    finally:
+        ag.grade_one_notebook = original
     print(f"autograde of {len(rows)} students: {time.monotonic() - started:.0f} s")
     with (tmp / "grades" / "gradebook.csv").open() as f:
         table = {uncell(r["student"]): r for r in csv.DictReader(f)}  # "'-z...": a formula-looking id, quoted
     time.sleep(9)  # the daemons' first write would come 8 s after they started
     left = [p for p in set(Path(tempfile.gettempdir()).iterdir()) - before_tmp if p.name.startswith("attn-")]
-    return tmp, rows, table, deleted["id"], victim_bytes, left
+    return tmp, rows, table, deleted["id"], victim_bytes, left, (watch, spans)
 
 
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
@@ -475,7 +594,7 @@ def hostile_entries(tmp: Path) -> None:
 
 
 def test_hostile_entries_are_one_students_error_each(graded):
-    tmp, rows, table, _, _, _ = graded
+    tmp, rows, table, *_ = graded
     for student in ("h_link", "h_fifo", "@A1"):
         assert (table[student]["total"], table[student]["failed"]) == ("0", ";".join(KEYS)), student
         assert "could not grade" in table[student]["flags"]
@@ -512,7 +631,7 @@ def test_gradebook_header(graded):
     ("x4_flood", [1, 1, 1, 1], []),
 ])
 def test_gradebook_cell_by_cell(graded, student, points, flags):
-    _, _, table, deleted, _, _ = graded
+    _, _, table, deleted, *_ = graded
     row = table[student]
     assert row["notebook"] == NB
     points = [p * w for p, w in zip(points, WEIGHTS)]  # passed (1) or not (0), times the check's weight
@@ -530,7 +649,7 @@ def test_gradebook_cell_by_cell(graded, student, points, flags):
 def test_per_student_summary_and_canvas_export(graded):
     """grades/students.csv: one row per student (totals, per notebook, flags); grades/canvas.csv: Canvas's import
     columns, a Points Possible row, the same points."""
-    tmp, _, table, _, _, _ = graded
+    tmp, _, table, *_ = graded
     with (tmp / "grades" / "students.csv").open() as f:
         students = {uncell(r["student"]): r for r in csv.DictReader(f)}
     assert set(students) == set(table)
@@ -574,7 +693,7 @@ def test_canvas_export_matches_a_canvas_roster(tmp_path):
 
 
 def test_gradebook_db_has_the_grader_scores(graded):
-    tmp, rows, _, _, _, _ = graded
+    tmp, rows, *_ = graded
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{tmp / 'course' / 'gradebook.db'}") as gb:
@@ -585,7 +704,7 @@ def test_gradebook_db_has_the_grader_scores(graded):
 
 
 def test_attackers_reach_nothing_and_leave_nothing(graded):
-    tmp, rows, table, _, victim_bytes, _ = graded
+    tmp, rows, table, _, victim_bytes, *_ = graded
     assert (tmp / "submissions" / "a_correct_first" / NB / f"{NB}.ipynb").read_bytes() == victim_bytes
     page = (tmp / "grades" / "feedback" / "x1_escape" / "index.html").read_text()
     found = re.search(r"FOUND (\d+) \[(.*?)\]", html_unescape(page))
@@ -594,6 +713,45 @@ def test_attackers_reach_nothing_and_leave_nothing(graded):
     assert _sandbox_processes() == []
     assert graded[5] == []  # the grader's own temporary folders are gone too
 
+
+def test_cpu_hog_is_held_to_its_sandbox_and_the_classmate_beside_it_keeps_full_points(graded):
+    """Issue 41 §4: x5's 60 busy children, each in a session of its own, ran while the honest "-z_correct_last é"
+    was graded beside it (JOBS=2); each was in its sandbox's cgroup (cpu, memory and pids alike), under its quota
+    of one core; the honest classmates kept full points and no time-out flag; nothing of the hog is left."""
+    from classroom.sandbox import Cgroup
+
+    tmp, rows, table, *_, (watch, spans) = graded
+    if Cgroup.mode() is None:
+        pytest.skip("no writable cgroups here: autograde grades one submission at a time (test_sandbox_is_one_cgroup)")
+    most = max(n for _, n in watch.samples)
+    assert most >= 50, most  # 60 asked; the sandbox's limit of 64 processes holds the rest
+    assert watch.own_session
+    start, end = spans["-z_correct_last é"]
+    assert spans["-x5_hog"][0] < start + 5  # graded from the start, side by side
+    during = [n for t, n in watch.samples if start <= t <= end]
+    share = sum(n >= 50 for n in during) / len(during)
+    t0 = spans["-x5_hog"][0]
+    print(f"\nhog: {most} children; -z_correct_last é graded in {end - start:.0f} s beside it, the hog spinning in "
+          f"{100 * share:.0f} % of that; the hog graded in {spans['-x5_hog'][1] - t0:.0f} s; flags "
+          f"{table['-x5_hog']['flags']!r}; timeline (s, running, cgroups): "
+          f"{[(round(t - t0), n, sorted(g)) for t, n, g in watch.timeline[::10]]}")
+    assert share >= 0.5 and during[-1] >= 50, (share, during)  # its last checks, at least, beside the hog
+    # every child, when first seen running, was in its sandbox's cgroup in each hierarchy (v1) or in v2
+    for pid, groups in watch.first.items():
+        assert set(groups) in ({"cpu", "memory", "pids"}, {"cpu", "memory"}, {""}), (pid, groups)
+        assert len(set(groups.values())) == 1, (pid, groups)
+        assert re.fullmatch(r"/attn-sandbox-\d+-\d+", next(iter(groups.values()))), (pid, groups)
+    # under one core: the CPU its children used is at most the time they ran (plus a sampling interval)
+    spinning = [t for t, n in watch.samples if n]
+    used = sum(watch.ticks.values()) / os.sysconf("SC_CLK_TCK")
+    ran = spinning[-1] - spinning[0] + 1.5
+    print(f"hog's children: {used:.1f} CPU seconds in {ran:.0f} s, sandboxes "
+          f"{sorted({g for groups in watch.first.values() for g in groups.values()})}")
+    assert used <= 1.1 * ran + 1, (used, ran)
+    for honest in ("-z_correct_last é", "a_correct_first"):
+        assert (int(table[honest]["total"]), table[honest]["flags"]) == (MAX, ""), table[honest]
+    assert _hog_processes() == []
+    assert not list(Path("/sys/fs/cgroup").glob("*/attn-sandbox-*")) + list(Path("/sys/fs/cgroup").glob("attn-sandbox-*"))
 
 def html_unescape(s):
     import html
@@ -604,10 +762,10 @@ def html_unescape(s):
 def test_feedback_is_escaped_capped_and_names_the_hint(graded):
     tmp = graded[0]
     page = (tmp / "grades" / "feedback" / "s2_wrong" / "index.html").read_text()
-    assert "check_attention_weights</td><td>0 / 3" in page
+    assert f"check_attention_weights</td><td>0 / {source.IMPLEMENTATION_POINTS}" in page
     assert "missing 1/sqrt(d_k) scale" in page and "1/sqrt(d_model)" in page
     x1 = (tmp / "grades" / "feedback" / "x1_escape" / "index.html").read_text()  # exercise 2's bias, scaled too
-    assert "check_attention</td><td>0 / 3" in x1 and "you added the bias before scaling" in x1
+    assert f"check_attention</td><td>0 / {source.IMPLEMENTATION_POINTS}" in x1 and "you added the bias before scaling" in x1
     s3 = (tmp / "grades" / "feedback" / "s3_raises_loops" / "index.html").read_text()
     assert "I give up" in s3
     flood = tmp / "grades" / "feedback" / "x4_flood" / "index.html"
@@ -630,7 +788,7 @@ def test_predictions_graded_on_completion_without_the_answers(graded):
 
 
 def test_regrade_resumes_and_never_keeps_stale_points(graded):
-    tmp, rows, _, _, _, _ = graded
+    tmp, rows, *_ = graded
     (tmp / "submissions" / "-z_correct_last é" / NB / f"{NB}.ipynb").write_text('{"cells": 3')  # cannot be graded
     started = time.monotonic()
     rows2 = autograde(tmp / "submissions", tmp / "course", tmp / "grades", student_timeout=600, jobs=2)
@@ -944,6 +1102,59 @@ def test_sandbox_is_one_cgroup(course, tmp_path, monkeypatch, capsys):
     tmp, _ = course
     autograde(tmp_path / "empty", tmp / "course", tmp_path / "grades", jobs=2)
     assert "grading one submission at a time (JOBS=2 asked)" in capsys.readouterr().err
+
+
+MEMORY_HOG = '''\
+import os, time
+kids = []
+for _ in range(3):                      # each child alone stays under the per-process limit (RLIMIT_AS)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            block = b"x" * (800 << 20)  # written, so resident
+            time.sleep(4)               # held while the others fill theirs
+            os._exit(0)
+        except MemoryError:
+            os._exit(3)
+        finally:
+            os._exit(4)
+    kids.append(pid)
+print("statuses", [os.waitpid(p, 0)[1] for p in kids])
+'''
+
+
+def test_sandbox_memory_is_limited_as_a_whole(tmp_path):
+    """Issue 41 §4: three children of one cell each fill 800 MB, each under the sandbox's limit of 2 GiB per
+    process but 2.4 GB together: the sandbox's one memory limit stops them (the kernel kills one in the cgroup),
+    where a limit per process (RLIMIT_AS) alone let three children hold 10.5 GB."""
+    from classroom import sandbox
+
+    if sandbox.Cgroup.mode() is None:
+        pytest.skip("no writable cgroups on this machine (autograde grades one submission at a time)")
+    lib = sandbox.library_dir(tmp_path)
+    box = sandbox.Sandbox(lib, limits=sandbox.Limits(memory_bytes=2 * 1024 ** 3))
+    try:
+        cg = box.cgroup
+        box.send({"cells": [{"kind": "code", "grade_id": None, "source": MEMORY_HOG}], "skip": [], "serve": [],
+                  "cell_timeout": 60})
+        assert box.receive(timeout=120)[0]["ev"] == "ready" and box.receive(timeout=30)[0]["ev"] == "start"
+        try:
+            record = box.receive(timeout=90)[0]
+            output = record.get("output", "")
+        except Exception as e:  # noqa: BLE001 - the kernel may choose the notebook's own process
+            output = f"the notebook's process stopped ({type(e).__name__})"
+        mem = next((d for d in cg.dirs if (d / "memory.limit_in_bytes").exists() or (d / "memory.max").exists()))
+        if (mem / "memory.max_usage_in_bytes").exists():
+            peak = int((mem / "memory.max_usage_in_bytes").read_text())
+            killed = int((mem / "memory.oom_control").read_text().split("oom_kill ")[1].split()[0])
+        else:
+            peak = int((mem / "memory.peak").read_text()) if (mem / "memory.peak").exists() else 0
+            killed = int((mem / "memory.events").read_text().split("oom_kill ")[1].split()[0])
+    finally:
+        box.kill()
+    print(f"\n{output.strip()}; peak {peak / 1024 ** 3:.2f} GiB, {killed} killed by the sandbox's limit")
+    assert killed >= 1 and peak <= 2 * 1024 ** 3, (killed, peak, output)
+    assert "statuses [0, 0, 0]" not in output
 
 
 def _grader_processes() -> list[int]:
