@@ -118,6 +118,8 @@ def train_char_model(*, seed: int = 0, gated: bool = False, steps: int = 200, se
     """
     from tqdm.auto import tqdm
 
+    from attn_lib.course.train import single_thread
+
     check_bool("gated", gated)
     check_bool("progress", progress)
     check_int("steps", steps, minimum=1)
@@ -130,13 +132,14 @@ def train_char_model(*, seed: int = 0, gated: bool = False, steps: int = 200, se
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     model.train()
     bar = tqdm(range(steps), desc="gated" if gated else "plain", disable=not progress)
-    for _ in bar:
-        x, y = bos_windows(stream, 16, check_int("seq_len", seq_len, minimum=2), bos, gen)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+    with single_thread():  # as every training loop of the course: tiny matrices, one thread (attn_lib.course.train)
+        for _ in bar:
+            x, y = bos_windows(stream, 16, check_int("seq_len", seq_len, minimum=2), bos, gen)
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
     bar.close()
     return model.eval(), stream, bos
 

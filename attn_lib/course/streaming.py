@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from attn_lib._checks import (TOKEN_ID_DTYPES, check_generator, check_int, check_number, check_tensor, check_token_ids,
                               shape_of)
 from attn_lib.course.capstone import TinyDecoder
+from attn_lib.course.train import single_thread
 from attn_lib.gqa import grouped_query_attention
 from attn_lib.kv_cache import _check_chunk
 from attn_lib.masks import causal_mask
@@ -200,12 +201,13 @@ def train_sink_model(*, seed: int = 0, steps: int = 200, seq_len: int = 64, d_mo
     model = TinyDecoder(bos + 1, d_model=check_int("d_model", d_model, minimum=1), num_heads=4, num_kv_heads=2).float()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     model.train()
-    for _ in range(steps):
-        x, y = bos_windows(stream, 16, seq_len, bos, gen)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    with single_thread():  # as every training loop of the course: tiny matrices, one thread (attn_lib.course.train)
+        for _ in range(steps):
+            x, y = bos_windows(stream, 16, seq_len, bos, gen)
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
     return model.eval(), stream, bos
 
 
