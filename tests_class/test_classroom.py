@@ -1278,6 +1278,6 @@ def test_forged_records_are_not_believed(course):
     assert len(forged) == 1 and forged[0]["status"] == "forged", forged[0]["error"]
     assert not any("nothing to see here" in c["output"] + c["error"] for c in result["cells"])  # only its source
     assert any("sent a cell record it was not asked for" in f for f in result["flags"]), result["flags"]
-    assert result["scores"]["check_attention_weights"] == 3
+    assert result["scores"]["check_attention_weights"] == source.IMPLEMENTATION_POINTS
     assert "check_attention_weights: the graded function called the check's own reference, " \
            "attn_lib.attention.scaled_dot_product_attention" in result["flags"], result["flags"]
