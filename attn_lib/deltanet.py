@@ -130,6 +130,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
     check_choice("form", form, ("recurrent", "chunked"))
     C = check_int("chunk_size", chunk_size, minimum=1)
+    if key.shape[-1] == 0:  # the default scale E^-0.5 divides by it
+        raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
     Bt, H, L, E = key.shape
     if E == 0:
         raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
@@ -337,6 +339,8 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
     check_choice("form", form, ("recurrent", "chunked"))
     C = check_int("chunk_size", chunk_size, minimum=1)
+    if key.shape[-1] == 0:  # the default scale E^-0.5 divides by it
+        raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
     Bt, H, L, E = key.shape
     q = query * check_scale(scale, E)
     state = torch.zeros(Bt, H, E, value.shape[-1], dtype=value.dtype, device=value.device)
@@ -389,14 +393,19 @@ def kimi_delta_attention_forward(layer, hidden_states: torch.Tensor, *, form: st
         (B, L, hidden_size), the weights' dtype.
 
     Raises:
-        TypeError: hidden_states not a floating tensor; cache not a dict. ValueError: hidden_states not 3-D; an
-            unknown activation; and what :func:`kimi_delta_rule` raises. ``layer`` is not checked.
+        TypeError: hidden_states not a floating tensor; cache not a dict; layer without the submodules of
+            transformers' KimiDeltaAttention, or of another dtype than hidden_states. ValueError: hidden_states not
+            3-D; an unknown activation; and what :func:`kimi_delta_rule` raises.
 
     Source: transformers' ``KimiLinearDeltaAttention`` (models/kimi_linear); Kimi Team 2025, "Kimi Linear", §3.
     """
     check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
     if cache is not None and not isinstance(cache, dict):
         raise TypeError(f"cache must be None or a dict (empty before the first call), got {type(cache).__name__}")
+    _check_hf_layer("layer", layer, ("q_proj", "k_proj", "v_proj", "conv1d", "num_heads", "head_dim",
+                                      "conv_kernel_size", "conv_dim", "b_proj", "forget_gate", "g_a_proj", "g_b_proj",
+                                      "o_norm", "o_proj"),
+                    "a transformers KimiDeltaAttention layer", layer_weight="q_proj", x=hidden_states)
     act = getattr(layer, "activation", "silu")
     if act not in _ACTIVATIONS:
         raise ValueError(f"layer.activation must be one of {sorted(a for a in _ACTIVATIONS if a)} or None, got {act!r}")

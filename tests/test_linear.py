@@ -621,3 +621,16 @@ def test_kimi_delta_attention_layer_equals_transformers_in_full_and_decoding():
                 out = torch.cat([kimi_delta_attention_forward(layer, p, cache=cache) for p in x.split(sizes, 1)], 1)
                 assert (out - ref).abs().max() < 1e-5, sizes
                 assert cache["recurrent"].shape == (3, heads, 8, 8)
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    # second breaking pass (#38): E = 0 divided by zero in the default scale; a non-layer gave AttributeError
+    (lambda: __import__("attn_lib.deltanet", fromlist=["x"]).kimi_delta_rule(
+        *(torch.randn(1, 2, 5, 0),) * 2, torch.randn(1, 2, 5, 4), -torch.rand(1, 2, 5, 0), torch.rand(1, 2, 5)),
+     ValueError, "E >= 1"),
+    (lambda: __import__("attn_lib.deltanet", fromlist=["x"]).kimi_delta_attention_forward("x", torch.randn(1, 3, 4)),
+     TypeError, "KimiDeltaAttention"),
+])
+def test_second_pass_deltanet_refusals(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call()
