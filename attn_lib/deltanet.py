@@ -22,8 +22,8 @@ import types
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import (check_choice, check_finite, check_int, check_same_device, check_same_dtype, check_scale,
-                              check_tensor, shape_of)
+from attn_lib._checks import (check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
+                              check_scale, check_tensor, shape_of)
 from attn_lib.linear import _finite_result
 
 __all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltanet_forward", "in_float64",
@@ -41,12 +41,14 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         (..., E), the shape and dtype of x (an integer x comes back as float32, by torch's promotion).
 
     Raises:
-        nothing of its own (no checks: an inner helper of :func:`gated_deltanet_forward` and the recall models,
-        whose inputs are checked there); a non-tensor raises Python's TypeError.
+        TypeError: eps not a number. ValueError: eps NaN, infinite or < 0 (a negative eps gives NaN where Σx² < -eps).
+        x itself is not checked (an inner helper of :func:`gated_deltanet_forward` and the recall models, whose
+        inputs are checked there); a non-tensor raises Python's TypeError.
 
     Source: transformers' ``l2norm`` (models/qwen3_next/modeling_qwen3_next.py), flash-linear-attention's
     ``l2norm``.
     """
+    eps = check_number("eps", eps, minimum=0.0)
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 

@@ -159,7 +159,7 @@ class VariantAttention(nn.Module):
         rotary_dim: RoPE on the first rotary_dim dims of each head only (even, <= head_dim; default head_dim;
             Qwen3-Next: head_dim / 4, its ``partial_rotary_factor``).
 
-        norm_eps: the RMSNorms' epsilon (not checked). dtype: the weights' floating torch.dtype (None: float32);
+        norm_eps: the RMSNorms' epsilon, a finite number >= 0. dtype: the weights' floating torch.dtype (None: float32);
             ``forward``'s x must have it.
 
     Shapes: x (B, L, d_model) -> (B, L, d_model); queries (B, H, L, E), keys and values (B, Hkv, S, E) (here
@@ -212,6 +212,7 @@ class VariantAttention(nn.Module):
             self.k_proj = nn.Linear(d, Hkv * E, bias=bias, **f)
             self.v_proj = nn.Linear(d, Hkv * E, bias=bias, **f)
         self.o_proj = nn.Linear(H * E, d, bias=bias, **f)
+        norm_eps = check_number("norm_eps", norm_eps, minimum=0.0)  # < 0: NaN on a small head
         self.q_norm = nn.RMSNorm(E, eps=norm_eps, **f) if qk_norm else None
         self.k_norm = nn.RMSNorm(E, eps=norm_eps, **f) if qk_norm and not kv_shared else None
         self.v_norm = nn.RMSNorm(E, eps=norm_eps, elementwise_affine=False) if v_norm and not kv_shared else None

@@ -657,3 +657,10 @@ def _overflow_calls():
 def test_second_pass_overflow_on_finite_inputs_is_refused_not_nan(i):
     with pytest.raises(ValueError, match="overflows torch.float32"):  # each returned NaN/inf silently before
         _overflow_calls()[i]()
+
+
+@pytest.mark.parametrize("eps", [-1e-3, -1.0, float("nan")])
+def test_l2_normalize_refuses_a_negative_or_nan_eps(eps):
+    from attn_lib.deltanet import l2_normalize
+    with pytest.raises(ValueError, match="eps must be"):  # was NaN where the sum of squares < -eps
+        l2_normalize(torch.zeros(3), eps=eps)

@@ -402,3 +402,9 @@ if given is not None:
         x = torch.randn(2, sum(cuts), 16, dtype=torch.float64)
         with torch.no_grad():
             torch.testing.assert_close(_decode(m, x, cuts), m(x), **TOL)
+
+
+@pytest.mark.parametrize("norm_eps", [-1e-3, -1.0, float("nan")])
+def test_variant_attention_refuses_a_norm_eps_that_gives_nan(norm_eps):
+    with pytest.raises(ValueError, match="norm_eps must be"):  # was accepted; a zero head then gave NaN
+        VariantAttention(8, 2, 1, 4, qk_norm=True, norm_eps=norm_eps)
