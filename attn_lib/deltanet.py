@@ -22,8 +22,9 @@ import types
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import (check_choice, check_finite, check_int, check_same_device, check_same_dtype, check_scale,
-                              check_tensor, shape_of)
+from attn_lib._checks import (check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
+                              check_scale, check_tensor, shape_of)
+from attn_lib.linear import _finite_result
 
 __all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltanet_forward", "in_float64",
            "kimi_delta_rule", "kimi_delta_attention_forward"]
@@ -40,12 +41,14 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         (..., E), the shape and dtype of x (an integer x comes back as float32, by torch's promotion).
 
     Raises:
-        nothing of its own (no checks: an inner helper of :func:`gated_deltanet_forward` and the recall models,
-        whose inputs are checked there); a non-tensor raises Python's TypeError.
+        TypeError: eps not a number. ValueError: eps NaN, infinite or < 0 (a negative eps gives NaN where Σx² < -eps).
+        x itself is not checked (an inner helper of :func:`gated_deltanet_forward` and the recall models, whose
+        inputs are checked there); a non-tensor raises Python's TypeError.
 
     Source: transformers' ``l2norm`` (models/qwen3_next/modeling_qwen3_next.py), flash-linear-attention's
     ``l2norm``.
     """
+    eps = check_number("eps", eps, minimum=0.0)
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
@@ -77,6 +80,13 @@ def delta_rule_step(state, query, key, value, log_decay, beta):
     return (state * query[..., :, None]).sum(-2), state
 
 
+
+def _finite_pair(fn, out, state, *inputs):
+    """(out, state), refused when either is not finite although every input was (an overflow in their dtype)."""
+    _finite_result(fn, out, *inputs)
+    _finite_result(fn, state, *inputs)
+    return out, state
+
 def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, log_decay: torch.Tensor,
                      beta: torch.Tensor, *, form: str = "recurrent", chunk_size: int = 64, scale: float | None = None,
                      initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,6 +114,7 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
             chunked form subtracts cumulative sums, and -inf - -inf is NaN); log_decay > 0 somewhere;
             initial_state not (B, H, E, Ev); tensors on different devices; an unknown form; chunk_size < 1; scale
             NaN, infinite or <= 0; E = 0. L = 0 gives an empty output and the initial state.
+            An output or state that overflows the dtype on finite inputs.
 
     Source: Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks", §3; the chunked form is their chunkwise
     algorithm, the WY representation of Yang et al. 2024, "Parallelizing Linear Transformers with the Delta
@@ -130,6 +141,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
     check_choice("form", form, ("recurrent", "chunked"))
     C = check_int("chunk_size", chunk_size, minimum=1)
+    if key.shape[-1] == 0:  # the default scale E^-0.5 divides by it
+        raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
     Bt, H, L, E = key.shape
     if E == 0:
         raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
@@ -149,7 +162,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
             o, state = delta_rule_step(state, q[:, :, t], key[:, :, t], value[:, :, t], log_decay[:, :, t],
                                        beta[:, :, t])
             outs.append(o[:, :, None])
-        return torch.cat(outs, dim=2), state
+        return _finite_pair("gated_delta_rule", torch.cat(outs, dim=2), state,
+                            query, key, value, log_decay, initial_state)
     for s in range(0, L, C):
         qc, kc, vc = q[:, :, s:s + C], key[:, :, s:s + C], value[:, :, s:s + C]
         bc = beta[:, :, s:s + C, None]
@@ -166,7 +180,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         outs.append((qc * cum.exp()[..., None]) @ state + ((qc @ kc.transpose(-1, -2)) * decay) @ v_new)
         carry = (cum[..., -1:] - cum).exp()[..., None]  # decay from each position to the chunk's end
         state = cum[..., -1].exp()[..., None, None] * state + (kc * carry).transpose(-1, -2) @ v_new
-    return torch.cat(outs, dim=2), state
+    return _finite_pair("gated_delta_rule", torch.cat(outs, dim=2), state,
+                        query, key, value, log_decay, initial_state)
 
 
 # transformers' ACT2FN names the layer's ``activation`` (config.hidden_act) can hold, as torch functions
@@ -313,7 +328,8 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     Raises:
         TypeError: inputs not floating tensors or of different dtypes; form not a str; chunk_size not an int; scale
             not a number. ValueError: shapes other than the above; NaN or infinity; log_decay > 0 somewhere; an
-            unknown form; chunk_size < 1; scale NaN, infinite or <= 0; tensors on different devices.
+            unknown form; chunk_size < 1; scale NaN, infinite or <= 0; tensors on different devices; an E = 0;
+            an output or state that overflows the dtype on finite inputs.
 
     Source: Kimi Team 2025, "Kimi Linear: An Expressive, Efficient Attention Architecture"
     (https://arxiv.org/abs/2510.26692), §3 (KDA, fine-grained gating); equal to transformers'
@@ -337,6 +353,8 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
     check_choice("form", form, ("recurrent", "chunked"))
     C = check_int("chunk_size", chunk_size, minimum=1)
+    if key.shape[-1] == 0:  # the default scale E^-0.5 divides by it
+        raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
     Bt, H, L, E = key.shape
     q = query * check_scale(scale, E)
     state = torch.zeros(Bt, H, E, value.shape[-1], dtype=value.dtype, device=value.device)
@@ -352,7 +370,8 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
             delta = beta[:, :, t, None] * (value[:, :, t] - (key[:, :, t, None, :] @ state)[..., 0, :])
             state = state + key[:, :, t, :, None] * delta[..., None, :]  # the correction, written along k_t
             outs.append((q[:, :, t, None, :] @ state)[..., 0, :][:, :, None])  # read: Sᵀ q_t
-        return torch.cat(outs, dim=2), state
+        return _finite_pair("kimi_delta_rule", torch.cat(outs, dim=2), state,
+                            query, key, value, log_decay, initial_state)
     for s in range(0, L, C):
         qc, kc, vc, bc = q[:, :, s:s + C], key[:, :, s:s + C], value[:, :, s:s + C], beta[:, :, s:s + C, None]
         cum = log_decay[:, :, s:s + C].cumsum(2)  # (B, H, n, E): log decay from the chunk's start, per channel
@@ -368,7 +387,8 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         delta = u - w @ state  # the corrections, once the carried state is accounted for
         outs.append((qc * cum.exp()) @ state + qk @ delta)
         state = cum[:, :, -1, :, None].exp() * state + (kc * (cum[:, :, -1:] - cum).exp()).transpose(-1, -2) @ delta
-    return torch.cat(outs, dim=2), state
+    return _finite_pair("kimi_delta_rule", torch.cat(outs, dim=2), state,
+                        query, key, value, log_decay, initial_state)
 
 
 def kimi_delta_attention_forward(layer, hidden_states: torch.Tensor, *, form: str = "chunked",
@@ -389,14 +409,19 @@ def kimi_delta_attention_forward(layer, hidden_states: torch.Tensor, *, form: st
         (B, L, hidden_size), the weights' dtype.
 
     Raises:
-        TypeError: hidden_states not a floating tensor; cache not a dict. ValueError: hidden_states not 3-D; an
-            unknown activation; and what :func:`kimi_delta_rule` raises. ``layer`` is not checked.
+        TypeError: hidden_states not a floating tensor; cache not a dict; layer without the submodules of
+            transformers' KimiDeltaAttention, or of another dtype than hidden_states. ValueError: hidden_states not
+            3-D; an unknown activation; and what :func:`kimi_delta_rule` raises.
 
     Source: transformers' ``KimiLinearDeltaAttention`` (models/kimi_linear); Kimi Team 2025, "Kimi Linear", §3.
     """
     check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
     if cache is not None and not isinstance(cache, dict):
         raise TypeError(f"cache must be None or a dict (empty before the first call), got {type(cache).__name__}")
+    _check_hf_layer("layer", layer, ("q_proj", "k_proj", "v_proj", "conv1d", "num_heads", "head_dim",
+                                      "conv_kernel_size", "conv_dim", "b_proj", "forget_gate", "g_a_proj", "g_b_proj",
+                                      "o_norm", "o_proj"),
+                    "a transformers KimiDeltaAttention layer", layer_weight="q_proj", x=hidden_states)
     act = getattr(layer, "activation", "silu")
     if act not in _ACTIVATIONS:
         raise ValueError(f"layer.activation must be one of {sorted(a for a in _ACTIVATIONS if a)} or None, got {act!r}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import (check_callable, check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
+from attn_lib._checks import (all_finite, check_callable, check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
                               check_tensor, shape_of)
 from attn_lib._tiling import _value_scale
 
@@ -59,6 +59,17 @@ def _log_elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     """log φ(x) = log(elu(x) + 1): x for x < 0, log(1 + x) for x >= 0. Finite wherever x is."""
     return torch.where(x < 0, x, torch.log1p(x.clamp(min=0)))
 
+
+
+def _finite_result(fn: str, out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+    """Refuse an output that is not finite although every input was (an overflow in the inputs' dtype)."""
+    if not all_finite(out.detach()):
+        big = max((float(t.detach().abs().amax()) for t in inputs if t is not None and t.numel()), default=0.0)
+        raise ValueError(f"{fn} overflows {out.dtype} (max {torch.finfo(out.dtype).max:.3g}) on finite inputs: "
+                         f"the largest input entry is {big:.3g} (a cumulative log_decay of very negative values, or "
+                         f"large query/key/value); expected inputs of a moderate scale -- normalise them or compute "
+                         f"in float64")
+    return out
 
 def _check_qkv_seq(q, k, v, log_decay=None):
     for n, t in (("query", q), ("key", k), ("value", v)):
@@ -139,7 +150,8 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         ValueError: fewer than 2 dims; E = 0; query and key of different shapes; value not (..., L, Ev) with the
             key's (..., L); tensors on different devices; NaN or infinity in query, key, value or log_decay; log_decay not (..., L) or > 0 somewhere;
             an unknown form; chunk_size < 1; initial_state not (..., E, Ev) with the key's batch dims, not finite
-            or on another device; initial_state or return_state with the parallel form.
+            or on another device; initial_state or return_state with the parallel form; an output or state that
+            overflows the dtype on finite inputs (a cumulative log_decay beyond its range, or large query/key/value).
 
     Source: Katharopoulos et al. 2020 §3.3-3.4 (g = 0: causal linear attention without normaliser); Dao & Gu 2024
     (Mamba-2) §3-5 (the scalar-decay SSM as attention under the 1-semiseparable mask, and its chunked form).
@@ -163,7 +175,8 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         if initial_state is not None or return_state:
             raise ValueError("form='parallel' keeps no state: use form='recurrent' or 'chunked' with "
                              "initial_state / return_state")
-        return _masked_weights(query, key, log_decay.cumsum(-1)) @ value
+        return _finite_result("decayed_attention", _masked_weights(query, key, log_decay.cumsum(-1)) @ value,
+                              query, key, value, log_decay)
     state = initial_state if initial_state is not None else \
         torch.zeros(*key.shape[:-2], E, Ev, dtype=key.dtype, device=key.device)
     if L == 0:  # no position: an empty output, the state unchanged
@@ -182,7 +195,8 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
             outs.append(inter + _masked_weights(q, k, b) @ v)  # + the chunk itself, in parallel
             carry = (b[..., -1:] - b).exp()[..., None]  # decay from each position to the chunk's end
             state = b[..., -1].exp()[..., None, None] * state + (k * carry).transpose(-1, -2) @ v
-    out = torch.cat(outs, dim=-2)
+    out = _finite_result("decayed_attention", torch.cat(outs, dim=-2), query, key, value, log_decay, initial_state)
+    _finite_result("decayed_attention", state, query, key, value, log_decay, initial_state)
     return (out, state) if return_state else out
 
 

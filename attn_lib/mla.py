@@ -46,11 +46,11 @@ def rms_norm_from_hf(norm: nn.Module) -> nn.RMSNorm:
     """torch's ``nn.RMSNorm`` with the weight and eps of a transformers Llama-style RMSNorm (``w · x/rms(x)``).
 
     Raises:
-        TypeError: ``norm`` has no ``weight``.
+        TypeError: ``norm`` has no 1-D ``weight`` (e.g. an nn.Linear passed by mistake).
     """
     weight = getattr(norm, "weight", None)
-    if not isinstance(weight, torch.Tensor):
-        raise TypeError(f"norm must be a transformers RMSNorm with a weight, got {type(norm).__name__}")
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
+        raise TypeError(f"norm must be a transformers RMSNorm with a 1-D weight, got {type(norm).__name__}")
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
     new = nn.RMSNorm(weight.shape[0], eps=eps, device=weight.device, dtype=weight.dtype)
     with torch.no_grad():

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from attn_lib._checks import (check_bool, check_dtype, check_finite, check_int, check_number, check_rope_base,
-                              check_tensor, shape_of)
+                              check_same_device, check_tensor, shape_of)
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.masks import causal_mask
 from attn_lib.mla import MultiHeadLatentAttention
@@ -109,7 +109,8 @@ class LightningIndexer(nn.Module):
             (B, L, L) in x's dtype (transformers: float32 for a float32 model; see tests/test_sparse.py).
 
         Raises:
-            TypeError: not floating tensors, or not of the weights' dtype. ValueError: shapes that do not fit the sizes.
+            TypeError: not floating tensors, or not of the weights' dtype. ValueError: shapes that do not fit the sizes;
+            x and q_resid on different devices; NaN or inf in them; index scores that overflow the dtype.
         """
         check_tensor("x", x, floating=True, ndim=3)
         check_tensor("q_resid", q_resid, floating=True, ndim=3)
@@ -121,6 +122,9 @@ class LightningIndexer(nn.Module):
         for name, t in (("x", x), ("q_resid", q_resid)):
             if t.dtype != weight.dtype:
                 raise TypeError(f"{name} must have the indexer's dtype {weight.dtype}, got {t.dtype}")
+        check_same_device(x=x, q_resid=q_resid)
+        check_finite("x", x)
+        check_finite("q_resid", q_resid)
         B, L, _ = x.shape
         pos = torch.arange(L, device=x.device)
         q = self.wq_b(q_resid).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H_I, L, d_I)
@@ -129,7 +133,12 @@ class LightningIndexer(nn.Module):
         dots = torch.relu(q @ k[:, None].transpose(-1, -2) * self.head_dim ** -0.5)  # (B, H_I, L, L)
         w = self.weights_proj(x) * self.num_heads ** -0.5  # (B, L, H_I)
         index = (w.unsqueeze(-2) @ dots.transpose(1, 2)).squeeze(-2)  # (B, L, 1, H_I) @ (B, L, H_I, L) -> (B, L, L)
-        return index.masked_fill(~causal_mask(L, device=x.device), float("-inf"))
+        keep = causal_mask(L, device=x.device)
+        if not bool(torch.isfinite(index.detach()[..., keep]).all()):
+            raise ValueError(f"the index scores overflow {index.dtype} (max {torch.finfo(index.dtype).max:.3g}) on "
+                             f"finite x and q_resid (largest |x| {float(x.detach().abs().amax()):.3g}); expected "
+                             f"inputs of a moderate scale -- normalise them or compute in float64")
+        return index.masked_fill(~keep, float("-inf"))
 
     def select(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k keys of each query: ``(indices, valid)``, each (B, L, min(k, S)).

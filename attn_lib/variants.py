@@ -21,11 +21,14 @@ Shapes use the legend of :mod:`attn_lib.attention`.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 from attn_lib._checks import (check_bool, check_dtype, check_finite, check_int, check_number, check_rope_base,
-                              check_same_dtype, check_scale, check_tensor, claim_cache, shape_of)
+                              check_same_dtype, check_scale, check_tensor, claim_cache, scores_overflow_error,
+                              shape_of)
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.gqa import repeat_kv
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
@@ -86,7 +89,8 @@ def max_logit(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> f
 
     Raises:
         TypeError: not floating tensors, or of different dtypes; scale not a number. ValueError: fewer than 2 dims;
-        E differs; no query or no key (an empty tensor); scale NaN, infinite or <= 0. Not checked: leading dims
+        E differs; no query or no key (an empty tensor); scale NaN, infinite or <= 0; NaN or inf in q or k; scores
+        that overflow the dtype. Not checked: leading dims
         that do not broadcast (torch's RuntimeError).
 
     Source: the course's own measure (notebook 11) of the logit growth that QK-norm prevents (Dehghani et al.
@@ -100,7 +104,12 @@ def max_logit(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> f
     if q.numel() == 0 or k.numel() == 0:
         raise ValueError(f"max_logit needs at least one query and one key, got q {shape_of(q)} and k {shape_of(k)}")
     s = check_scale(scale, q.shape[-1])
-    return float((q.detach() @ k.detach().transpose(-2, -1)).abs().max() * s)
+    check_finite("q", q)
+    check_finite("k", k)
+    out = float((q.detach() @ k.detach().transpose(-2, -1)).abs().max() * s)
+    if not math.isfinite(out):
+        raise scores_overflow_error(q, k, s, q.dtype)
+    return out
 
 
 def _rms_from_hf(norm: nn.Module, dim: int) -> nn.RMSNorm:
@@ -150,7 +159,7 @@ class VariantAttention(nn.Module):
         rotary_dim: RoPE on the first rotary_dim dims of each head only (even, <= head_dim; default head_dim;
             Qwen3-Next: head_dim / 4, its ``partial_rotary_factor``).
 
-        norm_eps: the RMSNorms' epsilon (not checked). dtype: the weights' floating torch.dtype (None: float32);
+        norm_eps: the RMSNorms' epsilon, a finite number >= 0. dtype: the weights' floating torch.dtype (None: float32);
             ``forward``'s x must have it.
 
     Shapes: x (B, L, d_model) -> (B, L, d_model); queries (B, H, L, E), keys and values (B, Hkv, S, E) (here
@@ -203,6 +212,7 @@ class VariantAttention(nn.Module):
             self.k_proj = nn.Linear(d, Hkv * E, bias=bias, **f)
             self.v_proj = nn.Linear(d, Hkv * E, bias=bias, **f)
         self.o_proj = nn.Linear(H * E, d, bias=bias, **f)
+        norm_eps = check_number("norm_eps", norm_eps, minimum=0.0)  # < 0: NaN on a small head
         self.q_norm = nn.RMSNorm(E, eps=norm_eps, **f) if qk_norm else None
         self.k_norm = nn.RMSNorm(E, eps=norm_eps, **f) if qk_norm and not kv_shared else None
         self.v_norm = nn.RMSNorm(E, eps=norm_eps, elementwise_affine=False) if v_norm and not kv_shared else None

@@ -19,11 +19,16 @@ full-cache decode masked to the window, token for token.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from attn_lib._checks import check_int, check_number, check_same_device, check_tensor
 from attn_lib.kv_cache import _check_chunk
 from attn_lib.masks import causal_mask
+
+# The largest ring window: slot indices and the cache's allocation of B x Hkv x window x E elements stay sane.
+MAX_WINDOW = 2**31
 
 __all__ = ["sliding_window_mask", "window_mask_from_positions", "streaming_mask", "RingKVCache",
            "ring_slot_positions", "local_global_cache_bytes"]
@@ -111,14 +116,14 @@ def ring_slot_positions(num_seen: int, window: int) -> list[int]:
     p < num_seen with p % window == s, or -1 while empty. Example: 7 tokens, window 3 -> [6, 4, 5].
 
     Raises:
-        TypeError / ValueError: num_seen not an int >= 0, window not an int >= 1.
+        TypeError / ValueError: num_seen not an int >= 0, window not an int in [1, 2**31] (one list entry a slot).
 
     Takes and returns no tensors: ints in, a list of ints out.
 
     Source: the course's own: notebook 11 (the ring buffer of transformers' sliding-window cache layer).
     """
     num_seen = check_int("num_seen", num_seen, minimum=0)
-    window = check_int("window", window, minimum=1)
+    window = check_int("window", window, minimum=1, maximum=MAX_WINDOW)
     out = [-1] * window
     for p in range(max(0, num_seen - window), num_seen):
         out[p % window] = p
@@ -139,11 +144,11 @@ class RingKVCache:
         keys (B, Hkv, window, E), values (B, Hkv, window, Ev), positions (window,) int64 (-1 = empty), or None.
 
     Raises:
-        TypeError / ValueError: window not an int >= 1.
+        TypeError / ValueError: window not an int in [1, 2**31] (the cache allocates window slots per head).
     """
 
     def __init__(self, window: int) -> None:
-        self.window = check_int("window", window, minimum=1)
+        self.window = check_int("window", window, minimum=1, maximum=MAX_WINDOW)
         self.keys: torch.Tensor | None = None
         self.values: torch.Tensor | None = None
         self.positions: torch.Tensor | None = None
@@ -221,8 +226,14 @@ def local_global_cache_bytes(seq_len: int, *, num_layers: int, num_kv_heads: int
     k = check_int("local_per_global", local_per_global, minimum=0)
     e = check_number("bytes_per_element", bytes_per_element, positive=True)
     per_token = 2 * h * d * e
-    n_global = sum(1 for i in range(L) if (i + 1) % (k + 1) == 0)
-    full = L * S * per_token
-    mixed = (n_global * S + (L - n_global) * min(S, W)) * per_token
+    n_global = L // (k + 1)  # the layers i with (i + 1) % (k + 1) == 0, counted without a loop over L
+    try:
+        full = L * S * per_token
+        mixed = (n_global * S + (L - n_global) * min(S, W)) * per_token
+    except OverflowError:
+        full = mixed = math.inf
+    if not math.isfinite(full) or not math.isfinite(mixed):
+        raise ValueError(f"the cache sizes overflow a float: seq_len={S}, num_layers={L}, num_kv_heads={h}, "
+                         f"head_dim={d}, bytes_per_element={e:g}; expected sizes whose product of bytes is finite")
     return {"all_global": float(full), "local_global": float(mixed), "saving": full / mixed}
 

@@ -621,3 +621,46 @@ def test_kimi_delta_attention_layer_equals_transformers_in_full_and_decoding():
                 out = torch.cat([kimi_delta_attention_forward(layer, p, cache=cache) for p in x.split(sizes, 1)], 1)
                 assert (out - ref).abs().max() < 1e-5, sizes
                 assert cache["recurrent"].shape == (3, heads, 8, 8)
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    # second breaking pass (#38): E = 0 divided by zero in the default scale; a non-layer gave AttributeError
+    (lambda: __import__("attn_lib.deltanet", fromlist=["x"]).kimi_delta_rule(
+        *(torch.randn(1, 2, 5, 0),) * 2, torch.randn(1, 2, 5, 4), -torch.rand(1, 2, 5, 0), torch.rand(1, 2, 5)),
+     ValueError, "E >= 1"),
+    (lambda: __import__("attn_lib.deltanet", fromlist=["x"]).kimi_delta_attention_forward("x", torch.randn(1, 3, 4)),
+     TypeError, "KimiDeltaAttention"),
+])
+def test_second_pass_deltanet_refusals(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call()
+
+
+def _overflow_calls():
+    from attn_lib.deltanet import gated_delta_rule, kimi_delta_rule
+    from attn_lib.linear import decayed_attention
+    q, beta = torch.randn(1, 2, 5, 4), torch.rand(1, 2, 5)
+    ld, ldk, big = -torch.rand(1, 2, 5), -torch.rand(1, 2, 5, 4), torch.full((1, 2, 4, 4), 3e38)
+    return [
+        lambda: decayed_attention(q, q, q, torch.full_like(ld, -1e38)),  # cumsum -inf, then -inf - -inf: NaN
+        lambda: decayed_attention(q, q, q, torch.full_like(ld, -1e38), form="chunked"),
+        lambda: decayed_attention(q * 1e20, q * 1e20, q),  # q·k = 1e40 > float32's maximum
+        lambda: gated_delta_rule(q, q, q, torch.full_like(ld, -1e38), beta, form="chunked"),
+        lambda: gated_delta_rule(q, q, q, ld, beta, scale=3e38),
+        lambda: gated_delta_rule(q, q, q, ld, beta, initial_state=big),
+        lambda: kimi_delta_rule(q, q, q, torch.full_like(ldk, -1e38), beta, form="chunked"),
+        lambda: kimi_delta_rule(q, q, q, ldk, beta, initial_state=big),
+    ]
+
+
+@pytest.mark.parametrize("i", range(8))
+def test_second_pass_overflow_on_finite_inputs_is_refused_not_nan(i):
+    with pytest.raises(ValueError, match="overflows torch.float32"):  # each returned NaN/inf silently before
+        _overflow_calls()[i]()
+
+
+@pytest.mark.parametrize("eps", [-1e-3, -1.0, float("nan")])
+def test_l2_normalize_refuses_a_negative_or_nan_eps(eps):
+    from attn_lib.deltanet import l2_normalize
+    with pytest.raises(ValueError, match="eps must be"):  # was NaN where the sum of squares < -eps
+        l2_normalize(torch.zeros(3), eps=eps)

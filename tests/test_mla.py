@@ -173,3 +173,9 @@ def test_mla_decode_cost_refuses_zero_bytes_as_its_docstring_says():
     with pytest.raises(ValueError, match="bytes_per_element must be a number > 0, got 0.0"):
         mla_decode_cost(4, num_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
                         bytes_per_element=0)
+
+
+def test_rms_norm_from_hf_refuses_a_module_with_a_2d_weight():
+    from attn_lib.mla import rms_norm_from_hf
+    with pytest.raises(TypeError, match="RMSNorm with a 1-D weight"):  # was torch's broadcast RuntimeError
+        rms_norm_from_hf(torch.nn.Linear(2, 2))

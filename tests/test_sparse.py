@@ -170,3 +170,15 @@ def test_indexer_refuses_nan_and_inf_scores(bad, words):
         ix.select(scores)
     idx, valid = ix.select(torch.tensor([[[0.0, 2.0, 1.0, -float("inf")]]]))  # -inf stays a blocked key
     assert idx.tolist() == [[[1, 2, 0]]] and valid.all()
+
+
+@pytest.mark.parametrize("x,q,words", [  # second breaking pass (#38): each gave NaN/inf index scores silently
+    (torch.tensor([[[float("nan")] + [0.0] * 7] * 3]), torch.randn(1, 3, 4), "x contains NaN"),
+    (torch.randn(1, 3, 8), torch.full((1, 3, 4), float("inf")), "q_resid contains"),
+    (torch.randn(1, 3, 8) * 1e37, torch.randn(1, 3, 4) * 1e37, "index scores overflow"),
+])
+def test_indexer_scores_refuse_non_finite_input_and_overflow(x, q, words):
+    torch.manual_seed(0)
+    ix = LightningIndexer(8, 4, num_heads=2, head_dim=4, rope_dim=2, topk=2)
+    with pytest.raises(ValueError, match=words):
+        ix.scores(x, q)

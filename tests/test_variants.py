@@ -205,6 +205,8 @@ def test_variant_attention_refuses_ring_caches_that_cannot_serve_it_and_nan_sink
     (torch.randn(2, 4), torch.randn(3, 4, dtype=torch.float64), {}, TypeError, "must share one dtype"),
     (torch.randn(2, 4), torch.randn(3, 4), dict(scale="a"), TypeError, "scale must be a number"),
     (torch.randn(2, 4), torch.randn(3, 4), dict(scale=-1.0), ValueError, "scale must be None or a finite number > 0"),
+    (torch.tensor([[float("nan"), 0.0]]), torch.randn(3, 2), {}, ValueError, "q contains NaN"),  # was a NaN
+    (torch.full((2, 2), 3e38), torch.full((3, 2), 3e38), {}, ValueError, "overflow"),  # was NaN (inf - inf)
 ])
 def test_max_logit_refuses_bad_input(q, k, kwargs, exc, words):
     with pytest.raises(exc, match=words):
@@ -400,3 +402,9 @@ if given is not None:
         x = torch.randn(2, sum(cuts), 16, dtype=torch.float64)
         with torch.no_grad():
             torch.testing.assert_close(_decode(m, x, cuts), m(x), **TOL)
+
+
+@pytest.mark.parametrize("norm_eps", [-1e-3, -1.0, float("nan")])
+def test_variant_attention_refuses_a_norm_eps_that_gives_nan(norm_eps):
+    with pytest.raises(ValueError, match="norm_eps must be"):  # was accepted; a zero head then gave NaN
+        VariantAttention(8, 2, 1, 4, qk_norm=True, norm_eps=norm_eps)

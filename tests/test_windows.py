@@ -72,3 +72,26 @@ def test_ring_slot_positions_and_local_global_saving():
 def test_window_mask_from_positions_refuses_positions_on_two_devices():
     with pytest.raises(ValueError, match="q_positions, k_positions must be on one device"):
         window_mask_from_positions(torch.arange(3), torch.arange(3, device="meta"))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: ring_slot_positions(3, 2**63),          # was Python's OverflowError
+    lambda: ring_slot_positions(3, 2**31 + 1),
+    lambda: RingKVCache(2**40),                     # was torch's allocation error at the first update
+    lambda: local_global_cache_bytes(2**63, num_layers=2**63, num_kv_heads=2**63, head_dim=2**63, window=2,
+                                     local_per_global=1, bytes_per_element=1e300),  # bytes beyond a float
+])
+def test_ring_windows_and_sizes_beyond_sane_bounds_are_refused(call):
+    with pytest.raises(ValueError, match="window|overflow"):
+        call()
+
+
+def test_local_global_counts_global_layers_without_a_loop():
+    # 5 local per global over 12 layers: layers 6 and 12 global; the closed form equals the per-layer count
+    got = local_global_cache_bytes(100, num_layers=12, num_kv_heads=1, head_dim=1, window=10, local_per_global=5,
+                                   bytes_per_element=1)
+    assert got["local_global"] == 2 * (2 * 100 + 10 * 10) and got["all_global"] == 2 * 12 * 100
+    assert local_global_cache_bytes(10**6, num_layers=2**40, num_kv_heads=1, head_dim=1, window=4,
+                                    local_per_global=3)["saving"] > 1  # instant, no loop over 2**40 layers
+    assert local_global_cache_bytes(2**63, num_layers=2**63, num_kv_heads=2**63, head_dim=2**63, window=2,
+                                    local_per_global=1)["saving"] == pytest.approx(2.0)  # looped over 2**63 layers

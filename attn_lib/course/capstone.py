@@ -133,7 +133,7 @@ def copy_batch(batch_size: int, generator: torch.Generator | None = None, *, min
     Source: the repeated random sequence of Olsson et al. 2022 ("In-context Learning and Induction Heads"),
     section 2, as a small supervised task.
     """
-    B = check_int("batch_size", batch_size, minimum=1)
+    B = check_int("batch_size", batch_size, minimum=1, maximum=2**31)
     lo = check_int("min_words", min_words, minimum=1)
     hi = check_int("max_words", max_words, minimum=lo)
     check_generator("generator", generator)
@@ -336,7 +336,7 @@ def random_windows(stream: torch.Tensor, batch_size: int, seq_len: int, generato
     check_tensor("stream", stream, ndim=1)
     if stream.dtype not in TOKEN_ID_DTYPES:
         raise TypeError(f"stream must hold integer token ids (int64), got dtype {stream.dtype}")
-    B = check_int("batch_size", batch_size, minimum=1)
+    B = check_int("batch_size", batch_size, minimum=1, maximum=2**31)
     T = check_int("seq_len", seq_len, minimum=1)
     check_generator("generator", generator)
     if len(stream) < T + 1:

@@ -165,7 +165,7 @@ def bos_windows(stream: torch.Tensor, batch_size: int, seq_len: int, bos: int,
     check_tensor("stream", stream, ndim=1)
     if stream.dtype not in TOKEN_ID_DTYPES:
         raise TypeError(f"stream must hold integer token ids (int64), got dtype {stream.dtype}")
-    B, T = check_int("batch_size", batch_size, minimum=1), check_int("seq_len", seq_len, minimum=2)
+    B, T = check_int("batch_size", batch_size, minimum=1, maximum=2**31), check_int("seq_len", seq_len, minimum=2)
     check_int("bos", bos, minimum=0)
     check_generator("generator", generator)
     if len(stream) < T:

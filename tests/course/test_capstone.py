@@ -258,3 +258,13 @@ def test_copy_loss_and_held_out_loss_refuse_an_empty_set():
         C.held_out_loss(None, [C.copy_batch(2)])  # was AttributeError: no attribute 'training'
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         C.HeldOutCurve(C.copy_batches(2), None, [C.copy_batch(2)])
+
+
+@pytest.mark.parametrize("call", [  # second breaking pass (#38): torch's randint overflow error before
+    lambda: __import__("attn_lib.course.capstone", fromlist=["x"]).copy_batch(2**63),
+    lambda: __import__("attn_lib.course.capstone", fromlist=["x"]).random_windows(torch.arange(10), 2**63, 2),
+    lambda: __import__("attn_lib.course.streaming", fromlist=["x"]).bos_windows(torch.arange(10), 2**63, 2, 0),
+])
+def test_batch_sizes_beyond_int64_draws_are_refused(call):
+    with pytest.raises(ValueError, match=r"batch_size must be an int in \[1, 2147483648\]"):
+        call()
