@@ -355,34 +355,31 @@ def ring_bytes(seq_len: int, world_size: int, rank: int, *, batch: int, heads: i
 # ----------------------------------------------------------------------------------------------
 # Ulysses
 # ----------------------------------------------------------------------------------------------
-class _AllToAll(torch.autograd.Function):
+def _all_to_all(x, send_dim, recv_dim, send_sizes, recv_sizes, group, stats, phase):
     """Split x along ``send_dim`` by ``send_sizes``, part j to rank j; concat what arrives along ``recv_dim``."""
+    r = dist.get_rank(group)
+    parts = list(x.split(send_sizes, dim=send_dim))
+    shapes = []
+    for i in range(len(recv_sizes)):
+        s = list(x.shape)
+        s[send_dim], s[recv_dim] = send_sizes[r], recv_sizes[i]
+        shapes.append(tuple(s))
+    return torch.cat(_exchange(parts, shapes, group, stats, phase), dim=recv_dim)
+
+
+class _AllToAll(torch.autograd.Function):
+    """The all-to-all of :func:`_all_to_all`; its backward is the same exchange with the two dims swapped."""
 
     @staticmethod
     def forward(ctx, x, send_dim, recv_dim, send_sizes, recv_sizes, group, stats):
-        r = dist.get_rank(group)
-        parts = list(x.split(send_sizes, dim=send_dim))
-        shapes = []
-        for i in range(len(recv_sizes)):
-            s = list(x.shape)
-            s[send_dim], s[recv_dim] = send_sizes[r], recv_sizes[i]
-            shapes.append(tuple(s))
-        got = _exchange(parts, shapes, group, stats, "forward")
         ctx.args = (send_dim, recv_dim, send_sizes, recv_sizes, group, stats)
-        return torch.cat(got, dim=recv_dim)
+        return _all_to_all(x, send_dim, recv_dim, send_sizes, recv_sizes, group, stats, "forward")
 
     @staticmethod
     def backward(ctx, grad):
         send_dim, recv_dim, send_sizes, recv_sizes, group, stats = ctx.args
-        r = dist.get_rank(group)
-        parts = list(grad.split(recv_sizes, dim=recv_dim))
-        shapes = []
-        for j in range(len(send_sizes)):
-            s = list(grad.shape)
-            s[recv_dim], s[send_dim] = recv_sizes[r], send_sizes[j]
-            shapes.append(tuple(s))
-        got = _exchange(parts, shapes, group, stats, "backward")
-        return torch.cat(got, dim=send_dim), None, None, None, None, None, None
+        return (_all_to_all(grad, recv_dim, send_dim, recv_sizes, send_sizes, group, stats, "backward"),
+                None, None, None, None, None, None)
 
 
 def ulysses_attention(query, key, value, *, seq_len: int, is_causal: bool = False, layout: str = "contiguous",
