@@ -55,6 +55,11 @@ def _pos(name, v):
     return check_int(name, v, minimum=1)
 
 
+def _work(dtype: torch.dtype) -> torch.dtype:
+    """float32 for float16 / bfloat16 (transformers' softmaxes and index scores run there), else the dtype itself."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def _rope_tail(x: torch.Tensor, positions: torch.Tensor, rope_dim: int, base: float) -> torch.Tensor:
     """Interleaved RoPE on the last ``rope_dim`` features of x (..., n, E) at ``positions`` (n,); the rest as is."""
     keep, rot = x.split([x.shape[-1] - rope_dim, rope_dim], dim=-1)
@@ -79,7 +84,8 @@ def compress_blocks(kv: torch.Tensor, gate: torch.Tensor, position_bias: torch.T
             the bias already added (what a cache saved).
 
     Returns:
-        (B, n, E) in kv's dtype (float32, float64, ...): the pooled entries before their RMSNorm and RoPE.
+        (B, n, E) in kv's dtype (float32, float64, ...): the pooled entries before their RMSNorm and RoPE (the
+        softmax runs in float32 for float16 / bfloat16, as transformers').
 
     Raises:
         TypeError: kv, gate or position_bias not floating tensors; overlap not a bool.
@@ -102,7 +108,7 @@ def compress_blocks(kv: torch.Tensor, gate: torch.Tensor, position_bias: torch.T
     n = N // m
     kv, gate = kv.view(B, n, m, F), gate.view(B, n, m, F) + position_bias  # (B, n, m, F)   Z_j + B_j
     if not overlap:
-        return (kv * gate.softmax(dim=2)).sum(dim=2)  # (B, n, E)   Σ_j softmax_j(Z + B) ⊙ C
+        return (kv * gate.softmax(dim=2, dtype=_work(gate.dtype)).to(kv.dtype)).sum(dim=2)  # Σ_j softmax_j(Z+B) ⊙ C
     E = F // 2
     prev_kv = kv.new_zeros(B, n, m, E)  # block i-1's Ca slots; block 0's: previous, or weight 0 (gate -inf)
     prev_gate = gate.new_full((B, n, m, E), float("-inf"))
@@ -111,7 +117,7 @@ def compress_blocks(kv: torch.Tensor, gate: torch.Tensor, position_bias: torch.T
         prev_kv[:, 0], prev_gate[:, 0] = previous
     slots_kv = torch.cat([prev_kv, kv[..., E:]], dim=2)  # (B, n, 2m, E)   [Ca of block i-1, Cb of block i]
     slots_gate = torch.cat([prev_gate, gate[..., E:]], dim=2)
-    return (slots_kv * slots_gate.softmax(dim=2)).sum(dim=2)  # (B, n, E)
+    return (slots_kv * slots_gate.softmax(dim=2, dtype=_work(gate.dtype)).to(kv.dtype)).sum(dim=2)  # (B, n, E)
 
 
 def visible_blocks(positions: torch.Tensor, num_blocks: int, ratio: int) -> torch.Tensor:
@@ -147,7 +153,9 @@ def select_blocks(scores: torch.Tensor, visible: torch.Tensor, topk: int) -> tor
 
     Returns:
         bool (B, L, T): True where query t attends to block i: one of its k largest scores among the visible
-        blocks (every visible block while there are at most k).
+        blocks (every visible block while there are at most k). Equal scores are broken towards the earlier
+        block (a stable sort), so a query picks the same blocks whatever number of future blocks follow
+        (decoding = the full forward); transformers' ``topk`` leaves ties unspecified.
 
     Raises:
         TypeError: scores not floating, visible not bool, topk not an int. ValueError: shapes that do not fit;
@@ -166,9 +174,11 @@ def select_blocks(scores: torch.Tensor, visible: torch.Tensor, topk: int) -> tor
                          f"got {shape_of(visible)}")
     check_finite("scores", scores)
     masked = scores.masked_fill(~visible, float("-inf"))  # a future block is never chosen
-    top = masked.topk(min(k, scores.shape[-1]), dim=-1)  # (B, L, k')
+    ranked = masked.sort(dim=-1, descending=True, stable=True)  # equal scores: the earlier block first, always
+    k = min(k, scores.shape[-1])
+    top, top_idx = ranked.values[..., :k], ranked.indices[..., :k]  # (B, L, k')
     keep = torch.zeros_like(masked, dtype=torch.bool)
-    return keep.scatter(-1, top.indices, top.values > float("-inf"))  # a -inf pick (too few visible) is dropped
+    return keep.scatter(-1, top_idx, top > float("-inf"))  # a -inf pick (too few visible) is dropped
 
 
 # ---------------------------------------------------------------------------------------------- the modules
@@ -256,7 +266,8 @@ class BlockIndexer(KVCompressor):
     Submodules (transformers' names): those of :class:`KVCompressor`, plus ``q_b_proj`` (q_lora_rank -> H_I·d_I)
     and ``weights_proj`` (d_model -> H_I; transformers' ``scorer.weights_proj``).
 
-    :meth:`scores` gives I[t, i], (B, L, T), in the weights' dtype (float32, float64, ...).
+    :meth:`scores` gives I[t, i], (B, L, T), in the weights' dtype (float32, float64; float32 for float16 /
+    bfloat16 weights, as transformers).
 
     Raises:
         TypeError / ValueError: as :class:`KVCompressor`, and for num_heads, q_lora_rank (ints >= 1).
@@ -285,8 +296,9 @@ class BlockIndexer(KVCompressor):
         B, L, _ = x.shape
         q = self.q_b_proj(q_resid).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H_I, L, d_I)
         q = _rope_tail(q, positions, self.rope_dim, self.rope_base)
-        dots = torch.relu(q @ keys[:, None].transpose(-1, -2)) * self.head_dim ** -0.5  # (B, H_I, L, T)
-        w = self.weights_proj(x) * self.num_heads ** -0.5  # (B, L, H_I)
+        work = _work(q.dtype)  # float16 / bfloat16: scores in float32, as transformers computes them
+        dots = torch.relu(q.to(work) @ keys[:, None].transpose(-1, -2).to(work)) * self.head_dim ** -0.5
+        w = self.weights_proj(x).to(work) * self.num_heads ** -0.5  # (B, L, H_I); dots (B, H_I, L, T)
         return torch.einsum("blh,bhlt->blt", w, dots)  # (B, L, T)
 
 
@@ -444,7 +456,7 @@ class CompressedAttention(nn.Module):
         if x.dtype != weight.dtype:
             raise TypeError(f"x must have the layer's dtype {weight.dtype}, got {x.dtype}; convert one of them "
                             f"(x.to({weight.dtype}) or layer.to({x.dtype}))")
-        check_on_device("x", x, weight.device, of="the layer's weights")
+        check_on_device("x", x, weight.device, of="the layer")
         check_finite("x", x)
         if cache is None:
             return
