@@ -194,14 +194,16 @@ class KVCompressor(nn.Module):
     Submodules (transformers' names): ``kv_proj`` and ``gate_proj`` (d_model -> E or 2E), ``position_bias``
     ((m, E) or (m, 2E)), ``kv_norm`` (RMSNorm of E).
 
-    ``forward(x, positions=None, state=None)`` maps x (B, L, d_model) to the entries (B, T, E) in the weights'
+    ``forward(x, state=None)`` maps x (B, L, d_model) to the entries (B, T, E) in the weights'
     dtype. Without ``state`` the L tokens start at position 0 and T = ⌊L/m⌋ (a last incomplete block is
     dropped); with a ``state`` (a dict of :class:`CompressedKVCache`) the tokens continue it, an incomplete block
     waits there, and T counts every block completed so far.
 
     Raises:
-        TypeError: a size not an int, overlap not a bool, rope_base or eps not a number, dtype not a dtype.
-        ValueError: a size < 1, rope_dim odd or > head_dim, rope_base <= 1, eps <= 0 or not finite.
+        TypeError: a size not an int, overlap not a bool, rope_base or eps not a number, dtype not a dtype;
+            (forward) x not a floating tensor.
+        ValueError: a size < 1, rope_dim odd or > head_dim, rope_base <= 1, eps <= 0 or not finite; (forward) x
+            not (B, L, d_model).
 
     Source: DeepSeek-AI 2026, DeepSeek-V4 report §2.3.1-2.3.2; transformers' ``DeepseekV4HCACompressor`` (HCA)
     and the compressor part of ``DeepseekV4CSACompressor`` / ``DeepseekV4Indexer`` (CSA), matched in float64.
@@ -231,6 +233,9 @@ class KVCompressor(nn.Module):
 
     def forward(self, x: torch.Tensor, state: dict | None = None) -> torch.Tensor:
         """The entries of every complete block: (B, T, E) (see the class docstring)."""
+        check_tensor("x", x, floating=True, ndim=3)
+        if x.shape[-1] != self.kv_proj.in_features:
+            raise ValueError(f"x must be (B, L, d_model={self.kv_proj.in_features}), got shape {shape_of(x)}")
         kv, gate = self.kv_proj(x), self.gate_proj(x)  # (B, L, F)   C = x W^C, Z = x W^Z
         m, E = self.ratio, self.head_dim
         first, previous = 0, None
@@ -241,9 +246,10 @@ class KVCompressor(nn.Module):
         usable = kv.shape[1] // m * m  # the complete blocks; the rest waits (state) or is dropped (no state)
         ready_kv, ready_gate = kv[:, :usable], gate[:, :usable]
         if state is not None:
-            state["kv"], state["gate"] = kv[:, usable:], gate[:, usable:]
+            state["kv"], state["gate"] = kv[:, usable:].clone(), gate[:, usable:].clone()  # copies: no view of x
             if usable and self.overlap:  # the last complete block's Ca half feeds the next block
-                state["previous"] = (ready_kv[:, -m:, :E], ready_gate[:, -m:, :E] + self.position_bias[:, :E])
+                state["previous"] = (ready_kv[:, -m:, :E].clone(),
+                                     ready_gate[:, -m:, :E] + self.position_bias[:, :E])
         pooled = compress_blocks(ready_kv, ready_gate, self.position_bias, ratio=m, overlap=self.overlap,
                                  previous=previous)  # (B, n, E)
         starts = first + m * torch.arange(pooled.shape[1], device=x.device)  # each block at its first position i·m

@@ -204,6 +204,50 @@ def test_compress_blocks_by_hand():
     torch.testing.assert_close(out[0], torch.tensor(6.0, dtype=torch.float64))  # (10 + 10 + 1 + 3) / 4
 
 
+@settings(max_examples=40, deadline=None)
+@given(B=st.integers(1, 2), n=st.integers(0, 4), m=st.integers(1, 4), E=st.integers(1, 3), overlap=st.booleans(),
+       with_previous=st.booleans(), seed=st.integers(0, 2**16))
+def test_hypothesis_compress_blocks_equals_a_loop_over_blocks_and_slots(B, n, m, E, overlap, with_previous, seed):
+    g = torch.Generator().manual_seed(seed)
+    F = 2 * E if overlap else E
+    kv, gate = (torch.randn(B, n * m, F, generator=g, dtype=torch.float64) for _ in range(2))
+    bias = torch.randn(m, F, generator=g, dtype=torch.float64)
+    prev = tuple(torch.randn(B, m, E, generator=g, dtype=torch.float64) for _ in range(2)) if overlap and \
+        with_previous else None
+    out = compress_blocks(kv, gate, bias, ratio=m, overlap=overlap, previous=prev)
+    assert out.shape == (B, n, E)
+    for b in range(B):
+        for i in range(n):
+            for f in range(E):
+                slots = []  # (value, logit) of every slot of block i, feature f
+                for j in range(m):
+                    t = i * m + j
+                    if not overlap:
+                        slots.append((kv[b, t, f], gate[b, t, f] + bias[j, f]))
+                        continue
+                    slots.append((kv[b, t, E + f], gate[b, t, E + f] + bias[j, E + f]))  # Cb of block i
+                    if i > 0:
+                        s = t - m  # Ca of block i - 1
+                        slots.append((kv[b, s, f], gate[b, s, f] + bias[j, f]))
+                    elif prev is not None:
+                        slots.append((prev[0][b, j, f], prev[1][b, j, f]))
+                z = sum(math.exp(float(lg)) for _, lg in slots)
+                want = sum(float(v) * math.exp(float(lg)) / z for v, lg in slots)
+                assert abs(float(out[b, i, f]) - want) < 1e-12
+
+
+@settings(max_examples=40, deadline=None)
+@given(L=st.integers(1, 6), T=st.integers(0, 6), k=st.integers(1, 7), seed=st.integers(0, 2**16))
+def test_hypothesis_select_blocks_keeps_the_k_best_visible_earlier_first(L, T, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randint(-2, 3, (1, L, T), generator=g).double()  # small integers: many ties
+    visible = torch.rand(L, T, generator=g) < 0.6
+    keep = select_blocks(scores, visible, k)
+    for t in range(L):
+        ranked = sorted((i for i in range(T) if visible[t, i]), key=lambda i: (-float(scores[0, t, i]), i))
+        assert [i for i in range(T) if keep[0, t, i]] == sorted(ranked[:k])
+
+
 def test_visible_and_selected_blocks_by_hand():
     # m = 4: block i is complete at position 4i + 3
     vis = visible_blocks(torch.tensor([0, 3, 6, 7, 11]), 3, 4)
@@ -323,6 +367,8 @@ def test_pieces_and_from_hf_refuse_bad_input():
         select_blocks(torch.zeros(1, 2, 2), torch.ones(2, 2, dtype=torch.bool), 0)
     with pytest.raises(ValueError, match="rope_dim must be even"):
         KVCompressor(8, 4, 2, overlap=False, rope_dim=5)
+    with pytest.raises(ValueError, match="d_model=8"):
+        KVCompressor(8, 4, 2, overlap=False, rope_dim=2)(torch.randn(1, 4, 6))
     with pytest.raises(ValueError, match="num_heads"):
         BlockIndexer(8, 4, num_heads=0, head_dim=4, ratio=2, rope_dim=2)
     with pytest.raises(ValueError, match="seq_len"):
