@@ -2,15 +2,15 @@
 
 DeepSeek-V4 (DeepSeek-AI 2026, the V4 report, §2.3) keeps long contexts cheap by attending, beside a sliding window
 of the last W raw tokens, to **compressed** key/value entries: every m consecutive tokens are pooled into ONE entry by
-a learned, gated softmax (the report's eqs. 9-12 and 20-23). Per layer there is ONE key/value head shared by all
-query heads (MQA), and the key is also the value (K = V)::
+a learned, gated softmax (§2.3.1 and §2.3.2; equation numbers below as transformers' docstrings cite them). Per
+layer there is ONE key/value head shared by all query heads (MQA), and the key is also the value (K = V)::
 
     kv_t       = RoPE(RMSNorm(x_t W_KV))                                (B, 1, S, E)    the window's keys = values
-    C_i        = Σ_j softmax_j(Z_j + B_j) ⊙ C_j    over the m tokens j of block i   (per feature; HCA, eq. 22)
-    C_i        = Σ over 2m slots [Ca of block i-1, Cb of block i]        (CSA, eqs. 9-11: blocks of width 2m, stride m)
+    C_i        = Σ_j softmax_j(Z_j + B_j) ⊙ C_j    over the m tokens j of block i   (per feature; HCA, eqs. 20-23)
+    C_i        = Σ over 2m slots [Ca of block i-1, Cb of block i]        (CSA, §2.3.1: blocks of width 2m, stride m)
     K^Comp_i   = RoPE_{i·m}(RMSNorm(C_i))                               (B, 1, T, E)    T = ⌊S/m⌋ complete blocks
     q_t        = RoPE_t(RMSNorm_unweighted(RMSNorm(x_t W_DQ) W_UQ))      (B, H, L, E)
-    o_t        = Σ_s softmax_s([q·kv_s·E^-½ | q·K^Comp_i·E^-½ | sink_h]) · value_s      (sink: a logit, no value)
+    o_t        = Σ_s softmax_s([q·kv_s·E^-½ | q·K^Comp_i·E^-½ | sink_h]) · value_s   (sink: a logit, no value)
     out_t      = W_O2 · group-wise W_O1 · RoPE_{-t}(o_t)                 (grouped output projection, §2.3.1)
 
 with C = x W^C and Z = x W^Z (the compressor's ``kv_proj`` and ``gate_proj``), B a learned bias per slot of the
@@ -28,7 +28,7 @@ keys' rotation; RoPE at -t on the output's rope features undoes the query's posi
 transformers (``DeepseekV4Attention`` with ``DeepseekV4CSACompressor`` / ``DeepseekV4HCACompressor``) computes
 these exactly; tests/test_compressed.py proves :class:`CompressedAttention` equal to it in float64, both layer types,
 and proves that decoding through :class:`CompressedKVCache` (token by token and in chunks) gives the full forward.
-Not modelled: the report's FP8 storage of the compressed entries (a precision choice: ``bytes_per_element`` of
+Not modelled: a lower-precision storage of the cache (a precision choice: ``bytes_per_element`` of
 :func:`compressed_attention_cost`) and YaRN scaling of the compressed branch's RoPE (``from_hf`` refuses it).
 
 Shapes use the legend of :mod:`attn_lib.attention`, plus m = compress_ratio, T = number of compressed blocks,
@@ -71,8 +71,8 @@ def compress_blocks(kv: torch.Tensor, gate: torch.Tensor, position_bias: torch.T
                     overlap: bool, previous: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Pool every ``ratio`` = m tokens into one entry: a softmax over the block's slots, per feature.
 
-    Without overlap (HCA, the report's eq. 22): ``C_i = Σ_j softmax_j(Z_j + B_j) ⊙ C_j`` over the m tokens of block i.
-    With overlap (CSA, eqs. 9-11): each token carries 2E features [Ca | Cb]; block i pools the 2m slots
+    Without overlap (HCA, §2.3.2): ``C_i = Σ_j softmax_j(Z_j + B_j) ⊙ C_j`` over the m tokens of block i.
+    With overlap (CSA, §2.3.1): each token carries 2E features [Ca | Cb]; block i pools the 2m slots
     [Ca of block i-1's tokens, Cb of block i's tokens], so it is 2m tokens wide with stride m. Block 0's Ca slots
     come from ``previous`` (the block before, e.g. from a cache), or are empty (weight 0) when there is none.
 
@@ -91,7 +91,7 @@ def compress_blocks(kv: torch.Tensor, gate: torch.Tensor, position_bias: torch.T
         TypeError: kv, gate or position_bias not floating tensors; overlap not a bool.
         ValueError: not 3-D / 2-D; a length that is not a multiple of ratio; shapes that do not fit each other.
 
-    Source: DeepSeek-AI 2026, DeepSeek-V4 report §2.3.1 (eqs. 9-11) and §2.3.2 (eqs. 20-22); matches transformers'
+    Source: DeepSeek-AI 2026, DeepSeek-V4 report §2.3.1 (CSA) and §2.3.2 (HCA); matches transformers'
     ``DeepseekV4CSACompressor`` / ``DeepseekV4HCACompressor`` forward.
     """
     m = _pos("ratio", ratio)

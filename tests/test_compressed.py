@@ -271,7 +271,8 @@ def test_cost_by_hand():
     assert csa["dense_keys_read"] == 65536 and csa["dense_kv_bytes_per_token"] == 1024
     # short context: 100 tokens -> 100 window keys, 25 blocks all chosen (k = 512 > 25), none for HCA (100 < 128)
     short = compressed_attention_cost(100, kind="csa", compress_ratio=4)
-    assert short["keys_read"] == 125 and compressed_attention_cost(100, kind="hca", compress_ratio=128)["keys_read"] == 100
+    assert short["keys_read"] == 125
+    assert compressed_attention_cost(100, kind="hca", compress_ratio=128)["keys_read"] == 100
     # per token, HCA's cache tends to E·e/m = 8 bytes (+ the window) and CSA's to (E·e + d_I·e_I)/m = 320
     at_1m = {k: compressed_attention_cost(2**20, kind=k, compress_ratio=r)["kv_bytes_per_token"]
              for k, r in (("hca", 128), ("csa", 4))}
