@@ -44,6 +44,7 @@ from attn_lib._checks import (check_choice, check_dtype, check_finite, check_int
                               check_rope_base, check_tensor, claim_cache, shape_of)
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.positional import apply_rope
+from attn_lib.windows import window_mask_from_positions
 
 __all__ = ["compress_blocks", "visible_blocks", "select_blocks", "KVCompressor", "BlockIndexer",
            "CompressedKVCache", "CompressedAttention", "compressed_attention_cost"]
@@ -297,9 +298,18 @@ class BlockIndexer(KVCompressor):
         """I[t, i] = Σ_h w[t, h] · ReLU(q_I[t, h] · K^I_i) · d_I^-½, w = x W_w · H_I^-½: (B, L, T).
 
         x (B, L, d_model), q_resid (B, L, q_lora_rank), positions (L,) int64, keys (B, T, d_I) from
-        :meth:`forward`. Checked by the caller (:class:`CompressedAttention`).
+        :meth:`forward`; a TypeError for non-floating tensors, a ValueError for shapes that do not fit.
         """
+        for name, t in (("x", x), ("q_resid", q_resid), ("keys", keys)):
+            check_tensor(name, t, floating=True, ndim=3)
+        check_tensor("positions", positions, ndim=1)
         B, L, _ = x.shape
+        if (x.shape[-1] != self.weights_proj.in_features or q_resid.shape != (B, L, self.q_b_proj.in_features)
+                or keys.shape[0] != B or keys.shape[-1] != self.head_dim or positions.shape != (L,)):
+            raise ValueError(f"expected x (B, L, d_model={self.weights_proj.in_features}), q_resid (B, L, "
+                             f"q_lora_rank={self.q_b_proj.in_features}), positions (L,) and keys (B, T, "
+                             f"d_I={self.head_dim}); got {shape_of(x)}, {shape_of(q_resid)}, {shape_of(positions)} "
+                             f"and {shape_of(keys)}")
         q = self.q_b_proj(q_resid).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H_I, L, d_I)
         q = _rope_tail(q, positions, self.rope_dim, self.rope_base)
         work = _work(q.dtype)  # float16 / bfloat16: scores in float32, as transformers computes them
@@ -513,7 +523,7 @@ class CompressedAttention(nn.Module):
             keys, k_pos = kv, pos
         else:
             keys, k_pos = cache.update_window(kv)  # (B, 1, W + L, E), (W + L,)
-        near = (k_pos >= 0) & (k_pos <= pos[:, None]) & (pos[:, None] - k_pos < self.sliding_window)  # (L, S)
+        near = window_mask_from_positions(pos, k_pos, window=self.sliding_window)  # (L, S): 0 <= t - s < W
 
         # the compressed blocks: every complete one (HCA) or the indexer's top-k of them (CSA)
         states = {"kv": None, "index": None} if cache is None else cache.states

@@ -372,6 +372,13 @@ def test_pieces_and_from_hf_refuse_bad_input():
         KVCompressor(8, 4, 2, overlap=False, rope_dim=2)(torch.randn(1, 4, 6))
     with pytest.raises(ValueError, match="num_heads"):
         BlockIndexer(8, 4, num_heads=0, head_dim=4, ratio=2, rope_dim=2)
+    ix = BlockIndexer(8, 4, num_heads=2, head_dim=4, ratio=2, rope_dim=2)
+    with pytest.raises(ValueError, match=r"keys \(B, T, d_I=4\)"):
+        ix.scores(torch.randn(1, 3, 8), torch.randn(1, 3, 4), torch.arange(3), torch.randn(1, 1, 5))
+    with pytest.raises(TypeError, match="keys must be a torch.Tensor"):
+        ix.scores(torch.randn(1, 3, 8), torch.randn(1, 3, 4), torch.arange(3), None)
+    assert ix.scores(torch.randn(1, 3, 8), torch.randn(1, 3, 4), torch.arange(3), torch.randn(1, 2, 4)).shape == \
+        (1, 3, 2)
     with pytest.raises(ValueError, match="seq_len"):
         compressed_attention_cost(0, kind="csa", compress_ratio=4)
     with pytest.raises(ValueError, match="bytes_per_element"):
