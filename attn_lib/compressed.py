@@ -487,6 +487,40 @@ class CompressedAttention(nn.Module):
                                  f"one cache per batch of sequences")
             check_on_device("cache", cache.keys, x.device, of="x")
 
+    def _blocks(self, x, q_resid, pos, states) -> tuple[torch.Tensor, torch.Tensor]:
+        """The compressed blocks (B, T, E) and which ones each query reads (B, L, T): every complete one (HCA) or
+        the indexer's top-k of them (CSA)."""
+        states = states or {"kv": None, "index": None}
+        blocks = self.compressor(x, states["kv"])  # (B, T, E)
+        far = visible_blocks(pos, blocks.shape[1], self.compress_ratio).expand(x.shape[0], -1, -1)  # (B, L, T)
+        if self.kind == "csa":
+            ix = self.compressor.indexer
+            index_keys = ix(x, states["index"])  # (B, T, d_I)
+            far = select_blocks(ix.scores(x, q_resid, pos, index_keys), far, self.index_topk)
+        return blocks, far
+
+    def keys_read(self, x: torch.Tensor) -> torch.Tensor:
+        """How many keys each query of x reads (no cache): its window keys plus its chosen compressed blocks.
+
+        Args:
+            x: (B, L, d_model) floating, the weights' dtype and device.
+
+        Returns:
+            int64 (B, L): min(W, t + 1) + (CSA: min(k, ⌊(t+1)/m⌋); HCA: ⌊(t+1)/m⌋) for the query at position t
+            (what :func:`compressed_attention_cost` counts at S = t + 1); the sink is not a key.
+
+        Raises:
+            TypeError / ValueError: as :meth:`forward`.
+        """
+        self._check(x, None)
+        B, L, _ = x.shape
+        if x.numel() == 0:
+            return torch.zeros(B, L, dtype=torch.long, device=x.device)
+        pos = torch.arange(L, device=x.device)
+        near = window_mask_from_positions(pos, pos, window=self.sliding_window)  # (L, L)
+        _, far = self._blocks(x, self.q_a_norm(self.q_a_proj(x)), pos, None)  # (B, L, T)
+        return near.sum(-1).expand(B, L) + far.sum(-1)
+
     def forward(self, x: torch.Tensor, *, cache: CompressedKVCache | None = None) -> torch.Tensor:
         """Causal CSA or HCA over x, continuing the tokens in ``cache``.
 
@@ -505,7 +539,7 @@ class CompressedAttention(nn.Module):
         """
         self._check(x, cache)
         B, L, _ = x.shape
-        H, E, m = self.num_heads, self.head_dim, self.compress_ratio
+        H, E = self.num_heads, self.head_dim
         if x.numel() == 0:  # no token or no sequence: an empty output, the cache untouched
             return self.o_b_proj(x.new_zeros(B, L, self.o_b_proj.in_features))
         if cache is not None:
@@ -525,14 +559,7 @@ class CompressedAttention(nn.Module):
             keys, k_pos = cache.update_window(kv)  # (B, 1, W + L, E), (W + L,)
         near = window_mask_from_positions(pos, k_pos, window=self.sliding_window)  # (L, S): 0 <= t - s < W
 
-        # the compressed blocks: every complete one (HCA) or the indexer's top-k of them (CSA)
-        states = {"kv": None, "index": None} if cache is None else cache.states
-        blocks = self.compressor(x, states["kv"])  # (B, T, E)
-        far = visible_blocks(pos, blocks.shape[1], m).expand(B, L, -1)  # (B, L, T)
-        if self.kind == "csa":
-            ix = self.compressor.indexer
-            index_keys = ix(x, states["index"])  # (B, T, d_I)
-            far = select_blocks(ix.scores(x, q_resid, pos, index_keys), far, self.index_topk)
+        blocks, far = self._blocks(x, q_resid, pos, None if cache is None else cache.states)  # (B, T, E), (B, L, T)
 
         # one softmax over [window keys | chosen blocks | the head's sink]; the sink is a zero key/value whose
         # logit the float mask sets to sinks[h]

@@ -277,6 +277,15 @@ def test_cost_by_hand():
     at_1m = {k: compressed_attention_cost(2**20, kind=k, compress_ratio=r)["kv_bytes_per_token"]
              for k, r in (("hca", 128), ("csa", 4))}
     assert math.isclose(at_1m["hca"], 8 + 128 * 1024 / 2**20) and math.isclose(at_1m["csa"], 320 + 128 * 1024 / 2**20)
+    # and the cost counts the keys a layer reads: W = 3, m = 2, k = 2, S = 1..11 tokens
+    for kind in ("csa", "hca"):
+        layer = _small(kind, sliding_window=3, compress_ratio=2, dtype=torch.float64)
+        with torch.no_grad():
+            read = layer.keys_read(torch.randn(2, 11, 8, dtype=torch.float64))
+        by_hand = [min(3, S) + (min(2, S // 2) if kind == "csa" else S // 2) for S in range(1, 12)]
+        assert read.tolist() == [by_hand] * 2
+        assert [compressed_attention_cost(S, kind=kind, compress_ratio=2, sliding_window=3, index_topk=2)["keys_read"]
+                for S in range(1, 12)] == by_hand
     # and the cost matches what a layer's cache holds (entries + window, the waiting block aside) at S = 12
     layer = CompressedAttention(8, 2, 4, q_lora_rank=4, kind="hca", compress_ratio=4, sliding_window=3, rope_dim=2,
                                 o_groups=1, o_lora_rank=3, dtype=torch.float64)
