@@ -112,6 +112,21 @@ def _no_boundary_tie(layer, x):
     return bool(((a > b) | torch.isinf(b)).all())
 
 
+def test_the_window_mask_fed_to_transformers_is_the_one_its_model_builds():
+    """_hf_run hands the layer a mask built by hand; DeepseekV4Model builds the same for its CSA and HCA layers."""
+    from transformers import DeepseekV4ForCausalLM
+
+    from attn_lib.course.hf_equal import captured_attention_masks
+    from attn_lib.windows import window_mask_from_positions
+
+    torch.manual_seed(0)
+    cfg = _config(vocab_size=50, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=8, hc_mult=2)
+    masks = captured_attention_masks(DeepseekV4ForCausalLM(cfg).eval(), torch.randint(0, 50, (2, 14)))
+    want = window_mask_from_positions(torch.arange(14), torch.arange(14), window=5)  # 0 <= t - s < W = 5
+    for layer in (1, 2):  # CSA, HCA
+        assert masks[layer].shape == (2, 1, 14, 14) and torch.equal(masks[layer][:, 0] == 0, want.expand(2, 14, 14))
+
+
 @pytest.mark.parametrize("kind", ["csa", "hca"])
 def test_equals_transformers_deepseek_v4_attention_in_float64(kind):
     m = _hf_layer(kind)
@@ -193,7 +208,7 @@ def test_compress_blocks_by_hand():
     # a gate of +50 on the second slot picks that token (softmax weight 1 - e^-50)
     out = compress_blocks(kv, torch.zeros_like(kv), torch.tensor([[0.0, 0.0], [50.0, 50.0]], dtype=torch.float64),
                           ratio=2, overlap=False)
-    torch.testing.assert_close(out, kv[:, 1::2], rtol=0, atol=1e-18 * 0 + 1e-15)
+    torch.testing.assert_close(out, kv[:, 1::2], rtol=0, atol=1e-15)
     # CSA: features [Ca | Cb] = [2t | 2t + 1] for token t (E = 1); block i averages Ca of block i-1 and Cb of i
     kv = torch.stack([2 * torch.arange(6.0), 2 * torch.arange(6.0) + 1], -1)[None].double()  # (1, 6, 2)
     out = compress_blocks(kv, torch.zeros_like(kv), zero, ratio=2, overlap=True)[0, :, 0]
