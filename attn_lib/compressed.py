@@ -364,7 +364,17 @@ class CompressedKVCache:
 
     def update_window(self, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Attend-and-store a chunk kv (B, 1, L, E): returns (old slots + chunk (B, 1, W + L, E), their positions
-        (W + L,) int64), then keeps the last W tokens."""
+        (W + L,) int64), then keeps the last W tokens. TypeError: kv not a floating tensor or not of the cached
+        dtype; ValueError: kv not (B, 1, L, E), or another B or E than the cached keys, or on another device."""
+        check_tensor("kv", kv, floating=True, ndim=4)
+        if kv.shape[1] != 1 or (self.keys is not None and (kv.shape[0], kv.shape[-1]) != (self.keys.shape[0],
+                                                                                       self.keys.shape[-1])):
+            cached = "" if self.keys is None else f" with the cached B, E = {self.keys.shape[0]}, {self.keys.shape[-1]}"
+            raise ValueError(f"kv must be (B, 1, L, E){cached} (one head: K = V), got {shape_of(kv)}")
+        if self.keys is not None:
+            check_on_device("kv", kv, self.keys.device, of="the cached keys")
+            if kv.dtype != self.keys.dtype:
+                raise TypeError(f"kv must have the cached keys' dtype {self.keys.dtype}, got {kv.dtype}")
         B, _, L, E = kv.shape
         if self.keys is None:
             self.keys = kv.new_zeros(B, 1, self.window, E)

@@ -363,6 +363,10 @@ def test_forward_refuses_bad_input_and_gives_empty_outputs():
         layer(torch.randn(1, 1, 8), cache=cache)
     with pytest.raises(ValueError, match="another layer"):
         _small()(torch.randn(2, 1, 8), cache=cache)
+    with pytest.raises(ValueError, match="cached B, E = 2, 4"):
+        cache.update_window(torch.randn(2, 1, 1, 5))
+    with pytest.raises(TypeError, match="cached keys' dtype torch.float32"):
+        cache.update_window(torch.randn(2, 1, 1, 4, dtype=torch.float64))
     cache.keys = cache.keys.to("meta")
     with pytest.raises(ValueError, match="cache must be on x's device"):
         layer(torch.randn(2, 1, 8), cache=cache)
