@@ -1007,3 +1007,169 @@ def plot_online_softmax_step(scores: torch.Tensor, values: torch.Tensor, block_k
     a1.set_title("output so far vs final")
     a1.legend(loc="best", fontsize=8)
     return ax
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Small matrices with their numbers: notebook 05 carries notebook 03's three tokens through multi-head attention.
+# ---------------------------------------------------------------------------------------------------------------
+
+__all__ += ["matrix_steps_figure"]
+
+_PANEL_KEYS = {"name", "values", "rows", "cols", "heads", "first_head", "head_axis", "heat"}
+_CELL = 0.42  # inches per matrix cell
+_OP = 0.42  # inches for an operator between two panels
+
+
+def _check_panel(where: str, panel) -> dict:
+    if not isinstance(panel, dict) or not set(panel) <= _PANEL_KEYS or "values" not in panel:
+        raise TypeError(f"{where} must be a str (an operator such as '@') or a dict with 'values' and optional keys "
+                        f"{sorted(_PANEL_KEYS - {'values'})}, got {panel!r}"[:300])
+    try:
+        values = torch.as_tensor(panel["values"]).detach().to("cpu", torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{where}['values'] must be a 2-D tensor or array of numbers, "
+                        f"got {type(panel['values']).__name__}") from None
+    if values.dim() != 2 or not (1 <= values.shape[0] <= 8 and 1 <= values.shape[1] <= 8):
+        raise ValueError(f"{where}['values'] must be a 2-D matrix of 1 to 8 rows and columns, got shape "
+                         f"{tuple(values.shape)}")
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError(f"{where}['values'] must be finite numbers (they are printed in the cells)")
+    out = {"values": values, "name": panel.get("name", "")}
+    if not isinstance(out["name"], str):
+        raise TypeError(f"{where}['name'] must be a str, got {type(out['name']).__name__}")
+    for key, n in (("rows", values.shape[0]), ("cols", values.shape[1])):
+        labels = panel.get(key)
+        if labels is not None:
+            labels = _check_tokens(f"{where}['{key}']", labels)
+            if len(labels) != n:
+                raise ValueError(f"{where}['{key}'] must hold {n} labels (one per {key[:-1]}), got {len(labels)}")
+        out[key] = labels
+    out["heads"] = check_int(f"{where}['heads']", panel.get("heads", 0), minimum=0, maximum=6)
+    out["first_head"] = check_int(f"{where}['first_head']", panel.get("first_head", 0), minimum=0,
+                                  maximum=6 - max(out["heads"], 1))
+    axis = panel.get("head_axis", "cols")
+    if axis not in ("rows", "cols"):
+        raise ValueError(f"{where}['head_axis'] must be 'rows' or 'cols', got {axis!r}")
+    out["head_axis"] = axis
+    if out["heads"]:
+        n = values.shape[1] if axis == "cols" else values.shape[0]
+        if n % out["heads"]:
+            raise ValueError(f"{where}['heads'] = {out['heads']} must divide the {n} {axis} (equal blocks, one per "
+                             "head)")
+    out["heat"] = check_bool(f"{where}['heat']", panel.get("heat", False))
+    return out
+
+
+def _number(v: float) -> str:
+    r = round(v)
+    return str(int(r)) if abs(v - r) < 5e-4 else f"{v:.2f}"
+
+
+def matrix_steps_figure(rows, *, title: str | None = None):
+    """Small matrices with every number printed, in rows of ``panel op panel op ...``: one step of a computation.
+
+    Each row is a list whose items are panels (dicts) or operators (str, such as ``"@"``, ``"="`` or ``"→"``)
+    drawn between them. A panel draws ``values`` (a 2-D matrix (R, C), 1 to 8 rows and columns, any real dtype,
+    drawn as float64) cell by cell with its
+    numbers (integers as such, others with 2 decimals) and optional ``name`` above, ``rows`` labels on the left,
+    ``cols`` labels above. ``heads = H`` tints the columns (or, with ``head_axis="rows"``, the rows) in H equal
+    blocks, block h in ``PALETTE[first_head + h]`` (``first_head`` 0 unless given: a panel holding head 1 alone is
+    ``heads=1, first_head=1``), so a head's features keep their colour from figure to figure; ``heat=True``
+    shades each cell by its value in viridis from 0 to 1 (attention weights). Untinted cells are light grey.
+
+    Args:
+        rows: a list of 1 to 4 rows, each a list of 1 to 9 items (panels and operators).
+        title: an optional str drawn above the figure.
+
+    Returns:
+        a matplotlib Figure, colours from :data:`PALETTE` and :data:`SEQUENTIAL_CMAP`.
+
+    Raises:
+        TypeError: rows not a list of lists; an item neither a str nor a panel dict; values not numbers; labels
+            not str; a non-bool ``heat``; a non-str title.
+        ValueError: an empty row, a row of more than 9 items, values not 2-D or larger than 8 × 8 or not finite,
+            label counts that differ from the matrix, ``heads`` outside 0..6 or not dividing the blocked axis,
+            ``first_head + heads`` above 6, a
+            ``head_axis`` other than "rows" or "cols".
+
+    Source: the course's own drawing (notebook 05, after notebook 03's worked example), in the style of the
+    step-by-step matrix figures of Raschka (2024), *Build a Large Language Model (From Scratch)*, chapter 3.
+    """
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in rows):
+        raise TypeError(f"rows must be a list of rows, each a list of panels and operators, got {rows!r}"[:200])
+    if not 1 <= len(rows) <= 4:
+        raise ValueError(f"rows must hold 1 to 4 rows, got {len(rows)}")
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"title must be a str or None, got {type(title).__name__}")
+    checked = []
+    for r, row in enumerate(rows):
+        if not 1 <= len(row) <= 9:
+            raise ValueError(f"rows[{r}] must hold 1 to 9 items, got {len(row)}")
+        checked.append([item if isinstance(item, str) else _check_panel(f"rows[{r}][{i}]", item)
+                        for i, item in enumerate(row)])
+
+    def panel_width(p):
+        return p["values"].shape[1] * _CELL + (0.62 if p["rows"] else 0.0)
+
+    def item_width(item):
+        return _OP if isinstance(item, str) else panel_width(item)
+
+    def row_height(row):
+        panels = [p for p in row if not isinstance(p, str)]
+        n = max(p["values"].shape[0] for p in panels) if panels else 1
+        return n * _CELL + 0.62  # the name and the column labels above
+
+    width = max(0.3 + sum(item_width(i) + 0.12 for i in row) for row in checked) + 0.2
+    heights = [row_height(row) for row in checked]
+    top = 0.45 if title else 0.1
+    height = sum(heights) + 0.15 * (len(heights) - 1) + top + 0.1
+    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
+    from matplotlib.patches import Rectangle
+
+    fig = plt.figure(figsize=(width, height))
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+    ax.set_xlim(0.0, width)
+    ax.set_ylim(0.0, height)
+    ax.set_axis_off()
+    heat = colormaps[SEQUENTIAL_CMAP]
+    if title:
+        ax.text(0.15, height - 0.25, title, ha="left", va="center", fontsize=10)
+    y_top = height - top
+    for row, h in zip(checked, heights):
+        x = 0.3
+        grid_top = y_top - 0.55
+        for item in row:
+            if isinstance(item, str):
+                ax.text(x + _OP / 2, grid_top - _CELL * 1.2, item, ha="center", va="center", fontsize=12)
+                x += _OP + 0.12
+                continue
+            v, n_rows, n_cols = item["values"], item["values"].shape[0], item["values"].shape[1]
+            x0 = x + (0.62 if item["rows"] else 0.0)
+            ax.text(x0 + n_cols * _CELL / 2, y_top - 0.12, item["name"], ha="center", va="center", fontsize=9)
+            for i in range(n_rows):
+                for j in range(n_cols):
+                    value = float(v[i, j])
+                    if item["heat"]:
+                        face, alpha = heat(min(max(value, 0.0), 1.0)), 1.0
+                        ink = "white" if value < 0.55 else PALETTE[7]
+                    elif item["heads"]:
+                        n = n_cols if item["head_axis"] == "cols" else n_rows
+                        block = (j if item["head_axis"] == "cols" else i) // (n // item["heads"])
+                        face, alpha, ink = PALETTE[item["first_head"] + block], 0.32, PALETTE[7]
+                    else:
+                        face, alpha, ink = "#DDDDDD", 0.6, PALETTE[7]
+                    y0 = grid_top - (i + 1) * _CELL
+                    ax.add_patch(Rectangle((x0 + j * _CELL, y0), _CELL, _CELL, facecolor=face, alpha=alpha,
+                                           edgecolor="white", linewidth=1.0))
+                    ax.text(x0 + (j + 0.5) * _CELL, y0 + _CELL / 2, _number(value), ha="center", va="center",
+                            fontsize=8, color=ink)
+            if item["rows"]:
+                for i, label in enumerate(item["rows"]):
+                    ax.text(x0 - 0.06, grid_top - (i + 0.5) * _CELL, label, ha="right", va="center", fontsize=8)
+            if item["cols"]:
+                for j, label in enumerate(item["cols"]):
+                    ax.text(x0 + (j + 0.5) * _CELL, grid_top + 0.1, label, ha="center", va="bottom", fontsize=8)
+            x = x0 + n_cols * _CELL + 0.12
+        y_top -= h + 0.15
+    return fig

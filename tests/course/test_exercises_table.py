@@ -206,12 +206,21 @@ def mha_b(x, wq, wk, wv, wo, H):
     return torch.cat(heads, dim=-1) @ wo
 
 
-def entropy_a(w):
-    return -torch.special.xlogy(w, w).sum(-1).mean(-1)
+def contributions_a(heads, w_o):
+    return heads @ w_o.view(heads.shape[1], heads.shape[-1], -1)
 
 
-def entropy_b(w):
-    return -torch.where(w > 0, w * w.log(), torch.zeros_like(w)).sum(-1).mean(-1)
+def contributions_b(heads, w_o):
+    return torch.stack([h @ w for h, w in zip(heads.unbind(1), w_o.chunk(heads.shape[1], dim=0))], dim=1)
+
+
+def importance_a(heads, w_o, grad_output):
+    return (contributions_a(heads, w_o) * grad_output[:, None]).sum((-2, -1)).abs().mean(0)
+
+
+def importance_b(heads, w_o, grad_output):
+    back = (grad_output @ w_o.T).unflatten(-1, (heads.shape[1], heads.shape[-1]))  # dL/d(concat), per head
+    return torch.einsum("bhte,bthe->bh", heads, back).abs().mean(0)
 
 
 def shift_a(t, bos):
@@ -443,9 +452,9 @@ RIGHT = {
                           lambda n: np.tril(np.ones((n, n), dtype=bool))),
     "check_masked_attention": (masked_a, masked_b),
     "check_decoder_mask": (decoder_a, decoder_b),
-    "check_split_heads": (split_a, split_b),
+    "check_head_contributions": (contributions_a, contributions_b),
     "check_multi_head_attention": (mha_a, mha_b),
-    "check_head_entropy": (entropy_a, entropy_b),
+    "check_head_importance": (importance_a, importance_b),
     "check_shift_right": (shift_a, shift_b),
     "check_cross_attention": (cross_a, cross_b),
     "check_most_read_source": (read_a, read_b),
@@ -591,7 +600,7 @@ WRONG = [
     ("check_decoder_mask", "<= for <",
      lambda lengths, T: (torch.arange(T)[None, :] <= torch.tensor(lengths)[:, None])[:, None, :]
      & torch.ones(T, T, dtype=torch.bool).tril(), ["off by one", "key column", "expected False, got True"]),
-    ("check_head_entropy", "float64 out", lambda w: entropy_a(w.double()), ["dtype torch.float64"]),
+    ("check_head_importance", "float32 out", lambda *a: importance_a(*a).float(), ["dtype torch.float32"]),
     ("check_shift_right", "float ids", lambda t, bos: shift_a(t.float(), bos), ["must be long"]),
     ("check_cross_attention", "one tensor", lambda *a: cross_a(*a)[0], ["return a pair (output, weights)"]),
     ("check_most_read_source", "a str", lambda w, t: "".join(read_a(w, t)), ["not one str"]),

@@ -329,3 +329,65 @@ def test_palette_and_colour_maps_are_public_in_viz_and_defined_once():
 
     assert viz.PALETTE is _setup.PALETTE is style.PALETTE and len(viz.PALETTE) == 8 and viz.PALETTE[0] == "#0072B2"  # Okabe-Ito blue
     assert (viz.SEQUENTIAL_CMAP, viz.DIVERGING_CMAP) == ("viridis", "PuOr")
+
+
+# ------------------------------------------------------------------ notebook 05's step-by-step matrices
+def _texts(fig):
+    return [t.get_text() for t in fig.axes[0].texts]
+
+
+def test_matrix_steps_figure_prints_every_number_and_colours_the_heads():
+    from matplotlib.colors import to_hex
+
+    x = torch.tensor([[1.0, 0, 0], [0, 1, 1], [0, 1, 0]])
+    w = torch.tensor([[0.25, 1.5, 0, 2], [1, 0, 0.5, 0], [0, 0, 1, 1]])
+    fig = viz.matrix_steps_figure([[{"name": "x", "values": x, "rows": ["the", "cat", "sat"]}, "@",
+                                    {"name": "W", "values": w, "heads": 2}]], title="step")
+    texts = _texts(fig)
+    assert texts[0] == "step" and "x" in texts and "W" in texts and "@" in texts
+    assert {"the", "cat", "sat"} <= set(texts)
+    numbers = [t for t in texts if t[:1].isdigit()]
+    assert numbers.count("1") == 3 + 4 and "0.25" in numbers and "1.50" in numbers and "0.50" in numbers
+    assert len(numbers) == 9 + 12  # one number per cell
+    faces = [to_hex(p.get_facecolor(), keep_alpha=False) for p in fig.axes[0].patches]
+    assert faces[:9] == ["#dddddd"] * 9  # x: no heads, grey
+    # W: columns 0-1 head 0 (blue), 2-3 head 1 (orange), row by row
+    assert faces[9:13] == [PALETTE_HEX[0]] * 2 + [PALETTE_HEX[1]] * 2
+    plt.close(fig)
+
+
+PALETTE_HEX = [c.lower() for c in viz.PALETTE]
+
+
+def test_matrix_steps_figure_heads_on_rows_first_head_and_heat():
+    from matplotlib.colors import to_hex
+
+    fig = viz.matrix_steps_figure([[{"values": torch.ones(4, 3), "heads": 2, "head_axis": "rows"},
+                                    {"values": torch.ones(3, 2), "heads": 1, "first_head": 1},
+                                    {"values": torch.tensor([[0.0, 1.0]]), "heat": True}]])
+    faces = [to_hex(p.get_facecolor(), keep_alpha=False) for p in fig.axes[0].patches]
+    assert faces[:12] == [PALETTE_HEX[0]] * 6 + [PALETTE_HEX[1]] * 6  # rows 0-1 head 0, rows 2-3 head 1
+    assert faces[12:18] == [PALETTE_HEX[1]] * 6  # head 1 alone keeps head 1's colour
+    cmap = matplotlib.colormaps[viz.SEQUENTIAL_CMAP]
+    assert faces[18:] == [to_hex(cmap(0.0)), to_hex(cmap(1.0))]
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("rows, error, words", [
+    ("x", TypeError, "rows must be a list of rows"),
+    ([], ValueError, "1 to 4 rows"),
+    ([[]], ValueError, "rows[0] must hold 1 to 9 items"),
+    ([[3]], TypeError, "rows[0][0] must be a str"),
+    ([[{"values": "abc"}]], TypeError, "rows[0][0]['values'] must be a 2-D tensor"),
+    ([[{"values": torch.ones(3)}]], ValueError, "2-D matrix of 1 to 8 rows"),
+    ([[{"values": torch.ones(9, 2)}]], ValueError, "got shape (9, 2)"),
+    ([[{"values": torch.tensor([[float("nan")]])}]], ValueError, "finite"),
+    ([[{"values": torch.ones(2, 2), "rows": ["a"]}]], ValueError, "must hold 2 labels"),
+    ([[{"values": torch.ones(2, 3), "heads": 2}]], ValueError, "must divide the 3 cols"),
+    ([[{"values": torch.ones(2, 2), "head_axis": "diag"}]], ValueError, "'rows' or 'cols'"),
+    ([[{"values": torch.ones(2, 2), "heat": 1}]], TypeError, "heat"),
+    ([[{"values": torch.ones(2, 2), "colour": 1}]], TypeError, "optional keys"),
+])
+def test_matrix_steps_figure_refuses_bad_input_by_name(rows, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        viz.matrix_steps_figure(rows)
