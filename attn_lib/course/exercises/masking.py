@@ -1,5 +1,9 @@
 """Exercise checks for notebook 04 (masking).
 
+Notebook 04 calls :func:`check_window_mask` (exercise 1) and :func:`check_masked_attention` (exercise 2).
+:func:`check_causal_mask` and :func:`check_decoder_mask` are the checks of its earlier exercises 1 and 3 (``tril``,
+and the padding-and-causal mask its cells build in code), kept for teachers who assign them.
+
 Each check runs your function on fresh inputs, compares it with :mod:`attn_lib.masks` and
 :func:`attn_lib.attention.scaled_dot_product_attention`, and names the typical mistake it
 recognises (inverted mask, upper instead of lower triangle, mask applied after the softmax, ...).
