@@ -184,65 +184,65 @@ def _(r, qid):
     )
 
 
-@template("02.rope_angle")
+@template("02.wavelength")
 def _(r, qid):
-    m = r.randint(1, 40)
-    ang = m / 10
+    d_model = r.choice([16, 32, 64])
+    pair = r.randint(1, d_model // 4)
+    wavelength = 2 * math.pi * 10000 ** (2 * pair / d_model)
     return number(
         qid,
-        "RoPE with head_dim = 8 and base 10000 rotates pair i by the angle m · 10000^(-2i/8). At "
-        f"position m = {m}, by how many radians is pair i = 1 rotated?",
-        ang,
-        f"10000^(-2/8) = 10000^(-1/4) = 0.1, so the angle is {m} × 0.1 = {ang:g} rad.",
-        decimals=2,
-        pos=m,
+        f"The sinusoidal table with d_model = {d_model} and base 10000: columns 2i and 2i + 1 hold sin and cos of "
+        f"pos · 10000^(-2i/{d_model}). After how many positions does pair i = {pair} complete one full wave?",
+        wavelength,
+        f"The frequency is 10000^(-{2 * pair}/{d_model}), so the wavelength is 2π · 10000^({2 * pair}/{d_model}) "
+        f"= {wavelength:.1f} positions.",
+        decimals=1,
+        d_model=d_model,
+        pair=pair,
     )
 
 
-@template("02.alibi_slope")
+@template("02.shift_dot")
 def _(r, qid):
-    h_total = r.choice([8, 16])
-    h = r.randint(1, h_total)
-    s = 2 ** (-8 * h / h_total)
+    k = r.randint(1, 6)
     return number(
         qid,
-        f"ALiBi with {h_total} heads gives head h (h = 1 … {h_total}) the slope 2^(-8h/{h_total}). What is the "
-        f"slope of head {h}? (3 significant digits)",
-        s,
-        f"2^(-8·{h}/{h_total}) = 2^{-8 * h / h_total:g} = {s:.6g}.",
-        tol=s * 6e-3,
-        num_heads=h_total,
-        head=h,
-    )
-
-
-@template("02.permute_no_positions")
-def _(r, qid):
-    return choice(
-        qid,
-        "Self-attention without any positional information: swap the tokens at positions 2 and 5 of the "
-        "input. The outputs ...",
-        "at positions 2 and 5 swap; every other output is unchanged",
-        ["all change", "do not change at all", "at positions 2 and 5 become equal"],
-        "Without positions, self-attention is permutation-equivariant: each output depends on its own "
-        "token and on the set of all tokens, which a swap does not change.",
-    )
-
-
-@template("02.rope_relative")
-def _(r, qid):
-    m, n, k = r.randint(5, 20), r.randint(0, 4), r.randint(3, 30)
-    return choice(
-        qid,
-        f"With RoPE, a query at position {m} scores a key at position {n}. Which pair of positions gives "
-        "the same score for the same query and key vectors?",
-        f"{m + k} and {n + k}",
-        [f"{n} and {m}", f"{m + k} and {n}", f"{2 * m} and {2 * n}"],
-        f"The score depends only on the signed offset m − n = {m - n}; ({m + k}, {n + k}) keeps it, "
-        f"({n}, {m}) flips its sign.",
-        m=m,
-        n=n,
+        "The sinusoidal table with d_model = 2 has one pair, PE[pos] = (sin pos, cos pos). For any position pos, "
+        f"what is the dot product PE[pos] · PE[pos + {k}]?",
+        math.cos(k),
+        f"sin(a)sin(a + {k}) + cos(a)cos(a + {k}) = cos({k}) = {math.cos(k):.4f}, whatever a is: the dot product of "
+        "two position vectors depends only on their distance.",
+        decimals=4,
         k=k,
+    )
+
+
+@template("02.stripes")
+def _(r, qid):
+    return choice(
+        qid,
+        "The heatmap of the sinusoidal table (positions down, columns across) shows thin vertical stripes from one "
+        "column to the next, even on the right where the waves are slow. Why?",
+        "columns 2i and 2i + 1 are the sine and the cosine of one wave: where one is near 0 the other is near ±1",
+        ["the table is random noise added to the waves", "every column has a different base",
+         "odd columns hold the positions of the previous token"],
+        "The columns come in (sin, cos) pairs of the same frequency, side by side (interleaved); on the right, "
+        "every sine stays near 0 and every cosine near 1.",
+    )
+
+
+@template("02.learned_limit")
+def _(r, qid):
+    n = r.choice([128, 512, 1024])
+    return choice(
+        qid,
+        f"A model adds learned position embeddings from a table of {n} rows. What happens to a sequence of "
+        f"{n + r.randint(1, 50)} tokens?",
+        f"its positions beyond {n - 1} have no vector: the table must grow, or the input be cut",
+        ["the extra positions reuse row 0", "the extra positions get sinusoidal vectors automatically",
+         "nothing: positions beyond the table get the zero vector and the model is unchanged"],
+        "A learned table has one trained row per position and nothing beyond its last row (attn_lib's "
+        "LearnedPositionalEmbedding raises a ValueError).",
     )
 
 
@@ -402,6 +402,68 @@ def _(r, qid):
         ["query i may attend to key j", "key j is padding in every row", "the weight is set to 1"],
         "PyTorch's nn.MultiheadAttention marks blocked positions with True; the course (and "
         "scaled_dot_product_attention) mark allowed ones. Invert with ~mask when passing one to the other.",
+    )
+
+
+@template("04.rope_angle")
+def _(r, qid):
+    m = r.randint(1, 40)
+    ang = m / 10
+    return number(
+        qid,
+        "RoPE with head_dim = 8 and base 10000 rotates pair i by the angle m · 10000^(-2i/8). At "
+        f"position m = {m}, by how many radians is pair i = 1 rotated?",
+        ang,
+        f"10000^(-2/8) = 10000^(-1/4) = 0.1, so the angle is {m} × 0.1 = {ang:g} rad.",
+        decimals=2,
+        pos=m,
+    )
+
+
+@template("04.alibi_slope")
+def _(r, qid):
+    h_total = r.choice([8, 16])
+    h = r.randint(1, h_total)
+    s = 2 ** (-8 * h / h_total)
+    return number(
+        qid,
+        f"ALiBi with {h_total} heads gives head h (h = 1 … {h_total}) the slope 2^(-8h/{h_total}). What is the "
+        f"slope of head {h}? (3 significant digits)",
+        s,
+        f"2^(-8·{h}/{h_total}) = 2^{-8 * h / h_total:g} = {s:.6g}.",
+        tol=s * 6e-3,
+        num_heads=h_total,
+        head=h,
+    )
+
+
+@template("04.permute_no_positions")
+def _(r, qid):
+    return choice(
+        qid,
+        "Self-attention without any positional information: swap the tokens at positions 2 and 5 of the "
+        "input. The outputs ...",
+        "at positions 2 and 5 swap; every other output is unchanged",
+        ["all change", "do not change at all", "at positions 2 and 5 become equal"],
+        "Without positions, self-attention is permutation-equivariant: each output depends on its own "
+        "token and on the set of all tokens, which a swap does not change.",
+    )
+
+
+@template("04.rope_relative")
+def _(r, qid):
+    m, n, k = r.randint(5, 20), r.randint(0, 4), r.randint(3, 30)
+    return choice(
+        qid,
+        f"With RoPE, a query at position {m} scores a key at position {n}. Which pair of positions gives "
+        "the same score for the same query and key vectors?",
+        f"{m + k} and {n + k}",
+        [f"{n} and {m}", f"{m + k} and {n}", f"{2 * m} and {2 * n}"],
+        f"The score depends only on the signed offset m − n = {m - n}; ({m + k}, {n + k}) keeps it, "
+        f"({n}, {m}) flips its sign.",
+        m=m,
+        n=n,
+        k=k,
     )
 
 

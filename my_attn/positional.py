@@ -1,4 +1,6 @@
-"""Your positions (mirrors attn_lib.positional; notebook 02). Shapes: L = sequence length, d_model, head_dim."""
+"""Your positions (mirrors attn_lib.positional; notebook 02: sinusoidal; notebook 04, last part: RoPE, ALiBi).
+
+Shapes: L = sequence length, d_model, head_dim."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def alibi_slopes(num_heads: int, *, dtype: torch.dtype = torch.float32, device=N
     Returns:
         (num_heads,) tensor of ``dtype``, positive and decreasing.
     """
-    todo("alibi_slopes", "02", "4 · ALiBi: a distance penalty on the scores")
+    todo("alibi_slopes", "04", "ALiBi: one more bias on the scores, beside the mask")
 
 
 def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0, interleaved: bool = False) -> torch.Tensor:
@@ -47,4 +49,4 @@ def apply_rope(x: torch.Tensor, positions=None, *, base: float = 10000.0, interl
     Returns:
         a tensor of x's shape and dtype.
     """
-    todo("apply_rope", "02", "3 · RoPE: rotate the queries and keys (LLaMA)")
+    todo("apply_rope", "04", "RoPE: rotate the queries and keys (LLaMA)")

@@ -16,7 +16,7 @@ from attn_lib.course.exercises.concepts import QUESTIONS, _load_all
 from attn_lib.kv_cache import kv_cache_bytes
 from attn_lib.linear import linear_attention
 from attn_lib.masks import causal_mask, padding_mask
-from attn_lib.positional import alibi_slopes, rope_frequencies, sinusoidal_positional_encoding
+from attn_lib.positional import alibi_slopes, rope_frequencies, sinusoidal_components, sinusoidal_positional_encoding
 from attn_lib.quantization import fake_quantize_kv
 from attn_lib.variants import softcap
 from attn_lib.windows import ring_slot_positions, sliding_window_mask
@@ -69,8 +69,11 @@ ORACLES = {
                                    for w, c in p["counts"].items()),
     "01.embedding_params": lambda p: _meta_params(torch.nn.Embedding(p["vocab"], p["d_model"], device="meta")),
     "02.sinusoid_value": lambda p: sinusoidal_positional_encoding(p["pos"] + 1, 4, dtype=D)[p["pos"], 2].item(),
-    "02.rope_angle": lambda p: p["pos"] * rope_frequencies(8, dtype=D)[1].item(),
-    "02.alibi_slope": lambda p: alibi_slopes(p["num_heads"], dtype=D)[p["head"] - 1].item(),
+    "02.wavelength": lambda p: sinusoidal_components(0, p["pair"], p["d_model"])["wavelength"],
+    "02.shift_dot": lambda p: (sinusoidal_positional_encoding(20, 2, dtype=D)[7]
+                               @ sinusoidal_positional_encoding(20, 2, dtype=D)[7 + p["k"]]).item(),
+    "04.rope_angle": lambda p: p["pos"] * rope_frequencies(8, dtype=D)[1].item(),
+    "04.alibi_slope": lambda p: alibi_slopes(p["num_heads"], dtype=D)[p["head"] - 1].item(),
     "03.by_hand_weight": lambda p: _sdpa_1(p["q"], p["keys"], p["values"])[1],
     "03.by_hand_output": lambda p: _sdpa_1(p["q"], p["keys"], p["values"])[0],
     "03.score_spread": lambda p: (torch.randn(40000, p["d_k"], generator=torch.Generator().manual_seed(0), dtype=D) *

@@ -12,6 +12,7 @@ from attn_lib.course.exercises import (
     check_decoder_mask,
     check_masked_attention,
     check_self_attention,
+    check_window_mask,
 )
 
 
@@ -181,6 +182,46 @@ def test_check_causal_mask():
     _fails_with(check_causal_mask(_not_written), "not written yet")
 
 
+def _window(lengths, T, w, *, padding="left", window="<", causal=True, on="keys", combine="and"):
+    """Notebook 04's exercise 1, right or with one typical mistake (written with loops, unlike the check)."""
+    out = torch.zeros(len(lengths), T, T, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        real = [(t >= T - n) if padding == "left" else (t < n) for t in range(T)]
+        for i in range(T):
+            for j in range(T):
+                ok_time = (j <= i) if causal else True
+                dist = i - j if causal else abs(i - j)
+                ok_window = {"<": dist < w, "<=": dist <= w, None: True}[window]
+                ok_real = {"keys": real[j], "queries": real[i], None: True}[on]
+                if combine == "and":
+                    out[b, i, j] = ok_time and ok_window and ok_real
+                else:
+                    out[b, i, j] = (ok_time and ok_window) or ok_real
+    return out
+
+
+def test_check_window_mask():
+    assert check_window_mask(_window)
+    # a differently written right answer: the distance matrix and the first real position, vectorised
+    def vectorised(lengths, max_len, window):
+        d = torch.arange(max_len)[:, None] - torch.arange(max_len)[None, :]  # i - j
+        first = max_len - torch.as_tensor(lengths)
+        keys_real = torch.arange(max_len) >= first[:, None, None]  # (B, 1, T)
+        return keys_real & (d >= 0) & (d < window)
+
+    assert "passed on 4 fresh inputs" in repr(check_window_mask(vectorised))
+    _fails_with(check_window_mask(lambda l, T, w: ~_window(l, T, w)), "inverted")
+    _fails_with(check_window_mask(lambda l, T, w: _window(l, T, w, padding="right")), "RIGHT-padded")
+    _fails_with(check_window_mask(lambda l, T, w: _window(l, T, w, window="<=")), "off by one in the window")
+    _fails_with(check_window_mask(lambda l, T, w: _window(l, T, w, window=None)), "the window is missing")
+    _fails_with(check_window_mask(lambda l, T, w: _window(l, T, w, causal=False)), "causal part is missing")
+    _fails_with(check_window_mask(lambda l, T, w: _window(l, T, w, on=None)), "padding part is missing")
+    _fails_with(check_window_mask(lambda l, T, w: _window(l, T, w, on="queries")), "queries (rows)")
+    _fails_with(check_window_mask(lambda l, T, w: _window(l, T, w, combine="or")), "OR")
+    _fails_with(check_window_mask(lambda l, T, w: _window(l, T, w).int()), "return a bool tensor")
+    _fails_with(check_window_mask(_not_written), "not written yet")
+
+
 def _masked(q, k, v, mask, *, safe=True, scale=True):
     s = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
     w = torch.softmax(s.masked_fill(~mask, -math.inf), dim=-1)
@@ -228,7 +269,8 @@ def test_check_decoder_mask():
 
 
 @pytest.mark.parametrize("check", [check_attention_weights, check_attention, check_self_attention,
-                                   check_causal_mask, check_masked_attention, check_decoder_mask])
+                                   check_causal_mask, check_window_mask, check_masked_attention,
+                                   check_decoder_mask])
 def test_checks_are_deterministic(check):
     # the saved notebook output (the message) must reproduce: same fresh inputs every run
     assert repr(check(_not_written)) == repr(check(_not_written))

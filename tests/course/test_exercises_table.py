@@ -450,6 +450,11 @@ RIGHT = {
     "check_self_attention": (self_attention_a, self_attention_b),
     "check_causal_mask": (lambda n: torch.ones(n, n, dtype=torch.bool).tril(),
                           lambda n: np.tril(np.ones((n, n), dtype=bool))),
+    "check_window_mask": (lambda lengths, T, w: torch.stack([
+                              torch.ones(T, T, dtype=torch.bool).tril().triu(1 - w) & (torch.arange(T) >= T - n)
+                              for n in lengths]),
+                          lambda lengths, T, w: np.array([[[T - n <= j <= i < j + w for j in range(T)] for i in range(T)]
+                                                          for n in lengths])),
     "check_masked_attention": (masked_a, masked_b),
     "check_decoder_mask": (decoder_a, decoder_b),
     "check_head_contributions": (contributions_a, contributions_b),

@@ -26,7 +26,7 @@ def _restore():
 
 
 def _half_done(tmp_path):
-    """The stubs with notebook 02's and 03's modules solved: a learner half-way through."""
+    """The stubs with the positional and attention modules solved (02-04's positions, 03's SDPA): half-way through."""
     pkg = tmp_path / "my_attn"
     shutil.copytree(STUBS, pkg)
     for module in ("positional", "attention"):

@@ -85,7 +85,7 @@ def test_01_second_merge_is_what_bpe_learns():
     assert BPETokenizer.train({**counts, "hugs": 3}, vocab_size=11).merges[1] == ("u", "n")
 
 
-def test_02_rope_scores_depend_on_the_signed_offset():
+def test_04_rope_scores_depend_on_the_signed_offset():
     from attn_lib.positional import apply_rope
 
     def score(q, m, k, n):
@@ -99,7 +99,7 @@ def test_02_rope_scores_depend_on_the_signed_offset():
         assert not math.isclose(first, -second, rel_tol=1e-3)  # not "c": opposite
         assert math.isclose(second, score(k, 5, q, 2), rel_tol=1e-12)  # swap the vectors too: equal
         assert math.isclose(first, score(q, 13, k, 10), rel_tol=1e-9)  # the same signed offset: equal
-    assert QUESTIONS["02.rope_swap"].answer == "b"
+    assert QUESTIONS["04.rope_swap"].answer == "b"
 
 
 def test_07_cross_attention_reads_every_real_source_character():

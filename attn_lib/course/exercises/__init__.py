@@ -13,7 +13,7 @@ graders: :func:`fresh_check` gives a private copy of a check, built from the sou
 from attn_lib.course.exercises._core import CheckResult, fresh_check, integrity_report, set_time_limit  # noqa: F401
 from attn_lib.course.exercises.welcome import *  # noqa: F401,F403  notebook 00
 from attn_lib.course.exercises.tokens import *  # noqa: F401,F403  notebook 01
-from attn_lib.course.exercises.positional import *  # noqa: F401,F403  notebook 02
+from attn_lib.course.exercises.positional import *  # noqa: F401,F403  notebooks 02 and 04
 from attn_lib.course.exercises.attention import *  # noqa: F401,F403  notebook 03
 from attn_lib.course.exercises.masking import *  # noqa: F401,F403  notebook 04
 from attn_lib.course.exercises.multihead import *  # noqa: F401,F403  notebooks 05, 06

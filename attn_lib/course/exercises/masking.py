@@ -1,5 +1,9 @@
 """Exercise checks for notebook 04 (masking).
 
+Notebook 04 calls :func:`check_window_mask` (exercise 1) and :func:`check_masked_attention` (exercise 2).
+:func:`check_causal_mask` and :func:`check_decoder_mask` are the checks of its earlier exercises 1 and 3 (``tril``,
+and the padding-and-causal mask its cells build in code), kept for teachers who assign them.
+
 Each check runs your function on fresh inputs, compares it with :mod:`attn_lib.masks` and
 :func:`attn_lib.attention.scaled_dot_product_attention`, and names the typical mistake it
 recognises (inverted mask, upper instead of lower triangle, mask applied after the softmax, ...).
@@ -17,7 +21,7 @@ from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_
 from attn_lib.course.exercises._core import as_tensor as _as_tensor
 from attn_lib.masks import causal_mask, padding_mask
 
-__all__ = ["check_causal_mask", "check_masked_attention", "check_decoder_mask"]
+__all__ = ["check_causal_mask", "check_window_mask", "check_masked_attention", "check_decoder_mask"]
 
 HINT_INVERTED = (
     "the mask is inverted: in attn_lib (and torch's scaled_dot_product_attention) True means "
@@ -73,6 +77,58 @@ def check_causal_mask(make_causal_mask) -> CheckResult:
         return len(sizes)
 
     return run_check("check_causal_mask", trials)
+
+
+HINT_RIGHT_PADDED = (
+    "that is the mask of a RIGHT-padded batch (real keys j < lengths[b]). Here the padding comes first: sequence b's "
+    "real tokens are the LAST lengths[b] positions, so key j is real when j >= max_len - lengths[b]."
+)
+HINT_WINDOW_OFF_BY_ONE = (
+    "off by one in the window: a window of w lets a query see itself and the w - 1 keys before it, "
+    "so key j is inside when i - j < w (you allowed i - j <= w, one key too many)."
+)
+
+
+def check_window_mask(window_mask) -> CheckResult:
+    """Check ``window_mask(lengths, max_len, window)`` -> bool (B, max_len, max_len) for a LEFT-padded batch.
+
+    Entry [b, i, j] is True iff key j is not in the future (j <= i), lies inside the sliding window (i - j < window:
+    the query itself and the window - 1 keys before it), and is a real token: with left padding, sequence b's real
+    tokens are its last lengths[b] positions (j >= max_len - lengths[b]). Padded queries' rows get no key.
+    """
+    cases = [([5, 3, 1], 6, 3), ([4, 2], 4, 1), ([6], 6, 10), ([3, 7, 5], 7, 2)]
+
+    def trials():
+        for lengths, T, w in cases:
+            i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+            first_real = T - torch.tensor(lengths)  # (B,): left padding puts the real tokens at the end
+            real = torch.arange(T)[None, :] >= first_real[:, None]  # (B, T)
+            causal, inside = j <= i, (i - j) < w
+            want = real[:, None, :] & causal & inside
+            got = _bool_tensor(call(window_mask, {"lengths": list(lengths), "max_len": T, "window": w}),
+                               f"window_mask({lengths}, {T}, {w})")
+            right_real = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
+            wrong = [
+                (~want, HINT_INVERTED),
+                (right_real[:, None, :] & causal & inside, HINT_RIGHT_PADDED),
+                (real[:, None, :] & causal & ((i - j) <= w), HINT_WINDOW_OFF_BY_ONE),
+                ((real[:, None, :] & causal).expand(len(lengths), T, T),
+                 "the window is missing: query i may see only the keys j with i - j < window, not every earlier key."),
+                (real[:, None, :] & ((i - j).abs() < w),
+                 "the causal part is missing: the window reaches into the future (|i - j| < window); a decoder's "
+                 "query i may see only keys j <= i."),
+                ((causal & inside).expand(len(lengths), T, T),
+                 "the padding part is missing: no query may attend to a padded key (the first max_len - lengths[b] "
+                 "positions of sequence b)."),
+                (real[:, :, None] & causal & inside,
+                 "the padding masks the queries (rows) instead of the keys (columns): use real[:, None, :]."),
+                (real[:, None, :] | (causal & inside),
+                 "combined with OR: a key must be allowed by every part (causal, window, real), so combine with &."),
+            ]
+            expect_close(got, want, what=f"window_mask({lengths}, {T}, {w})", wrong_answers=wrong)
+        return len(cases)
+
+    return run_check("check_window_mask", trials)
 
 
 def check_masked_attention(masked_attention) -> CheckResult:

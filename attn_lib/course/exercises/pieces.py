@@ -332,14 +332,14 @@ class Piece:
 PIECES: tuple[Piece, ...] = (
     Piece("positional", "sinusoidal_positional_encoding", "02", "1 · Sinusoidal encodings (the original Transformer)",
           check_piece_sinusoidal_positional_encoding),
-    Piece("positional", "apply_rope", "02", "3 · RoPE: rotate the queries and keys (LLaMA)", check_piece_apply_rope),
-    Piece("positional", "alibi_slopes", "02", "4 · ALiBi: a distance penalty on the scores", check_piece_alibi_slopes),
     Piece("attention", "softmax", "03", "Every token at once: the matrix form", check_piece_softmax, replaces=False),
     Piece("attention", "scaled_dot_product_attention", "03", "The reference function: batches and both results",
           check_piece_scaled_dot_product_attention),
     Piece("masks", "causal_mask", "04", "Top-left or bottom-right? When there are fewer queries than keys",
           check_piece_causal_mask),
     Piece("masks", "padding_mask", "04", "Padding masks on a real batch", check_piece_padding_mask),
+    Piece("positional", "apply_rope", "04", "RoPE: rotate the queries and keys (LLaMA)", check_piece_apply_rope),
+    Piece("positional", "alibi_slopes", "04", "ALiBi: one more bias on the scores, beside the mask", check_piece_alibi_slopes),
     Piece("mha", "split_heads", "05", "2 · The mechanics, shape by shape", check_piece_split_heads),
     Piece("mha", "merge_heads", "05", "2 · The mechanics, shape by shape", check_piece_merge_heads),
 )

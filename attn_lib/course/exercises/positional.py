@@ -1,8 +1,10 @@
-"""Exercise checks for notebook 02 (positional encodings).
+"""Exercise checks for positions: notebook 02 (positional encodings) and the last part of notebook 04 (positions
+inside attention).
 
-- :func:`check_sinusoidal`: the sin/cos table of "Attention Is All You Need" §3.5.
-- :func:`check_rope`: rotary position embedding, half-split convention.
-- :func:`check_alibi_slopes`: ALiBi's per-head slopes, including head counts that are not a power of two.
+- :func:`check_sinusoidal`: the sin/cos table of "Attention Is All You Need" §3.5 (notebook 02's exercise 1).
+- :func:`check_rope`: rotary position embedding, half-split convention (notebook 04's exercise 3).
+- :func:`check_alibi_slopes`: ALiBi's per-head slopes, including head counts that are not a power of two (the
+  ``alibi_slopes`` piece of ``my_attn``; no notebook cell calls it since ALiBi moved to notebook 04).
 
 Each check runs your function on fresh inputs, compares it with :mod:`attn_lib.positional` and,
 on a mismatch, names the typical mistake it recognises.

@@ -1,4 +1,4 @@
-"""Positions, solved (notebook 02)."""
+"""Positions, solved (notebook 02: sinusoidal; notebook 04: RoPE, ALiBi)."""
 
 from __future__ import annotations
 
