@@ -176,8 +176,12 @@ def check_finite(name: str, tensor: torch.Tensor, *, allow_neg_inf: bool = False
     so attn_lib refuses them at the door instead of returning a silent NaN.
 
     Raises:
-        ValueError: naming how many values are NaN / +inf / -inf and the first index of one.
+        ValueError: naming how many values are NaN / +inf / -inf and the first index of one; a floating tensor
+            on the meta device (no values to check or compute with).
     """
+    if tensor.is_floating_point() and tensor.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device, which holds shapes but no values, got a Tensor of shape "
+                         f"{shape_of(tensor)}; expected a tensor with values (on 'cpu' or 'cuda')")
     if not tensor.is_floating_point() or all_finite(tensor):
         return tensor  # the common case costs one sum; the details below only when something is off
     bad = torch.isnan(tensor) | (tensor == float("inf"))

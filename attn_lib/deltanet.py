@@ -17,6 +17,7 @@ the output reads o_t = Sᵀ q_t. Source: Yang, Kautz & Hatamizadeh 2024, "Gated 
 
 from __future__ import annotations
 
+import math
 import types
 
 import torch
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 
 from attn_lib._checks import (check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
                               check_scale, check_tensor, shape_of)
-from attn_lib.linear import _finite_result
+from attn_lib.linear import _check_step, _finite_result
 
 __all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltanet_forward", "in_float64",
            "kimi_delta_rule", "kimi_delta_attention_forward"]
@@ -38,18 +39,27 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         eps: float added under the square root (1e-6 as transformers').
 
     Returns:
-        (..., E), the shape and dtype of x (an integer x comes back as float32, by torch's promotion).
+        (..., E), the shape and dtype of x. Each row is divided by a power of two near its largest entry first
+        (exact), so entries near the dtype's maximum (Σx² would be inf) or tiny ones (Σx² would round to 0)
+        still give a unit row; an all-zero row gives 0 (also with eps = 0).
 
     Raises:
-        TypeError: eps not a number. ValueError: eps NaN, infinite or < 0 (a negative eps gives NaN where Σx² < -eps).
-        x itself is not checked (an inner helper of :func:`gated_deltanet_forward` and the recall models, whose
-        inputs are checked there); a non-tensor raises Python's TypeError.
+        TypeError: x not a floating tensor; eps not a number. ValueError: x with 0 dims; NaN or an infinity in x;
+        eps NaN, infinite or < 0 (a negative eps gives NaN where Σx² < -eps).
 
     Source: transformers' ``l2norm`` (models/qwen3_next/modeling_qwen3_next.py), flash-linear-attention's
     ``l2norm``.
     """
+    check_tensor("x", x, floating=True, min_ndim=1)
+    check_finite("x", x)
     eps = check_number("eps", eps, minimum=0.0)
-    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+    # s = 2^j near each row's largest |x| (at least sqrt(eps)): x / s and eps / s / s are exact and moderate, and
+    # (x / s) * rsqrt(Σ(x / s)² + eps / s²) is x * rsqrt(Σx² + eps) without its overflow or underflow
+    big = x.detach().abs().amax(-1, keepdim=True).clamp(min=math.sqrt(eps))
+    s = torch.where(big > 0, torch.exp2(torch.floor(torch.log2(big))), torch.ones_like(big))
+    y = x / s
+    norm2 = (y * y).sum(-1, keepdim=True) + eps / s / s
+    return torch.where(norm2 > 0, y * torch.rsqrt(norm2), torch.zeros_like(y))  # a zero row with eps = 0: 0
 
 
 def delta_rule_step(state, query, key, value, log_decay, beta):
@@ -61,23 +71,40 @@ def delta_rule_step(state, query, key, value, log_decay, beta):
         Floating tensors (float16, bfloat16, float32 or float64), normally of one dtype.
 
     Returns:
-        ``(out, new_state)``: out (..., Ev) = new_stateᵀ query, new_state (..., E, Ev); computed in the inputs'
-        dtype (torch's type promotion where they differ).
+        ``(out, new_state)``: out (..., Ev) = new_stateᵀ query, new_state (..., E, Ev), in the inputs' dtype.
 
     Raises:
-        nothing of its own: the inner step of :func:`gated_delta_rule`, which checks the whole sequence once;
-        here nothing is checked (a positive log_decay or a beta outside [0, 1] is not refused), shapes that do
-        not broadcast raise torch's RuntimeError and non-tensors torch's TypeError.
+        TypeError: an argument not a floating tensor; dtypes that differ (no silent promotion).
+        ValueError: state with fewer than 2 dims; the others not of the shapes above (the state's leading dims,
+        no broadcasting); tensors on different devices; NaN or an infinity anywhere; log_decay > 0; beta outside
+        [0, 1]. (:func:`gated_delta_rule`'s recurrent form checks the whole sequence once and runs the same
+        update unchecked.)
 
     Source: Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks", §3 (the gated delta rule
     S_t = α_t S_{t-1} (I - β_t k_t k_tᵀ) + β_t v_t k_tᵀ, in attn_lib's (E, Ev) layout); one iteration of
     transformers' ``torch_recurrent_gated_delta_rule`` (models/qwen3_next).
     """
+    _check_step("delta_rule_step", state, query, key, value, log_decay, beta)
     state = torch.exp(log_decay)[..., None, None] * state
     predicted = (state * key[..., :, None]).sum(-2)  # Sᵀ k: what the memory says k maps to
     delta = beta[..., None] * (value - predicted)  # the correction, scaled by the learning rate
     state = state + key[..., :, None] * delta[..., None, :]
     return (state * query[..., :, None]).sum(-2), state
+
+
+def _delta_update(state, query, key, value, log_decay, beta):
+    """delta_rule_step's body without its checks: the recurrent form's loop, whose inputs were checked once."""
+    state = torch.exp(log_decay)[..., None, None] * state
+    delta = beta[..., None] * (value - (state * key[..., :, None]).sum(-2))
+    state = state + key[..., :, None] * delta[..., None, :]
+    return (state * query[..., :, None]).sum(-2), state
+
+
+def _check_beta(beta: torch.Tensor) -> None:
+    """beta, the delta rule's learning rate per token, in [0, 1] (a larger step overshoots and diverges)."""
+    if beta.numel() and bool(((beta < 0) | (beta > 1)).any()):
+        raise ValueError(f"beta must be in [0, 1] (the delta rule's learning rate, e.g. sigmoid(b)), got values "
+                         f"from {float(beta.min()):.3g} to {float(beta.max()):.3g}")
 
 
 
@@ -96,7 +123,7 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         query, key: (B, H, L, E); value: (B, H, L, Ev); log_decay (the gate g), beta: (B, H, L).
             Floating tensors of one dtype: float32 or float64 (float16 / bfloat16 work in the recurrent form;
             the chunked form's triangular solve has no CPU kernel for them). query, key, value finite.
-        form: ``"recurrent"`` (:func:`delta_rule_step` L times) or ``"chunked"`` (WY/UT form: inside a chunk, the
+        form: ``"recurrent"`` (:func:`delta_rule_step`'s update L times) or ``"chunked"`` (WY/UT form: inside a chunk, the
             C sequential corrections become one triangular solve; across chunks, the state is carried).
         chunk_size: C, positions per chunk (int >= 1).
         scale: a number > 0 multiplying the queries; default E ** -0.5, as ``transformers`` does.
@@ -109,7 +136,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         TypeError: query, key, value, log_decay, beta or initial_state not floating tensors; the five inputs of
             different dtypes; form not a str; chunk_size not an int; scale not a number.
         ValueError: query, key or value not 4-D; log_decay or beta not 3-D or not (B, H, L); query and key of
-            different shapes or value not (B, H, L, Ev); NaN or infinity in query, key, value, log_decay, beta
+            different shapes or value not (B, H, L, Ev); beta outside [0, 1]; NaN or infinity in query, key, value,
+            log_decay, beta
             or initial_state (a gate that forgets everything is a very negative log_decay, not -inf: the
             chunked form subtracts cumulative sums, and -inf - -inf is NaN); log_decay > 0 somewhere;
             initial_state not (B, H, E, Ev); tensors on different devices; an unknown form; chunk_size < 1; scale
@@ -123,7 +151,6 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     """
     for n, t in (("query", query), ("key", key), ("value", value)):
         check_tensor(n, t, floating=True, ndim=4)
-        check_finite(n, t)
     for n, t in (("log_decay", log_decay), ("beta", beta)):
         check_tensor(n, t, floating=True, ndim=3)
         if t.shape != key.shape[:-1]:
@@ -135,8 +162,9 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     if initial_state is not None:
         check_tensor("initial_state", initial_state, floating=True, ndim=4)
     check_same_device(query=query, key=key, value=value, log_decay=log_decay, beta=beta, initial_state=initial_state)
-    check_finite("beta", beta)
-    check_finite("log_decay", log_decay)
+    for n, t in (("query", query), ("key", key), ("value", value), ("beta", beta), ("log_decay", log_decay)):
+        check_finite(n, t)  # after the device check: a meta tensor has no values to read
+    _check_beta(beta)
     if bool((log_decay > 0).any()):
         raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
     check_choice("form", form, ("recurrent", "chunked"))
@@ -159,8 +187,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     outs = []
     if form == "recurrent":
         for t in range(L):
-            o, state = delta_rule_step(state, q[:, :, t], key[:, :, t], value[:, :, t], log_decay[:, :, t],
-                                       beta[:, :, t])
+            o, state = _delta_update(state, q[:, :, t], key[:, :, t], value[:, :, t], log_decay[:, :, t],
+                                     beta[:, :, t])
             outs.append(o[:, :, None])
         return _finite_pair("gated_delta_rule", torch.cat(outs, dim=2), state,
                             query, key, value, log_decay, initial_state)
@@ -327,7 +355,8 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
     Raises:
         TypeError: inputs not floating tensors or of different dtypes; form not a str; chunk_size not an int; scale
-            not a number. ValueError: shapes other than the above; NaN or infinity; log_decay > 0 somewhere; an
+            not a number. ValueError: shapes other than the above; NaN or infinity; log_decay > 0 somewhere; beta
+            outside [0, 1]; an
             unknown form; chunk_size < 1; scale NaN, infinite or <= 0; tensors on different devices; an E = 0;
             an output or state that overflows the dtype on finite inputs.
 
@@ -337,9 +366,7 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     """
     for n, t in (("query", query), ("key", key), ("value", value), ("log_decay", log_decay)):
         check_tensor(n, t, floating=True, ndim=4)
-        check_finite(n, t)
     check_tensor("beta", beta, floating=True, ndim=3)
-    check_finite("beta", beta)
     if query.shape != key.shape or log_decay.shape != key.shape or value.shape[:-1] != key.shape[:-1] \
             or beta.shape != key.shape[:-1]:
         raise ValueError(f"query, key and log_decay must be (B, H, L, E), value (B, H, L, Ev) and beta (B, H, L) "
@@ -349,6 +376,9 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if initial_state is not None:
         check_tensor("initial_state", initial_state, floating=True, ndim=4)
     check_same_device(query=query, key=key, value=value, log_decay=log_decay, beta=beta, initial_state=initial_state)
+    for n, t in (("query", query), ("key", key), ("value", value), ("log_decay", log_decay), ("beta", beta)):
+        check_finite(n, t)  # after the device check: a meta tensor has no values to read
+    _check_beta(beta)
     if bool((log_decay > 0).any()):
         raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
     check_choice("form", form, ("recurrent", "chunked"))

@@ -1,0 +1,246 @@
+"""Issue #38, the third breaking pass: each case here returned NaN/inf, a raw torch error or a silently wrong answer
+before, and now gives the right answer or a TypeError/ValueError naming the argument (the style of _checks.py).
+
+Classes: non-finite input passed through silently (softcap, elu_feature_map, l2_normalize, direct_long_conv), finite
+input overflowing on the way (l2_normalize, the long convolutions), side tensors on another device (a meta tensor:
+shapes, no values) reaching torch before the device check, the unchecked recurrent steps (decayed_step,
+delta_rule_step), and the tiled/Triton paths' sinks and ALiBi slopes with a query that has no heads dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attn_lib.deltanet import delta_rule_step, gated_delta_rule, kimi_delta_rule, l2_normalize
+from attn_lib.kv_cache import KVCache
+from attn_lib.linear import decayed_attention, decayed_step, direct_long_conv, elu_feature_map, fft_long_conv, \
+    linear_attention
+from attn_lib.mla import MultiHeadLatentAttention
+from attn_lib.models.decoding import sample_next
+from attn_lib.tiled import tiled_attention
+from attn_lib.variants import VariantAttention, softcap
+from attn_lib.windows import RingKVCache
+
+NAN, INF = math.nan, math.inf
+META = "meta"
+
+
+# ------------------------------------------------------------------ 1. NaN in, NaN out -> refused
+def _with(value, shape=(3, 4), at=(1, 2)):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    x[at] = value
+    return x
+
+
+@pytest.mark.parametrize("fn,name", [(lambda x: softcap(x, 5.0), "scores"), (elu_feature_map, "x"),
+                                     (l2_normalize, "x")])
+@pytest.mark.parametrize("bad,word", [(NAN, "NaN"), (INF, r"\+inf"), (-INF, "-inf")])
+def test_elementwise_helpers_refuse_nan_and_inf(fn, name, bad, word):
+    with pytest.raises(ValueError, match=rf"{name} contains {word} \(1 value\), first at index \(1, 2\)"):
+        fn(_with(bad))
+
+
+@pytest.mark.parametrize("fn,name", [(lambda x: softcap(x, 5.0), "scores"), (elu_feature_map, "x"),
+                                     (l2_normalize, "x")])
+def test_elementwise_helpers_refuse_integer_and_meta_tensors(fn, name):
+    with pytest.raises(TypeError, match=f"{name} must have a floating dtype"):
+        fn(torch.ones(3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match=f"{name} is on the meta device"):
+        fn(torch.empty(3, 4, device=META))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_l2_normalize_is_exact_for_huge_and_tiny_rows(dtype):
+    big = torch.finfo(dtype).max / 2  # Σx² overflowed to inf: rsqrt(inf) = 0 gave a row of zeros
+    torch.testing.assert_close(l2_normalize(torch.full((4,), big, dtype=dtype)), torch.full((4,), 0.5, dtype=dtype))
+    tiny = torch.finfo(dtype).tiny * 4  # Σx² underflowed to 0: with eps = 0, x * inf = inf
+    torch.testing.assert_close(l2_normalize(torch.full((4,), tiny, dtype=dtype), eps=0.0),
+                               torch.full((4,), 0.5, dtype=dtype))
+    assert torch.equal(l2_normalize(torch.zeros(2, 3, dtype=dtype), eps=0.0), torch.zeros(2, 3, dtype=dtype))  # was NaN
+
+
+def test_l2_normalize_is_unchanged_on_ordinary_rows():
+    x = torch.randn(3, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    want = x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)  # the formula of transformers' l2norm
+    torch.testing.assert_close(l2_normalize(x), want, rtol=1e-15, atol=0)
+    y = x.clone().requires_grad_()
+    l2_normalize(y).sum().backward()  # the power-of-two scale is a constant: the gradient is the formula's
+    y2 = x.clone().requires_grad_()
+    (y2 / torch.sqrt((y2 * y2).sum(-1, keepdim=True) + 1e-6)).sum().backward()
+    torch.testing.assert_close(y.grad, y2.grad)
+
+
+def test_linear_attention_refuses_a_feature_map_that_makes_nan():
+    q = torch.randn(1, 2, 5, 4)
+    with pytest.raises(ValueError, match=r"feature_map\(query\) contains NaN"):
+        linear_attention(q, q.abs(), q, feature_map=torch.log)
+
+
+@pytest.mark.parametrize("conv", [direct_long_conv, fft_long_conv])
+def test_long_convolutions_near_the_maximum_are_finite_and_exact(conv):
+    u = torch.full((1, 4), 3e38)  # the sums of two 1.5e38 terms, and the FFT's spectra, overflowed float32
+    k = torch.tensor([[0.5, 0.5, 0.0, 0.0]])
+    want = torch.tensor([[1.5e38, 3e38, 3e38, 3e38]], dtype=torch.float64)
+    torch.testing.assert_close(conv(u, k).double(), want, rtol=1e-5, atol=0)
+    with pytest.raises(ValueError, match="overflows torch.float32"):  # the true result 6e38 does not fit
+        conv(u, torch.ones(1, 4))
+
+
+# ------------------------------------------------------------------ 2. devices, before any value is read
+def _meta_cache(cache, *shapes):
+    for name, shape in zip(("keys", "values"), shapes):
+        setattr(cache, name, torch.empty(*shape, device=META))
+    if isinstance(cache, RingKVCache):
+        cache.positions = torch.empty(cache.window, dtype=torch.long, device=META)
+    return cache
+
+
+def _device_calls():
+    q, ld, beta = torch.randn(1, 2, 5, 4), -torch.rand(1, 2, 5, 4), torch.rand(1, 2, 5)
+    m4, m3 = torch.empty(1, 2, 5, 4, device=META), torch.empty(1, 2, 5, device=META)
+    va = VariantAttention(16, 4, 2, 8, sinks=True, sliding_window=3)
+    va_meta_sinks = VariantAttention(16, 4, 2, 8, sinks=True)
+    va_meta_sinks.sinks = torch.nn.Parameter(torch.empty(4, device=META))
+    mla = MultiHeadLatentAttention(16, 2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4)
+    x, xm = torch.randn(1, 3, 16), torch.empty(1, 3, 16, device=META)
+    ring = RingKVCache(4)
+    ring.update(torch.randn(1, 2, 2, 8), torch.randn(1, 2, 2, 8))
+    kv = KVCache()
+    kv.update(torch.randn(1, 2, 2, 8), torch.randn(1, 2, 2, 8))
+    return [
+        (lambda: linear_attention(q, m4, q), "query, key, value must be on one device"),
+        (lambda: linear_attention(m4, q, q), "query, key, value must be on one device"),
+        (lambda: direct_long_conv(torch.randn(2, 6), torch.empty(2, 6, device=META)), "u, k must be on one device"),
+        (lambda: fft_long_conv(torch.randn(2, 6), torch.empty(2, 6, device=META)), "u, k must be on one device"),
+        (lambda: kimi_delta_rule(q, q, q, ld, m3), "beta on meta"),
+        (lambda: kimi_delta_rule(q, q, m4, ld, beta), "value on meta"),
+        (lambda: gated_delta_rule(q, q, q, ld[..., 0], m3), "beta on meta"),
+        (lambda: gated_delta_rule(m4, q, q, ld[..., 0], beta), "query on meta"),
+        (lambda: sample_next(torch.empty(2, 5, device=META)), "logits is on the meta device"),
+        (lambda: sample_next(torch.empty(2, 5, device=META), temperature=1.0), "logits is on the meta device"),
+        (lambda: va(xm), "x must be on the layer's device cpu, got meta"),
+        (lambda: va_meta_sinks(x), r"sinks \(the layer's parameter\) must be on the layer's device cpu, got meta"),
+        (lambda: va(x, cache=_meta_cache(KVCache(), (1, 2, 2, 8), (1, 2, 2, 8))),
+         "KVCache.update: new key and value are on cpu, but the cache is on meta"),
+        (lambda: va(x, cache=_meta_cache(RingKVCache(4), (1, 2, 4, 8), (1, 2, 4, 8))),
+         "RingKVCache.update: new key and value are on cpu, but the cache is on meta"),
+        (lambda: ring.update(torch.empty(1, 2, 1, 8, device=META), torch.empty(1, 2, 1, 8, device=META)),
+         "RingKVCache.update: new key and value are on meta, but the cache is on cpu"),
+        (lambda: kv.update(torch.empty(1, 2, 1, 8, device=META), torch.empty(1, 2, 1, 8, device=META)),
+         "KVCache.update: new key and value are on meta, but the cache is on cpu"),
+        (lambda: mla(xm), "x must be on the layer's device cpu, got meta"),
+        (lambda: mla(x, cache=_meta_cache(KVCache(), (1, 1, 2, 8), (1, 1, 2, 4))),
+         "KVCache.update: new key and value are on cpu, but the cache is on meta"),
+        (lambda: mla.latents(x, torch.arange(3, device=META)), "positions must be on x's device cpu, got meta"),
+        (lambda: mla.queries(x, torch.arange(3, device=META)), "positions must be on x's device cpu, got meta"),
+        (lambda: mla.latents(xm, torch.arange(3)), "x must be on the layer's device cpu, got meta"),
+        (lambda: decayed_step(torch.zeros(2, 4, 3), torch.randn(2, 4), torch.empty(2, 4, device=META),
+                              torch.randn(2, 3), torch.zeros(2)), "key on meta"),
+        (lambda: delta_rule_step(torch.zeros(2, 4, 3), torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 3),
+                                 torch.zeros(2), torch.empty(2, device=META)), "beta on meta"),
+    ]
+
+
+@pytest.mark.parametrize("i", range(23))
+def test_a_tensor_on_another_device_is_named_before_its_values_are_read(i):
+    call, words = _device_calls()[i]
+    with pytest.raises(ValueError, match=words):  # each was torch's RuntimeError (or NotImplementedError) before
+        call()
+
+
+def test_mla_queries_and_latents_check_their_arguments():
+    mla = MultiHeadLatentAttention(16, 2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4)
+    with pytest.raises(ValueError, match=r"x must be \(B, L, d_model=16\), got shape \(1, 3, 15\)"):
+        mla.latents(torch.randn(1, 3, 15), torch.arange(3))  # was torch's "mat1 and mat2 shapes cannot be multiplied"
+    with pytest.raises(TypeError, match="positions must be an integer tensor"):
+        mla.queries(torch.randn(1, 3, 16), torch.ones(3))
+    with pytest.raises(ValueError, match=r"positions must have shape \(L,\) = \(3,\)"):
+        mla.latents(torch.randn(1, 3, 16), torch.arange(4))
+
+
+# ------------------------------------------------------------------ 4. the recurrent steps
+def _step_args(**change):
+    g = torch.Generator().manual_seed(3)
+    args = dict(state=torch.randn(2, 4, 3, generator=g), query=torch.randn(2, 4, generator=g),
+                key=torch.randn(2, 4, generator=g), value=torch.randn(2, 3, generator=g),
+                log_decay=-torch.rand(2, generator=g), beta=torch.rand(2, generator=g))
+    args.update(change)
+    return args
+
+
+_STEP_CASES = [
+    (dict(query=[1.0, 2.0]), TypeError, "query must be a torch.Tensor"),
+    (dict(key=torch.ones(2, 4, dtype=torch.long)), TypeError, "key must have a floating dtype"),
+    (dict(state=torch.zeros(2, 4, 3, dtype=torch.float64)), TypeError, "must share one dtype"),  # promoted before
+    (dict(log_decay=-0.1), TypeError, "log_decay must be a torch.Tensor"),
+    (dict(state=torch.zeros(4)), ValueError, "state must have at least 2 dims"),
+    (dict(value=torch.randn(2, 4)), ValueError, r"value must have shape \(2, 3\)"),
+    (dict(query=torch.randn(2, 5)), ValueError, r"query must have shape \(2, 4\)"),
+    (dict(query=torch.randn(4)), ValueError, r"query must have shape \(2, 4\)"),  # broadcast silently before
+    (dict(log_decay=torch.zeros(3)), ValueError, r"log_decay must have shape \(2,\)"),
+    (dict(log_decay=torch.full((2,), 0.5)), ValueError, "log_decay must be <= 0"),
+    (dict(query=torch.full((2, 4), NAN)), ValueError, "query contains NaN"),
+    (dict(state=torch.full((2, 4, 3), INF)), ValueError, r"state contains \+inf"),
+    (dict(log_decay=torch.full((2,), -INF)), ValueError, "log_decay contains -inf"),
+]
+
+
+@pytest.mark.parametrize("step", ["decayed_step", "delta_rule_step"])
+@pytest.mark.parametrize("change,exc,words", _STEP_CASES)
+def test_recurrent_steps_check_their_arguments(step, change, exc, words):
+    args = _step_args(**change)
+    fn = decayed_step if step == "decayed_step" else delta_rule_step
+    if step == "decayed_step":
+        del args["beta"]
+    with pytest.raises(exc, match=words):
+        fn(*args.values())
+
+
+@pytest.mark.parametrize("beta,exc,words", [
+    (torch.full((2,), 1.5), ValueError, r"beta must be in \[0, 1\]"),
+    (torch.full((2,), -0.1), ValueError, r"beta must be in \[0, 1\]"),
+    (torch.full((2,), NAN), ValueError, "beta contains NaN"),
+    (torch.rand(3), ValueError, r"beta must have shape \(2,\)"),
+])
+def test_delta_rule_step_checks_beta(beta, exc, words):
+    with pytest.raises(exc, match=words):
+        delta_rule_step(*_step_args(beta=beta).values())
+
+
+@pytest.mark.parametrize("fn", [gated_delta_rule, kimi_delta_rule])
+def test_sequence_delta_rules_refuse_beta_outside_0_1(fn):
+    q, beta = torch.randn(1, 2, 5, 4), torch.rand(1, 2, 5)
+    ld = -torch.rand(1, 2, 5, 4) if fn is kimi_delta_rule else -torch.rand(1, 2, 5)
+    with pytest.raises(ValueError, match=r"beta must be in \[0, 1\]"):  # the docstring said so; the code let 2.0 by
+        fn(q, q, q, ld, beta + 1.0)
+
+
+def test_checked_steps_equal_the_sequence_forms_they_are_the_update_of():
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    ld, beta = -torch.rand(1, 2, 6, generator=g, dtype=torch.float64), torch.rand(1, 2, 6, generator=g,
+                                                                                   dtype=torch.float64)
+    k = k / k.norm(dim=-1, keepdim=True)
+    s1 = s2 = torch.zeros(1, 2, 4, 4, dtype=torch.float64)
+    outs1, outs2 = [], []
+    for t in range(6):
+        o1, s1 = decayed_step(s1, q[:, :, t], k[:, :, t], v[:, :, t], ld[:, :, t])
+        o2, s2 = delta_rule_step(s2, q[:, :, t] * 0.5, k[:, :, t], v[:, :, t], ld[:, :, t], beta[:, :, t])
+        outs1.append(o1)
+        outs2.append(o2)
+    torch.testing.assert_close(torch.stack(outs1, 2), decayed_attention(q, k, v, ld, form="chunked", chunk_size=4))
+    out, state = gated_delta_rule(q, k, v, ld, beta, form="chunked", chunk_size=4)  # scale 4 ** -0.5 = 0.5
+    torch.testing.assert_close(torch.stack(outs2, 2), out)
+    torch.testing.assert_close(s2, state)
+
+
+# ------------------------------------------------------------------ 3. tiled / Triton side arguments
+@pytest.mark.parametrize("kw,name", [(dict(sinks=torch.zeros(1)), "sinks"),
+                                     (dict(alibi_slopes=torch.zeros(1)), "alibi_slopes")])
+def test_sinks_and_slopes_need_a_heads_dim(kw, name):
+    q = torch.randn(5, 8)
+    with pytest.raises(ValueError, match=rf"{name} need a query with a heads dim, \(..., H, L, E\)"):
+        tiled_attention(q, q, q, **kw)  # said "must have shape (H,) = (1,), got shape (1,)" before
