@@ -415,7 +415,8 @@ def check_token_ids(name: str, ids, *, vocab_size: int, max_len: int | None = No
 
     Raises:
         TypeError: not a tensor, or not one of the integer dtypes int64, int32, int16, int8, uint8.
-        ValueError: not 2-D, L = 0, L > max_len, or ids outside the vocabulary (the message lists them).
+        ValueError: not 2-D, L = 0, L > max_len, or ids outside the vocabulary (the message lists them); a tensor
+            on the meta device (no values).
     """
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"{name} must be a (B, L) tensor of token ids, got {_got(ids)}")
@@ -423,6 +424,9 @@ def check_token_ids(name: str, ids, *, vocab_size: int, max_len: int | None = No
         raise TypeError(f"{name} must hold integer token ids (int64, int32, int16, int8 or uint8), got dtype {ids.dtype}")
     if ids.dim() != 2 or ids.shape[1] == 0:
         raise ValueError(f"{name} must be (B, L) token ids with L >= 1, got shape {shape_of(ids)}")
+    if ids.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device, which holds shapes but no values, got shape {shape_of(ids)}; "
+                         f"expected token ids with values (on 'cpu' or 'cuda')")
     if max_len is not None and ids.shape[1] > max_len:
         raise ValueError(f"{name} has L={ids.shape[1]} tokens, more than the model's max_len={max_len}")
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):

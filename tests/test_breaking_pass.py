@@ -244,3 +244,129 @@ def test_sinks_and_slopes_need_a_heads_dim(kw, name):
     q = torch.randn(5, 8)
     with pytest.raises(ValueError, match=rf"{name} need a query with a heads dim, \(..., H, L, E\)"):
         tiled_attention(q, q, q, **kw)  # said "must have shape (H,) = (1,), got shape (1,)" before
+
+
+# ------------------------------------------------------------------ 3. models/lm, course/train, course/recall
+def _lm():
+    from attn_lib.models.lm import DecoderLM
+    torch.manual_seed(0)
+    return DecoderLM(50, d_model=16, num_heads=2, num_layers=2, max_len=32)
+
+
+def test_lm_refuses_caches_holding_different_numbers_of_positions():
+    lm, ids = _lm(), torch.randint(50, (2, 5), generator=torch.Generator().manual_seed(0))
+    caches = lm.new_kv_caches()
+    lm(ids[:, :3], caches)
+    caches[1].update(torch.randn(2, 2, 1, 8), torch.randn(2, 2, 1, 8))  # one layer a token ahead
+    with pytest.raises(ValueError, match=r"same number of positions in every layer, got \[3, 4\]"):
+        lm(ids[:, 3:4], caches)  # layer 1's new key went to position 3 while its cache said 4: silently misplaced
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda lm: lm(torch.zeros(2, 5, dtype=torch.long, device=META)), "input_ids is on the meta device"),
+    (lambda lm: lm.generate(torch.zeros(2, 5, dtype=torch.long, device=META), 2), "prompt_ids is on the meta device"),
+    (lambda lm: lm.layers[0](torch.empty(1, 3, 16, device=META)), "x must be on the layer's device cpu, got meta"),
+    (lambda lm: lm.layers[0](torch.full((1, 3, 16), NAN)), r"x contains NaN \(48 values\)"),  # named query before
+    (lambda lm: lm.layers[0](torch.full((1, 3, 16), 3e38)), "too large for RMSNorm"),  # normalised to 0 silently
+])
+def test_lm_and_its_blocks_name_bad_inputs(call, words):
+    with pytest.raises(ValueError, match=words):
+        call(_lm())
+
+
+def test_lm_refuses_an_init_std_whose_weights_would_be_inf():
+    from attn_lib.models.lm import DecoderLM
+    with pytest.raises(ValueError, match=r"init_std must be a number in \[0.0, 4.25"):
+        DecoderLM(10, init_std=1e300)  # made inf weights, and NaN at the first forward
+
+
+def _tiny_training(**kw):
+    from attn_lib.course.train import train_loop
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+
+    def batches():
+        while True:
+            yield torch.randn(4, 3)
+    loss_fn = kw.pop("loss_fn", lambda m, b: m(b).pow(2).mean())
+    return train_loop(model, batches(), loss_fn, **{"steps": 3, "progress": False, **kw}), model
+
+
+def test_train_loop_refuses_a_weight_decay_that_flips_the_weights():
+    with pytest.raises(ValueError, match="lr \\* weight_decay must be < 1"):
+        _tiny_training(weight_decay=1e6)  # each step multiplied the weights by 1 - 3e3
+
+
+def test_train_loop_stops_before_an_infinite_gradient_reaches_the_weights():
+    sqrt_at_zero = lambda m, b: m(b).mean() * 0 + (m.bias - m.bias.detach()).sqrt().sum()  # finite 0, slope inf
+    with pytest.raises(ValueError, match="the gradients at step 0 are not finite"):
+        _tiny_training(loss_fn=sqrt_at_zero)  # the weights became NaN, and step 1 was blamed
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    (lambda R: R.make_recall_batch(2, 3, generator=None, num_keys=10**13), ValueError,
+     r"batch_size \* num_keys must be at most"),  # tried to allocate 80 TB
+    (lambda R: R.recall_accuracy(R.RecallModel("linear", d_model=8, num_heads=2, num_layers=1), 3, num_examples=0),
+     ValueError, "num_examples must be an int >= 1"),  # named batch_size
+    (lambda R: R.train_recall("linear", steps=1, pair_counts={4, 8}), TypeError,
+     "pair_counts must be a list, tuple or range"),  # 'set' object is not subscriptable
+    (lambda R: R.train_recall("linear", steps=1, pair_counts=(4, 200)), ValueError, r"pair_counts\[1\] must be"),
+    (lambda R: R.train_recall("linear", steps=1, lr=1e3), ValueError, r"lr must be a number <= 99.0, got 1000.0"),
+    (lambda R: R.RecallModel("linear", d_model=8, num_heads=2, num_layers=1)(
+        torch.zeros(2, 3, dtype=torch.long, device=META), torch.zeros(2, 3, dtype=torch.long)), ValueError,
+     "keys is on the meta device"),
+    (lambda R: R.run_recall_curve(1, out=3), TypeError, "out must be None or a path"),  # after minutes of training
+    (lambda R: R.run_recall_curve(1, out="/nonexistent-folder/x.json"), ValueError, "does not exist"),
+])
+def test_recall_refusals(call, exc, words):
+    from attn_lib.course import recall
+    with pytest.raises(exc, match=words):
+        call(recall)
+
+
+def test_train_recall_names_the_step_where_training_diverged(monkeypatch):
+    from attn_lib.course import recall
+    real = recall.RecallModel.forward
+    monkeypatch.setattr(recall.RecallModel, "forward", lambda self, k, v: real(self, k, v) * math.inf)
+    with pytest.raises(ValueError, match="training diverged at step 0: loss"):  # returned NaN losses before
+        recall.train_recall("linear", steps=2, batch_size=4)
+
+    def overflowing(self, k, v):
+        raise ValueError("query contains NaN (16640 values)")  # what linear_attention said at lr=1e30
+    monkeypatch.setattr(recall.RecallModel, "forward", overflowing)
+    with pytest.raises(ValueError, match=r"training diverged at step 0 \(lr=0.003\): query contains NaN"):
+        recall.train_recall("linear", steps=2, batch_size=4)
+
+
+# ------------------------------------------------------------------ fresh pass: windows, capstone
+def test_a_window_of_2_to_the_63_reaches_every_key():
+    from attn_lib.windows import window_mask_from_positions
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()
+    assert torch.equal(window_mask_from_positions(torch.arange(3), torch.arange(3), window=2**63), causal)  # was all False
+    x = torch.randn(1, 5, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    huge = VariantAttention(16, 4, 2, 8, sliding_window=2**63, dtype=torch.float64)
+    plain = VariantAttention(16, 4, 2, 8, dtype=torch.float64)
+    plain.load_state_dict(huge.state_dict())
+    torch.testing.assert_close(huge(x), plain(x))  # the layer attended to nothing and returned o_proj(0)
+
+
+@pytest.mark.parametrize("targets,exc,words", [
+    (torch.full((2, 5), 999), ValueError, r"targets hold \[999\], outside the model's vocabulary"),
+    (torch.full((2, 5), -5), ValueError, r"targets hold \[-5\]"),  # both were torch's IndexError
+    (torch.zeros(2, 5), TypeError, "targets must hold integer token ids"),
+    (torch.zeros(2, 5, dtype=torch.long, device=META), ValueError, "targets are on the meta device"),
+])
+def test_copy_loss_checks_its_targets(targets, exc, words):
+    from attn_lib.course import capstone
+    torch.manual_seed(0)
+    model = capstone.TinyDecoder(capstone.VOCAB_SIZE)
+    with pytest.raises(exc, match=words):
+        capstone.copy_loss(model, (torch.zeros(2, 5, dtype=torch.long), targets))
+
+
+def test_capstone_helpers_refuse_meta_ids():
+    from attn_lib.course import capstone
+    with pytest.raises(ValueError, match="ids are on the meta device"):
+        capstone.decode(torch.zeros(3, dtype=torch.long, device=META))
+    with pytest.raises(ValueError, match="train_ids is on the meta device"):
+        capstone.unigram_cross_entropy(torch.zeros(5, dtype=torch.long, device=META), torch.zeros(5, dtype=torch.long), 4)

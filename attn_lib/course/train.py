@@ -154,7 +154,9 @@ def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, 
             weight_decay or clip_norm not a number; desc not a str; progress or fused not a bool; ``loss_fn``
             returning something other than a floating tensor.
         ValueError: a model without parameters; steps < 1, warmup_steps < 0, threads < 1, stop_after < 1
-            (it would train not at all); lr <= 0, NaN or infinite; weight_decay < 0; clip_norm <= 0 or NaN (a
+            (it would train not at all); lr <= 0, NaN or infinite; weight_decay < 0, or lr * weight_decay >= 1
+            (AdamW's decay would flip the weights' signs); non-finite gradients at a step (named, before the
+            weights are updated); clip_norm <= 0 or NaN (a
             negative norm flips the gradients, 0 zeroes them; ``float("inf")`` means no clipping); a loss of more
             than one element, one that does not depend on the parameters (no grad), or that is not finite (names
             the step); batches that run out before the last step.
@@ -175,6 +177,10 @@ def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, 
     check_number("lr", lr, positive=True)
     check_int("warmup_steps", warmup_steps, minimum=0)
     check_number("weight_decay", weight_decay, minimum=0.0)
+    if lr * weight_decay >= 1:  # AdamW multiplies every weight by 1 - lr * weight_decay each step
+        raise ValueError(f"lr * weight_decay must be < 1: AdamW multiplies each weight by 1 - lr * weight_decay per "
+                         f"step, and lr={lr} with weight_decay={weight_decay} gives {1 - lr * weight_decay:.3g}, which "
+                         f"flips or zeroes the weights; expected a smaller lr or weight_decay")
     check_number("clip_norm", clip_norm, positive=True, finite=False)  # inf: no clipping
     if not isinstance(desc, str):
         raise TypeError(f"desc must be a str (the progress bar's label), got {_got(desc)}")
@@ -207,7 +213,11 @@ def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, 
             loss = _check_loss(loss_fn(model, batch), step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm))
+            if not math.isfinite(norm):  # clipping an inf gradient gives NaN weights; stop before the step
+                raise ValueError(f"the gradients at step {step} are not finite (norm {norm}) although the loss "
+                                 f"{loss.item():.4g} is: loss_fn has an infinite slope there (e.g. sqrt at 0); the "
+                                 f"weights were not updated")
             opt.step()
             sched.step()
             losses.append(loss.item())
