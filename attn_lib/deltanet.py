@@ -23,8 +23,8 @@ import types
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import (check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
-                              check_scale, check_tensor, shape_of)
+from attn_lib._checks import (check_choice, check_finite, check_fits_dtype, check_int, check_number, check_same_device,
+                              check_same_dtype, check_scale, check_tensor, shape_of)
 from attn_lib.linear import _check_step, _finite_result
 
 __all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltanet_forward", "in_float64",
@@ -55,10 +55,13 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     eps = check_number("eps", eps, minimum=0.0)
     # s = 2^j near each row's largest |x| (at least sqrt(eps)): x / s and eps / s / s are exact and moderate, and
     # (x / s) * rsqrt(Σ(x / s)² + eps / s²) is x * rsqrt(Σx² + eps) without its overflow or underflow
-    big = x.detach().abs().amax(-1, keepdim=True).clamp(min=math.sqrt(eps))
+    if x.shape[-1] == 0:  # no feature: nothing to divide
+        return x.clone()
+    big = x.detach().abs().amax(-1, keepdim=True).clamp(min=min(math.sqrt(eps), torch.finfo(x.dtype).max))
     s = torch.where(big > 0, torch.exp2(torch.floor(torch.log2(big))), torch.ones_like(big))
     y = x / s
-    norm2 = (y * y).sum(-1, keepdim=True) + eps / s / s
+    s64 = s.to(torch.float64)  # eps / s², in float64: an eps above float32's maximum is not inf there
+    norm2 = (y * y).sum(-1, keepdim=True) + (eps / s64 / s64).to(x.dtype)
     return torch.where(norm2 > 0, y * torch.rsqrt(norm2), torch.zeros_like(y))  # a zero row with eps = 0: 0
 
 
@@ -100,6 +103,13 @@ def _delta_update(state, query, key, value, log_decay, beta):
     return (state * query[..., :, None]).sum(-2), state
 
 
+def _check_chunked_dtype(form: str, key: torch.Tensor) -> None:
+    """The chunked forms' triangular solve has no float16 / bfloat16 kernel on the CPU: refused by name, not raw."""
+    if form == "chunked" and key.dtype in (torch.float16, torch.bfloat16) and key.device.type == "cpu":
+        raise TypeError(f"form='chunked' needs float32 or float64 inputs on the CPU (torch's triangular solve has no "
+                        f"{key.dtype} kernel there), got {key.dtype}; use form='recurrent' or convert with .float()")
+
+
 def _check_beta(beta: torch.Tensor) -> None:
     """beta, the delta rule's learning rate per token, in [0, 1] (a larger step overshoots and diverges)."""
     if beta.numel() and bool(((beta < 0) | (beta > 1)).any()):
@@ -123,18 +133,20 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         query, key: (B, H, L, E); value: (B, H, L, Ev); log_decay (the gate g), beta: (B, H, L).
             Floating tensors of one dtype: float32 or float64 (float16 / bfloat16 work in the recurrent form;
             the chunked form's triangular solve has no CPU kernel for them). query, key, value finite.
-        form: ``"recurrent"`` (:func:`delta_rule_step`'s update L times) or ``"chunked"`` (WY/UT form: inside a chunk, the
-            C sequential corrections become one triangular solve; across chunks, the state is carried).
+        form: ``"recurrent"`` (:func:`delta_rule_step`'s update L times) or ``"chunked"`` (WY/UT form: inside a
+            chunk, the C sequential corrections become one triangular solve; across chunks, the state is carried).
         chunk_size: C, positions per chunk (int >= 1).
         scale: a number > 0 multiplying the queries; default E ** -0.5, as ``transformers`` does.
-        initial_state: (B, H, E, Ev) tensor or None (zeros); cast to value's dtype.
+        initial_state: (B, H, E, Ev) tensor or None (zeros); cast to value's dtype (refused if its values do not
+            fit there: 1e39 would become inf in float32).
 
     Returns:
         ``(out, final_state)``: (B, H, L, Ev) and (B, H, E, Ev), in the inputs' dtype.
 
     Raises:
         TypeError: query, key, value, log_decay, beta or initial_state not floating tensors; the five inputs of
-            different dtypes; form not a str; chunk_size not an int; scale not a number.
+            different dtypes; form not a str; chunk_size not an int; scale not a number; float16 / bfloat16 CPU
+            inputs with form="chunked".
         ValueError: query, key or value not 4-D; log_decay or beta not 3-D or not (B, H, L); query and key of
             different shapes or value not (B, H, L, Ev); beta outside [0, 1]; NaN or infinity in query, key, value,
             log_decay, beta
@@ -168,6 +180,7 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     if bool((log_decay > 0).any()):
         raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
     check_choice("form", form, ("recurrent", "chunked"))
+    _check_chunked_dtype(form, key)
     C = check_int("chunk_size", chunk_size, minimum=1)
     if key.shape[-1] == 0:  # the default scale E^-0.5 divides by it
         raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
@@ -181,7 +194,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         if initial_state.shape != (Bt, H, E, value.shape[-1]):
             raise ValueError(f"initial_state must have shape (B, H, E, Ev) = {(Bt, H, E, value.shape[-1])}, "
                              f"got {shape_of(initial_state)}")
-        state = check_finite("initial_state", initial_state).to(value.dtype)
+        check_fits_dtype("initial_state", check_finite("initial_state", initial_state), value.dtype)
+        state = initial_state.to(value.dtype)
     if L == 0:  # no position: an empty output, the state unchanged
         return value.new_zeros(value.shape), state
     outs = []
@@ -348,17 +362,18 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         form: ``"recurrent"`` (token by token) or ``"chunked"`` (inside a chunk, one triangular solve gives the
             C corrections; across chunks the state is carried, as :func:`gated_delta_rule`).
         chunk_size: C (int >= 1). scale: multiplies the queries (default E ** -0.5, as transformers).
-        initial_state: (B, H, E, Ev) or None (zeros).
+        initial_state: (B, H, E, Ev) or None (zeros); cast to value's dtype (refused if its values do not fit).
 
     Returns:
         ``(out, final_state)``: (B, H, L, Ev) and (B, H, E, Ev), in the inputs' dtype.
 
     Raises:
         TypeError: inputs not floating tensors or of different dtypes; form not a str; chunk_size not an int; scale
-            not a number. ValueError: shapes other than the above; NaN or infinity; log_decay > 0 somewhere; beta
-            outside [0, 1]; an
+            not a number; float16 / bfloat16 CPU inputs with form="chunked".
+        ValueError: shapes other than the above; NaN or infinity; log_decay > 0 somewhere; beta outside [0, 1]; an
             unknown form; chunk_size < 1; scale NaN, infinite or <= 0; tensors on different devices; an E = 0;
-            an output or state that overflows the dtype on finite inputs.
+            an initial_state whose values value's dtype cannot hold; an output or state that overflows the dtype
+            on finite inputs.
 
     Source: Kimi Team 2025, "Kimi Linear: An Expressive, Efficient Attention Architecture"
     (https://arxiv.org/abs/2510.26692), §3 (KDA, fine-grained gating); equal to transformers'
@@ -382,6 +397,7 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if bool((log_decay > 0).any()):
         raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
     check_choice("form", form, ("recurrent", "chunked"))
+    _check_chunked_dtype(form, key)
     C = check_int("chunk_size", chunk_size, minimum=1)
     if key.shape[-1] == 0:  # the default scale E^-0.5 divides by it
         raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
@@ -392,7 +408,8 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         if initial_state.shape != state.shape:
             raise ValueError(f"initial_state must have shape (B, H, E, Ev) = {tuple(state.shape)}, "
                              f"got {shape_of(initial_state)}")
-        state = check_finite("initial_state", initial_state).to(value.dtype)
+        check_fits_dtype("initial_state", check_finite("initial_state", initial_state), value.dtype)
+        state = initial_state.to(value.dtype)
     outs = []
     if form == "recurrent":
         for t in range(L):

@@ -25,8 +25,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import (all_finite, check_callable, check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
-                              check_tensor, shape_of)
+from attn_lib._checks import (all_finite, check_bool, check_callable, check_choice, check_finite, check_int, check_number,
+                              check_same_device, check_same_dtype, check_tensor, shape_of)
 from attn_lib._tiling import _value_scale
 
 __all__ = [
@@ -185,7 +185,7 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     Raises:
         TypeError: query, key, value or log_decay not floating tensors; query, key, value and log_decay of
             different dtypes; form not a str; chunk_size not an int; initial_state not a floating tensor of the
-            key's dtype.
+            key's dtype; return_state not a bool.
         ValueError: fewer than 2 dims; E = 0; query and key of different shapes; value not (..., L, Ev) with the
             key's (..., L); tensors on different devices; NaN or infinity in query, key, value or log_decay; log_decay not (..., L) or > 0 somewhere;
             an unknown form; chunk_size < 1; initial_state not (..., E, Ev) with the key's batch dims, not finite
@@ -198,6 +198,7 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     _check_qkv_seq(query, key, value, log_decay)
     check_choice("form", form, FORMS)
     chunk_size = check_int("chunk_size", chunk_size, minimum=1)
+    check_bool("return_state", return_state)
     if log_decay is None:
         log_decay = torch.zeros(key.shape[:-1], dtype=key.dtype, device=key.device)
     E, Ev, L = key.shape[-1], value.shape[-1], key.shape[-2]
@@ -269,14 +270,16 @@ def linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 
     Raises:
         TypeError / ValueError: as :func:`decayed_attention` (types, dtypes, shapes, non-finite values, form,
-            chunk_size); eps not a finite number >= 0. ``feature_map`` is not checked: a non-callable raises
-            Python's own TypeError when it is called.
+            chunk_size); eps not a finite number >= 0; normalize not a bool; feature_map not callable, or giving
+            non-floating or non-finite features; with ``normalize``, a normaliser Σ φ(q_i)·φ(k_j) + eps <= 0
+            (features of both signs, e.g. feature_map=None) or an output that overflows.
 
     Source: Katharopoulos et al. 2020, "Transformers are RNNs", §3.2 (the kernelised attention) and §3.3-3.4
     (the causal and recurrent forms).
     """
     _check_qkv_seq(query, key, value)
     check_number("eps", eps, minimum=0)
+    check_bool("normalize", normalize)
     if feature_map is not None:
         check_callable("feature_map", feature_map)
     log_decay = None
@@ -301,7 +304,13 @@ def linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     ones = torch.ones(*value.shape[:-1], 1, dtype=value.dtype, device=value.device)
     v = value if big == 1.0 else value / big
     both = decayed_attention(fq, fk, torch.cat([v, ones], dim=-1), log_decay, form=form, chunk_size=chunk_size)
-    out = both[..., :-1] / (both[..., -1:] + eps)  # the last column carries the normaliser z·φ(q)
+    den = both[..., -1:] + eps  # the last column carries the normaliser z·φ(q)
+    if not bool((den > 0).all()):  # features of any sign (feature_map=None) can sum to 0 or below: x / 0 = inf
+        first = tuple(int(i) for i in (den <= 0).nonzero()[0][:-1])
+        raise ValueError(f"the normaliser Σ_j φ(q_i)·φ(k_j) + eps is {float(den[first]):.3g} <= 0 at position {first} "
+                         f"of shape {shape_of(den)[:-1]}: the weights of a normalised linear attention must be > 0; "
+                         f"expected a positive feature_map (the default elu + 1) or normalize=False")
+    out = _finite_result("linear_attention", both[..., :-1] / den, query, key, value)
     return out if big == 1.0 else out * big
 
 
@@ -329,7 +338,8 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
     Raises:
         TypeError: x, dt or A not floating tensors; B or C not floating tensors, or dtypes that differ (from
             :func:`decayed_attention`).
-        ValueError: dt not (Bt, H, L); A not (H,); dt <= 0 or A >= 0 somewhere; B and C of different shapes or
+        ValueError: tensors on different devices; NaN or infinity in x, dt or A; dt not (Bt, H, L); A not (H,);
+            dt <= 0 or A >= 0 somewhere; B and C of different shapes or
             not (Bt, H, L, N); NaN or infinity in x·dt, dt·A, B or C; an unknown form; chunk_size < 1; D not (H,)
             or not finite (TypeError: D not a floating tensor of x's dtype).
 
@@ -338,6 +348,10 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
     """
     for n, t in (("x", x), ("dt", dt), ("A", A)):
         check_tensor(n, t, floating=True)
+    check_same_device(x=x, dt=dt, A=A, B=B if isinstance(B, torch.Tensor) else None,
+                      C=C if isinstance(C, torch.Tensor) else None, D=D if isinstance(D, torch.Tensor) else None)
+    for n, t in (("x", x), ("dt", dt), ("A", A)):
+        check_finite(n, t)  # before dt > 0 is tested: NaN > 0 is False, so a NaN step passed as "not <= 0"
     if x.dim() != 4:
         raise ValueError(f"x must have 4 dims (Bt, H, L, P), got shape {shape_of(x)}")
     if dt.shape != x.shape[:-1]:

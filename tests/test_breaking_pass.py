@@ -370,3 +370,68 @@ def test_capstone_helpers_refuse_meta_ids():
         capstone.decode(torch.zeros(3, dtype=torch.long, device=META))
     with pytest.raises(ValueError, match="train_ids is on the meta device"):
         capstone.unigram_cross_entropy(torch.zeros(5, dtype=torch.long, device=META), torch.zeros(5, dtype=torch.long), 4)
+
+
+# ------------------------------------------------------------------ fresh pass: linear, deltanet
+def _ssd_args():
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(1, 2, 5, 3, generator=g)
+    return dict(x=x, dt=torch.rand(1, 2, 5, generator=g) + 0.1, A=-torch.rand(2, generator=g) - 0.1,
+                B=torch.randn(1, 2, 5, 4, generator=g), C=torch.randn(1, 2, 5, 4, generator=g))
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(dt=torch.empty(1, 2, 5, device=META)), "dt on meta"),  # Tensor.item() on a meta tensor before
+    (dict(A=torch.empty(2, device=META)), "A on meta"),
+    (dict(dt=torch.full((1, 2, 5), NAN)), "dt contains NaN"),  # named value (= x * dt) before
+    (dict(A=torch.full((2,), NAN)), "A contains NaN"),
+])
+def test_ssd_checks_devices_and_values_of_dt_and_a(change, words):
+    from attn_lib.linear import ssd
+    with pytest.raises(ValueError, match=words):
+        ssd(**{**_ssd_args(), **change})
+
+
+def test_linear_attention_refuses_a_normaliser_that_is_not_positive():
+    q = torch.randn(1, 2, 5, 4, generator=torch.Generator().manual_seed(7))
+    with pytest.raises(ValueError, match=r"the normaliser .* <= 0"):  # was NaN (0 / 0) or a sign-flipped average
+        linear_attention(q, q, q, feature_map=lambda t: t * 0, eps=0.0)
+    with pytest.raises(ValueError, match=r"the normaliser .* <= 0"):
+        linear_attention(q, -q, q, feature_map=None)
+    out = linear_attention(q, -q, q, feature_map=None, normalize=False)  # the unnormalised form has no normaliser
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda q: decayed_attention(q, q, q, form="recurrent", return_state=1), "return_state must be a bool"),
+    (lambda q: linear_attention(q, q, q, normalize=1), "normalize must be a bool"),
+])
+def test_linear_flags_are_bools(call, words):
+    with pytest.raises(TypeError, match=words):
+        call(torch.randn(1, 2, 5, 4))
+
+
+@pytest.mark.parametrize("fn", [gated_delta_rule, kimi_delta_rule])
+def test_chunked_delta_rules_name_the_cpu_half_precision_limit(fn):
+    q, beta = torch.randn(1, 2, 5, 4).half(), torch.rand(1, 2, 5).half()
+    ld = -torch.rand(1, 2, 5, 4).half() if fn is kimi_delta_rule else -torch.rand(1, 2, 5).half()
+    with pytest.raises(TypeError, match="form='chunked' needs float32 or float64"):  # NotImplementedError before
+        fn(q, q, q, ld, beta, form="chunked")
+    out, _ = fn(q, q, q, ld, beta, form="recurrent")  # the recurrent form has no triangular solve
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("fn", [gated_delta_rule, kimi_delta_rule])
+def test_delta_rules_refuse_an_initial_state_their_dtype_cannot_hold(fn):
+    q, beta = torch.randn(1, 2, 5, 4), torch.rand(1, 2, 5)
+    ld = -torch.rand(1, 2, 5, 4) if fn is kimi_delta_rule else -torch.rand(1, 2, 5)
+    big = torch.full((1, 2, 4, 4), 1e39, dtype=torch.float64)  # inf once cast to float32
+    with pytest.raises(ValueError, match="initial_state holds 1e\\+39, more than torch.float32"):
+        fn(q, q, q, ld, beta, initial_state=big)
+
+
+def test_l2_normalize_edges():
+    assert l2_normalize(torch.randn(3, 0)).shape == (3, 0)  # amax over an empty dim raised IndexError
+    x = torch.tensor([3.0, 4.0])
+    torch.testing.assert_close(l2_normalize(x, eps=1e39), x / math.sqrt(25 + 1e39))  # eps above float32's max
+    assert torch.equal(l2_normalize(x, eps=1e300), torch.zeros(2))  # 5e-150 rounds to 0 in float32; no error

@@ -346,7 +346,7 @@ def test_recall_model_and_training_refuse_bad_sizes_and_restore_threads(monkeypa
         recall.RecallModel("linear", num_keys=0)
     with pytest.raises(ValueError, match="pair_counts must hold at least one"):
         recall.train_recall("linear", steps=1, pair_counts=())
-    with pytest.raises(ValueError, match="a pair count must be an int in"):
+    with pytest.raises(ValueError, match=r"pair_counts\[1\] must be an int in"):
         recall.train_recall("linear", steps=1, pair_counts=(4, 500))
     with pytest.raises(ValueError, match="lr must be a number > 0"):  # 0 trains not at all (issue 38)
         recall.train_recall("linear", steps=1, lr=-1e-3)
