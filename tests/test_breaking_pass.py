@@ -435,3 +435,43 @@ def test_l2_normalize_edges():
     x = torch.tensor([3.0, 4.0])
     torch.testing.assert_close(l2_normalize(x, eps=1e39), x / math.sqrt(25 + 1e39))  # eps above float32's max
     assert torch.equal(l2_normalize(x, eps=1e300), torch.zeros(2))  # 5e-150 rounds to 0 in float32; no error
+
+
+# ------------------------------------------------------------------ fresh pass: decoding, the date task's helpers
+def test_sample_loop_checks_device_and_eos_id():
+    from attn_lib.models.decoding import sample_loop
+    with pytest.raises(ValueError, match="device must be a device such as"):  # torch's RuntimeError before
+        sample_loop(lambda new: torch.randn(2, 3), 2, 3, device="gpu")
+    with pytest.raises(ValueError, match=r"eos_id=99 is outside the logits' vocabulary 0..2"):  # never stopped
+        sample_loop(lambda new: torch.randn(2, 3), 2, 3, eos_id=99)
+
+
+def _date_examples(n=8):
+    from attn_lib.course.data import make_splits
+    return make_splits(sizes={"train": n, "val": 2, "test": 2})["train"]
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    (lambda T, ex: T.endless_batches(["a", "b"], 1), TypeError, "examples must hold DateExample items"),
+    (lambda T, ex: T.endless_batches(3, 1), TypeError, "examples must be a sequence"),
+    (lambda T, ex: T.exact_match(ex[:2], "ab"), TypeError, "predictions must be a list of str"),  # 2 chars = 2 preds
+    (lambda T, ex: T.seq2seq_loss(torch.nn.Linear(2, 2), next(T.endless_batches(ex, 2))), TypeError,
+     "model must be an attn_lib.models.Seq2SeqTransformer"),  # Linear.forward() takes 2 positional arguments
+    (lambda T, ex: T.uptrain_date_model(torch.nn.Linear(2, 2), progress=False), TypeError,
+     "model must be an attn_lib.models.Seq2SeqTransformer"),
+    (lambda T, ex: T.load_model(3), TypeError, "path must be a str or os.PathLike"),
+    (lambda T, ex: T.save_model(T.load_model(), "/tmp/unused.safetensors", losses=[1.0, NAN]), ValueError,
+     r"losses\[1\] must be a finite number"),
+])
+def test_date_task_helpers_check_their_arguments(call, exc, words):
+    from attn_lib.course import train
+    with pytest.raises(exc, match=words):
+        call(train, _date_examples())
+
+
+def test_load_model_names_a_file_that_is_no_checkpoint(tmp_path):
+    from attn_lib.course import train
+    bad = tmp_path / "garbage.safetensors"
+    bad.write_text("garbage")
+    with pytest.raises(ValueError, match="is not a safetensors checkpoint"):  # safetensors' SafetensorError before
+        train.load_model(bad)
