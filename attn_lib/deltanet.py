@@ -23,8 +23,8 @@ import types
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import (check_choice, check_finite, check_fits_dtype, check_int, check_number, check_same_device,
-                              check_same_dtype, check_scale, check_tensor, shape_of)
+from attn_lib._checks import (_got, check_choice, check_finite, check_fits_dtype, check_int, check_number,
+                              check_on_device, check_same_device, check_same_dtype, check_scale, check_tensor, shape_of)
 from attn_lib.linear import _check_step, _finite_result
 
 __all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltanet_forward", "in_float64",
@@ -256,9 +256,10 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
 
     Raises:
         TypeError: hidden_states not a floating tensor or not of the layer's weights' dtype; layer not a
-            Qwen3NextGatedDeltaNet (no in_proj_qkvz, ...); cache not a dict. ValueError: hidden_states not 3-D; an
-            activation this function does not know; and what :func:`gated_delta_rule` raises (e.g. an unknown
-            form).
+            Qwen3NextGatedDeltaNet (no in_proj_qkvz, ...); cache not a dict. ValueError: hidden_states not 3-D,
+            not on the layer's device, or not finite; a cache whose "conv" inputs are of another batch, dtype or
+            device; an activation this function does not know; and what :func:`gated_delta_rule` raises (e.g. an
+            unknown form).
 
     Source: transformers' ``Qwen3NextGatedDeltaNet`` (no-cache torch path); the layer of Yang, Kautz &
     Hatamizadeh 2024, "Gated Delta Networks", §3.
@@ -279,11 +280,7 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
     b, a = layer.in_proj_ba(hidden_states).view(Bt, L, Hk, 2 * r).split([r, r], dim=-1)
     mixed = torch.cat([q.reshape(Bt, L, -1), k.reshape(Bt, L, -1), v.reshape(Bt, L, -1)], dim=-1).transpose(1, 2)
     K = layer.conv_kernel_size
-    if cache is None:  # causal: K - 1 zeros before the first token
-        past = mixed.new_zeros(Bt, mixed.shape[1], K - 1)
-    else:
-        past = cache.get("conv", mixed.new_zeros(Bt, mixed.shape[1], K - 1))
-        cache["conv"] = torch.cat([past, mixed], -1)[..., -(K - 1):] if K > 1 else past
+    past = _cached_conv(cache, mixed, K)  # causal: K - 1 zeros (or the cached inputs) before the first token
     conv = F.conv1d(torch.cat([past, mixed], -1), layer.conv1d.weight, layer.conv1d.bias, groups=layer.conv_dim)
     mixed = _ACTIVATIONS[act](conv).transpose(1, 2)
     q, k, v = mixed.split([layer.key_dim, layer.key_dim, layer.value_dim], dim=-1)
@@ -313,6 +310,23 @@ def _check_hf_layer(name: str, layer, needed: tuple, what: str, *, layer_weight:
     if x.dtype != weight.dtype:
         raise TypeError(f"hidden_states must have the layer's dtype {weight.dtype}, got {x.dtype}; convert one of "
                         f"them (hidden_states.to({weight.dtype}) or layer.to({x.dtype}))")
+    check_on_device("hidden_states", x, weight.device, of="the layer")
+    check_finite("hidden_states", x)  # named here, not as the query or value it would turn into
+
+
+def _cached_conv(cache: dict | None, mixed: torch.Tensor, K: int) -> torch.Tensor:
+    """The K - 1 inputs before ``mixed`` (B, C, L): zeros, or the cache's "conv" (checked), which is then updated."""
+    zeros = mixed.new_zeros(mixed.shape[0], mixed.shape[1], K - 1)
+    if cache is None:
+        return zeros
+    past = cache.get("conv", zeros)
+    if not isinstance(past, torch.Tensor) or past.shape != zeros.shape or past.dtype != zeros.dtype \
+            or past.device != zeros.device:
+        raise ValueError(f"cache['conv'] must be the last K - 1 = {K - 1} inputs of this layer for this batch, a "
+                         f"{mixed.dtype} tensor {tuple(zeros.shape)} on {mixed.device}, got {_got(past)}; expected "
+                         f"the cache dict this layer filled for the same batch (a new dict per layer and sequence)")
+    cache["conv"] = torch.cat([past, mixed], -1)[..., -(K - 1):] if K > 1 else past
+    return past
 
 
 def in_float64(fn):
@@ -458,7 +472,8 @@ def kimi_delta_attention_forward(layer, hidden_states: torch.Tensor, *, form: st
     Raises:
         TypeError: hidden_states not a floating tensor; cache not a dict; layer without the submodules of
             transformers' KimiDeltaAttention, or of another dtype than hidden_states. ValueError: hidden_states not
-            3-D; an unknown activation; and what :func:`kimi_delta_rule` raises.
+            3-D, not on the layer's device, or not finite; a cache whose "conv" inputs are of another batch, dtype
+            or device; an unknown activation; and what :func:`kimi_delta_rule` raises.
 
     Source: transformers' ``KimiLinearDeltaAttention`` (models/kimi_linear); Kimi Team 2025, "Kimi Linear", §3.
     """
@@ -476,10 +491,7 @@ def kimi_delta_attention_forward(layer, hidden_states: torch.Tensor, *, form: st
     Bt, L, _ = x.shape
     H, E, K = layer.num_heads, layer.head_dim, layer.conv_kernel_size
     mixed = torch.cat([layer.q_proj(x), layer.k_proj(x), layer.v_proj(x)], -1).transpose(1, 2)  # (B, 3HE, L)
-    past = mixed.new_zeros(Bt, mixed.shape[1], K - 1)
-    if cache is not None:
-        past = cache.get("conv", past)
-        cache["conv"] = torch.cat([past, mixed], -1)[..., -(K - 1):] if K > 1 else past
+    past = _cached_conv(cache, mixed, K)
     mixed = _ACTIVATIONS[act](F.conv1d(torch.cat([past, mixed], -1), layer.conv1d.weight, layer.conv1d.bias,
                                        groups=layer.conv_dim))
 

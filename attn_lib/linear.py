@@ -388,8 +388,8 @@ def mamba2_mixer_forward(mixer, hidden_states: torch.Tensor, *, form: str = "par
 
     Raises:
         TypeError: hidden_states not a floating tensor or not of the mixer's weights' dtype; mixer not a
-            Mamba2Mixer (no in_proj, ...). ValueError: hidden_states not 3-D; and what :func:`ssd` raises (e.g. a
-            dt that softplus rounds to 0).
+            Mamba2Mixer (no in_proj, ...). ValueError: hidden_states not 3-D, not on the mixer's device, or not
+            finite; and what :func:`ssd` raises (e.g. a dt that softplus rounds to 0).
 
     Source: transformers' ``Mamba2Mixer.forward`` torch path (``torch_forward``), the block of Dao & Gu 2024
     (Mamba-2).

@@ -475,3 +475,20 @@ def test_load_model_names_a_file_that_is_no_checkpoint(tmp_path):
     bad.write_text("garbage")
     with pytest.raises(ValueError, match="is not a safetensors checkpoint"):  # safetensors' SafetensorError before
         train.load_model(bad)
+
+
+# ------------------------------------------------------------------ fresh pass: the transformers layers' forwards
+def test_gated_deltanet_forward_checks_its_input_and_its_cache():
+    from tests.test_linear import _qwen3_next_gdn
+    from attn_lib.deltanet import gated_deltanet_forward
+    layer = _qwen3_next_gdn(1)
+    x = torch.randn(3, 4, 32, generator=torch.Generator().manual_seed(8))
+    with pytest.raises(ValueError, match="hidden_states must be on the layer's device cpu, got meta"):
+        gated_deltanet_forward(layer, torch.empty(3, 4, 32, device=META))  # torch's device error before
+    with pytest.raises(ValueError, match="hidden_states contains NaN"):  # named query (after conv and norm) before
+        gated_deltanet_forward(layer, x.masked_fill(x > 1, NAN))
+    with torch.no_grad():
+        cache = {}
+        gated_deltanet_forward(layer, x, cache=cache)
+        with pytest.raises(ValueError, match=r"cache\['conv'\] must be the last K - 1 = 3 inputs"):
+            gated_deltanet_forward(layer, x[:2], cache=cache)  # another batch: torch.cat's size error before
