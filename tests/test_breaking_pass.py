@@ -492,3 +492,13 @@ def test_gated_deltanet_forward_checks_its_input_and_its_cache():
         gated_deltanet_forward(layer, x, cache=cache)
         with pytest.raises(ValueError, match=r"cache\['conv'\] must be the last K - 1 = 3 inputs"):
             gated_deltanet_forward(layer, x[:2], cache=cache)  # another batch: torch.cat's size error before
+
+
+def test_unigram_cross_entropy_needs_no_table_of_the_whole_vocabulary():
+    from attn_lib.course.capstone import unigram_cross_entropy
+    train, ev = torch.tensor([0, 0, 1, 5]), torch.tensor([0, 5, 7])
+    V = 10**13  # bincount(minlength=V) tried to allocate 80 TB
+    want = -sum(math.log((c + 1) / (4 + V)) for c in (2, 1, 0)) / 3
+    assert unigram_cross_entropy(train, ev, V) == pytest.approx(want, rel=1e-12)
+    assert unigram_cross_entropy(train, ev, 8) == pytest.approx(-sum(math.log((c + 1) / 12) for c in (2, 1, 0)) / 3,
+                                                               rel=1e-12)
