@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from attn_lib._checks import (_got, check_choice, check_finite, check_fits_dtype, check_int, check_number,
                               check_on_device, check_same_device, check_same_dtype, check_scale, check_tensor, shape_of)
-from attn_lib.linear import _check_step, _finite_result
+from attn_lib.linear import _check_step, _finite_result, _overflow_error
 
 __all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltanet_forward", "in_float64",
            "kimi_delta_rule", "kimi_delta_attention_forward"]
@@ -71,7 +71,7 @@ def delta_rule_step(state, query, key, value, log_decay, beta):
     Args:
         state: (..., E, Ev); query, key: (..., E) (query already scaled); value: (..., Ev);
         log_decay: (...) <= 0; beta: (...) in [0, 1], the step's learning rate.
-        Floating tensors (float16, bfloat16, float32 or float64), normally of one dtype.
+        Finite floating tensors (float16, bfloat16, float32 or float64) of one dtype, on one device.
 
     Returns:
         ``(out, new_state)``: out (..., Ev) = new_stateᵀ query, new_state (..., E, Ev), in the inputs' dtype.
@@ -80,8 +80,7 @@ def delta_rule_step(state, query, key, value, log_decay, beta):
         TypeError: an argument not a floating tensor; dtypes that differ (no silent promotion).
         ValueError: state with fewer than 2 dims; the others not of the shapes above (the state's leading dims,
         no broadcasting); tensors on different devices; NaN or an infinity anywhere; log_decay > 0; beta outside
-        [0, 1]. (:func:`gated_delta_rule`'s recurrent form checks the whole sequence once and runs the same
-        update unchecked.)
+        [0, 1].
 
     Source: Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks", §3 (the gated delta rule
     S_t = α_t S_{t-1} (I - β_t k_t k_tᵀ) + β_t v_t k_tᵀ, in attn_lib's (E, Ev) layout); one iteration of
@@ -91,14 +90,6 @@ def delta_rule_step(state, query, key, value, log_decay, beta):
     state = torch.exp(log_decay)[..., None, None] * state
     predicted = (state * key[..., :, None]).sum(-2)  # Sᵀ k: what the memory says k maps to
     delta = beta[..., None] * (value - predicted)  # the correction, scaled by the learning rate
-    state = state + key[..., :, None] * delta[..., None, :]
-    return (state * query[..., :, None]).sum(-2), state
-
-
-def _delta_update(state, query, key, value, log_decay, beta):
-    """delta_rule_step's body without its checks: the recurrent form's loop, whose inputs were checked once."""
-    state = torch.exp(log_decay)[..., None, None] * state
-    delta = beta[..., None] * (value - (state * key[..., :, None]).sum(-2))
     state = state + key[..., :, None] * delta[..., None, :]
     return (state * query[..., :, None]).sum(-2), state
 
@@ -133,8 +124,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         query, key: (B, H, L, E); value: (B, H, L, Ev); log_decay (the gate g), beta: (B, H, L).
             Floating tensors of one dtype: float32 or float64 (float16 / bfloat16 work in the recurrent form;
             the chunked form's triangular solve has no CPU kernel for them). query, key, value finite.
-        form: ``"recurrent"`` (:func:`delta_rule_step`'s update L times) or ``"chunked"`` (WY/UT form: inside a
-            chunk, the C sequential corrections become one triangular solve; across chunks, the state is carried).
+        form: ``"recurrent"`` (:func:`delta_rule_step` L times) or ``"chunked"`` (WY/UT form: inside a chunk, the
+            C sequential corrections become one triangular solve; across chunks, the state is carried).
         chunk_size: C, positions per chunk (int >= 1).
         scale: a number > 0 multiplying the queries; default E ** -0.5, as ``transformers`` does.
         initial_state: (B, H, E, Ev) tensor or None (zeros); cast to value's dtype (refused if its values do not
@@ -200,10 +191,14 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         return value.new_zeros(value.shape), state
     outs = []
     if form == "recurrent":
-        for t in range(L):
-            o, state = _delta_update(state, q[:, :, t], key[:, :, t], value[:, :, t], log_decay[:, :, t],
-                                     beta[:, :, t])
-            outs.append(o[:, :, None])
+        try:  # delta_rule_step itself: with ATTN_MINE set, the learner's step runs here (attn_lib.course.mine)
+            for t in range(L):
+                o, state = delta_rule_step(state, q[:, :, t], key[:, :, t], value[:, :, t], log_decay[:, :, t],
+                                           beta[:, :, t])
+                outs.append(o[:, :, None])
+        except ValueError:  # every input was checked above: only a query or state that overflowed gets here
+            raise _overflow_error("gated_delta_rule", value.dtype, query, key, value, log_decay, initial_state) \
+                from None
         return _finite_pair("gated_delta_rule", torch.cat(outs, dim=2), state,
                             query, key, value, log_decay, initial_state)
     for s in range(0, L, C):

@@ -64,14 +64,19 @@ def _log_elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 
 
 
+def _overflow_error(fn: str, dtype: torch.dtype, *inputs: torch.Tensor) -> ValueError:
+    """The error for a result that is not finite although every input was (an overflow in ``dtype``)."""
+    big = max((float(t.detach().abs().amax()) for t in inputs if t is not None and t.numel()), default=0.0)
+    return ValueError(f"{fn} overflows {dtype} (max {torch.finfo(dtype).max:.3g}) on finite inputs: "
+                      f"the largest input entry is {big:.3g} (a cumulative log_decay of very negative values, or "
+                      f"large query/key/value); expected inputs of a moderate scale -- normalise them or compute "
+                      f"in float64")
+
+
 def _finite_result(fn: str, out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
     """Refuse an output that is not finite although every input was (an overflow in the inputs' dtype)."""
     if not all_finite(out.detach()):
-        big = max((float(t.detach().abs().amax()) for t in inputs if t is not None and t.numel()), default=0.0)
-        raise ValueError(f"{fn} overflows {out.dtype} (max {torch.finfo(out.dtype).max:.3g}) on finite inputs: "
-                         f"the largest input entry is {big:.3g} (a cumulative log_decay of very negative values, or "
-                         f"large query/key/value); expected inputs of a moderate scale -- normalise them or compute "
-                         f"in float64")
+        raise _overflow_error(fn, out.dtype, *inputs)
     return out
 
 def _check_qkv_seq(q, k, v, log_decay=None):
@@ -129,12 +134,6 @@ def _check_step(fn: str, state, query, key, value, log_decay, beta=None) -> None
                          f"{float(beta.min()):.3g} to {float(beta.max()):.3g}")
 
 
-def _decayed_update(state, query, key, value, log_decay):
-    """decayed_step's body without its checks: the recurrent form's loop, whose inputs were checked once."""
-    new_state = torch.exp(log_decay)[..., None, None] * state + key[..., :, None] * value[..., None, :]
-    return (new_state * query[..., :, None]).sum(-2), new_state
-
-
 def decayed_step(state: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  log_decay: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One recurrent step: ``state = exp(log_decay) * state + key ⊗ value``, then ``out = stateᵀ query``.
@@ -142,7 +141,7 @@ def decayed_step(state: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
     Args:
         state: (..., E, Ev) floating, the memory before this token.
         query, key: (..., E); value: (..., Ev); log_decay: (...) <= 0 (0: no decay, plain linear attention).
-            Floating tensors (float16, bfloat16, float32 or float64), normally all of the state's dtype.
+            Finite floating tensors (float16, bfloat16, float32 or float64) of the state's dtype and device.
 
     Returns:
         ``(out, new_state)``: out (..., Ev) read from the **updated** state (the token sees itself, as the causal
@@ -152,8 +151,7 @@ def decayed_step(state: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
         TypeError: an argument not a floating tensor; dtypes that differ (no silent promotion).
         ValueError: state with fewer than 2 dims; query, key, value or log_decay not of the shapes above (the
         state's leading dims, no broadcasting); tensors on different devices; NaN or an infinity anywhere;
-        log_decay > 0. (:func:`decayed_attention`'s recurrent form checks the whole sequence once and runs the
-        same update unchecked.)
+        log_decay > 0.
 
     Source: Katharopoulos et al. 2020 eq. (18)-(20) with g = 0; Mamba-2's SSM recurrence (Dao & Gu 2024 eq. (1),
     with key = B_t, query = C_t, value = dt_t x_t, log_decay = dt_t A).
@@ -172,7 +170,7 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     Args:
         query, key: (..., L, E); value: (..., L, Ev): floating tensors of one dtype (float16, bfloat16, float32
             or float64), finite. log_decay: (..., L) <= 0, floating and finite, or None (no decay).
-        form: ``"parallel"`` ((L, L) masked matrix), ``"recurrent"`` (:func:`decayed_step`'s update L times) or ``"chunked"``.
+        form: ``"parallel"`` ((L, L) masked matrix), ``"recurrent"`` (:func:`decayed_step` L times) or ``"chunked"``.
         chunk_size: int >= 1, positions per chunk of the chunked form (the last chunk may be shorter).
         initial_state: (..., E, Ev) state before position 0 (zeros if None), the key's batch dims and dtype;
             ``"parallel"`` allows none.
@@ -224,9 +222,13 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         return (out, state) if return_state else out
     outs = []
     if form == "recurrent":
-        for t in range(L):
-            o, state = _decayed_update(state, query[..., t, :], key[..., t, :], value[..., t, :], log_decay[..., t])
-            outs.append(o[..., None, :])
+        try:
+            for t in range(L):
+                o, state = decayed_step(state, query[..., t, :], key[..., t, :], value[..., t, :], log_decay[..., t])
+                outs.append(o[..., None, :])
+        except ValueError:  # every input was checked above: only a state that overflowed on the way gets here
+            raise _overflow_error("decayed_attention", value.dtype, query, key, value, log_decay, initial_state) \
+                from None
     else:
         for s in range(0, L, chunk_size):
             q, k, v = query[..., s:s + chunk_size, :], key[..., s:s + chunk_size, :], value[..., s:s + chunk_size, :]

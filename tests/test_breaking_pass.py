@@ -502,3 +502,17 @@ def test_unigram_cross_entropy_needs_no_table_of_the_whole_vocabulary():
     assert unigram_cross_entropy(train, ev, V) == pytest.approx(want, rel=1e-12)
     assert unigram_cross_entropy(train, ev, 8) == pytest.approx(-sum(math.log((c + 1) / 12) for c in (2, 1, 0)) / 3,
                                                                rel=1e-12)
+
+
+def test_the_recurrent_forms_run_the_public_steps_so_a_learners_step_can_stand_in(monkeypatch):
+    # attn_lib.course.mine swaps the module's delta_rule_step for the learner's: the recurrent loop must call it
+    import attn_lib.deltanet as dn
+    import attn_lib.linear as lin
+    calls = []
+    for module, name in ((dn, "delta_rule_step"), (lin, "decayed_step")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    q, ld, beta = torch.randn(1, 2, 3, 4), -torch.rand(1, 2, 3), torch.rand(1, 2, 3)
+    dn.gated_delta_rule(q, q, q, ld, beta, form="recurrent")
+    lin.decayed_attention(q, q, q, ld, form="recurrent")
+    assert calls == ["delta_rule_step"] * 3 + ["decayed_step"] * 3
