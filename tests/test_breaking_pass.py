@@ -516,3 +516,11 @@ def test_the_recurrent_forms_run_the_public_steps_so_a_learners_step_can_stand_i
     dn.gated_delta_rule(q, q, q, ld, beta, form="recurrent")
     lin.decayed_attention(q, q, q, ld, form="recurrent")
     assert calls == ["delta_rule_step"] * 3 + ["decayed_step"] * 3
+
+
+def test_copy_batch_refuses_a_batch_too_large_to_allocate():
+    from attn_lib.course import capstone
+    with pytest.raises(ValueError, match=r"batch_size \* \(2 \* max_words \+ 1\) must be at most 268435456"):
+        capstone.copy_batch(2, max_words=10**9)  # allocated 2 x 241 million ids (a random n up to 1e9) before
+    inputs, _ = capstone.copy_batch(2, torch.Generator().manual_seed(0), min_words=5, max_words=5)
+    assert inputs.shape == (2, 10)

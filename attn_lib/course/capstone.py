@@ -122,6 +122,9 @@ def decode(ids) -> str:
     return " ".join("|" if i == SEP else WORDS[i] for i in ids)
 
 
+MAX_BATCH_TOKENS = 2 ** 28  # copy_batch's largest (batch_size, 2 * max_words + 1) table of int64 ids: 2 GiB
+
+
 def copy_batch(batch_size: int, generator: torch.Generator | None = None, *, min_words: int = 4,
                max_words: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
     """One batch of the copy task: ``w_1 .. w_n | w_1 .. w_n``, one n for the batch, drawn in [min_words, max_words].
@@ -131,8 +134,8 @@ def copy_batch(batch_size: int, generator: torch.Generator | None = None, *, min
         with -100 (ignored by ``F.cross_entropy``) where the next token is one of the random first half.
 
     Raises:
-        TypeError / ValueError: sizes not ints, min_words < 1 or max_words < min_words; generator neither None
-            nor a torch.Generator.
+        TypeError / ValueError: sizes not ints, min_words < 1 or max_words < min_words; a batch of more than
+            2**28 token ids (batch_size * (2 * max_words + 1)); generator neither None nor a torch.Generator.
 
     Source: the repeated random sequence of Olsson et al. 2022 ("In-context Learning and Induction Heads"),
     section 2, as a small supervised task.
@@ -141,6 +144,9 @@ def copy_batch(batch_size: int, generator: torch.Generator | None = None, *, min
     lo = check_int("min_words", min_words, minimum=1)
     hi = check_int("max_words", max_words, minimum=lo)
     check_generator("generator", generator)
+    if B * (2 * hi + 1) > MAX_BATCH_TOKENS:  # max_words=10**9 allocated gigabytes of int64 ids before failing
+        raise ValueError(f"batch_size * (2 * max_words + 1) must be at most {MAX_BATCH_TOKENS} token ids, got "
+                         f"{B} * {2 * hi + 1} = {B * (2 * hi + 1)}")
     n = int(torch.randint(lo, hi + 1, (1,), generator=generator))
     words = torch.randint(0, len(WORDS), (B, n), generator=generator)  # (B, n) random: unpredictable
     seq = torch.cat([words, torch.full((B, 1), SEP), words], dim=1)  # (B, 2n + 1)
