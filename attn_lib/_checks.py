@@ -176,8 +176,12 @@ def check_finite(name: str, tensor: torch.Tensor, *, allow_neg_inf: bool = False
     so attn_lib refuses them at the door instead of returning a silent NaN.
 
     Raises:
-        ValueError: naming how many values are NaN / +inf / -inf and the first index of one.
+        ValueError: naming how many values are NaN / +inf / -inf and the first index of one; a floating tensor
+            on the meta device (no values to check or compute with).
     """
+    if tensor.is_floating_point() and tensor.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device, which holds shapes but no values, got a Tensor of shape "
+                         f"{shape_of(tensor)}; expected a tensor with values (on 'cpu' or 'cuda')")
     if not tensor.is_floating_point() or all_finite(tensor):
         return tensor  # the common case costs one sum; the details below only when something is off
     bad = torch.isnan(tensor) | (tensor == float("inf"))
@@ -411,7 +415,8 @@ def check_token_ids(name: str, ids, *, vocab_size: int, max_len: int | None = No
 
     Raises:
         TypeError: not a tensor, or not one of the integer dtypes int64, int32, int16, int8, uint8.
-        ValueError: not 2-D, L = 0, L > max_len, or ids outside the vocabulary (the message lists them).
+        ValueError: not 2-D, L = 0, L > max_len, or ids outside the vocabulary (the message lists them); a tensor
+            on the meta device (no values).
     """
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"{name} must be a (B, L) tensor of token ids, got {_got(ids)}")
@@ -419,6 +424,9 @@ def check_token_ids(name: str, ids, *, vocab_size: int, max_len: int | None = No
         raise TypeError(f"{name} must hold integer token ids (int64, int32, int16, int8 or uint8), got dtype {ids.dtype}")
     if ids.dim() != 2 or ids.shape[1] == 0:
         raise ValueError(f"{name} must be (B, L) token ids with L >= 1, got shape {shape_of(ids)}")
+    if ids.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device, which holds shapes but no values, got shape {shape_of(ids)}; "
+                         f"expected token ids with values (on 'cpu' or 'cuda')")
     if max_len is not None and ids.shape[1] > max_len:
         raise ValueError(f"{name} has L={ids.shape[1]} tokens, more than the model's max_len={max_len}")
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):

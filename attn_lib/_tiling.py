@@ -137,7 +137,10 @@ def _sink_rows(sinks, query, lead, n: int, G: int, hkv: int) -> torch.Tensor:
     """gpt-oss's ``sinks``: one logit per query head (H,) -> (N, G), the sink of each row group (differentiable)."""
     check_tensor("sinks", sinks, floating=True, ndim=1)
     H = lead[-1] if lead else 1
-    if query.dim() < 3 or sinks.shape[0] != H:
+    if query.dim() < 3:
+        raise ValueError(f"sinks need a query with a heads dim, (..., H, L, E), one sink logit per head; got query "
+                         f"shape {shape_of(query)} (add the dim: query[None], key[None], value[None])")
+    if sinks.shape[0] != H:
         raise ValueError(f"sinks must have shape (H,) = ({H},), one logit per query head as gpt-oss's attention "
                          f"takes, for a query (..., H, L, E); got shape {shape_of(sinks)} for query shape "
                          f"{shape_of(query)}")
@@ -192,6 +195,9 @@ def _alibi_rows(alibi_slopes, query, lead, n: int, G: int, hkv: int) -> torch.Te
     """(H,) slopes, or (B, H) per batch element as flash-attn accepts -> (N, G): the slope of each row group."""
     check_tensor("alibi_slopes", alibi_slopes, floating=True, ndim=(1, 2))
     H = lead[-1] if lead else 1
+    if query.dim() < 3:
+        raise ValueError(f"alibi_slopes need a query with a heads dim, (..., H, L, E), one slope per head; got query "
+                         f"shape {shape_of(query)} (add the dim: query[None], key[None], value[None])")
     per_head = alibi_slopes.dim() == 1 and alibi_slopes.shape[0] == H and query.dim() >= 3
     per_batch = alibi_slopes.dim() == 2 and query.dim() == 4 and shape_of(alibi_slopes) == lead
     if not (per_head or per_batch):

@@ -17,14 +17,15 @@ the output reads o_t = Sᵀ q_t. Source: Yang, Kautz & Hatamizadeh 2024, "Gated 
 
 from __future__ import annotations
 
+import math
 import types
 
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import (check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
-                              check_scale, check_tensor, shape_of)
-from attn_lib.linear import _finite_result
+from attn_lib._checks import (_got, check_choice, check_finite, check_fits_dtype, check_int, check_number,
+                              check_on_device, check_same_device, check_same_dtype, check_scale, check_tensor, shape_of)
+from attn_lib.linear import _check_step, _finite_result, _overflow_error
 
 __all__ = ["delta_rule_step", "gated_delta_rule", "l2_normalize", "gated_deltanet_forward", "in_float64",
            "kimi_delta_rule", "kimi_delta_attention_forward"]
@@ -38,18 +39,30 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         eps: float added under the square root (1e-6 as transformers').
 
     Returns:
-        (..., E), the shape and dtype of x (an integer x comes back as float32, by torch's promotion).
+        (..., E), the shape and dtype of x. Each row is divided by a power of two near its largest entry first
+        (exact), so entries near the dtype's maximum (Σx² would be inf) or tiny ones (Σx² would round to 0)
+        still give a unit row; an all-zero row gives 0 (also with eps = 0).
 
     Raises:
-        TypeError: eps not a number. ValueError: eps NaN, infinite or < 0 (a negative eps gives NaN where Σx² < -eps).
-        x itself is not checked (an inner helper of :func:`gated_deltanet_forward` and the recall models, whose
-        inputs are checked there); a non-tensor raises Python's TypeError.
+        TypeError: x not a floating tensor; eps not a number. ValueError: x with 0 dims; NaN or an infinity in x;
+        eps NaN, infinite or < 0 (a negative eps gives NaN where Σx² < -eps).
 
     Source: transformers' ``l2norm`` (models/qwen3_next/modeling_qwen3_next.py), flash-linear-attention's
     ``l2norm``.
     """
+    check_tensor("x", x, floating=True, min_ndim=1)
+    check_finite("x", x)
     eps = check_number("eps", eps, minimum=0.0)
-    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+    # s = 2^j near each row's largest |x| (at least sqrt(eps)): x / s and eps / s / s are exact and moderate, and
+    # (x / s) * rsqrt(Σ(x / s)² + eps / s²) is x * rsqrt(Σx² + eps) without its overflow or underflow
+    if x.shape[-1] == 0:  # no feature: nothing to divide
+        return x.clone()
+    big = x.detach().abs().amax(-1, keepdim=True).clamp(min=min(math.sqrt(eps), torch.finfo(x.dtype).max))
+    s = torch.where(big > 0, torch.exp2(torch.floor(torch.log2(big))), torch.ones_like(big))
+    y = x / s
+    s64 = s.to(torch.float64)  # eps / s², in float64: an eps above float32's maximum is not inf there
+    norm2 = (y * y).sum(-1, keepdim=True) + (eps / s64 / s64).to(x.dtype)
+    return torch.where(norm2 > 0, y * torch.rsqrt(norm2), torch.zeros_like(y))  # a zero row with eps = 0: 0
 
 
 def delta_rule_step(state, query, key, value, log_decay, beta):
@@ -58,26 +71,41 @@ def delta_rule_step(state, query, key, value, log_decay, beta):
     Args:
         state: (..., E, Ev); query, key: (..., E) (query already scaled); value: (..., Ev);
         log_decay: (...) <= 0; beta: (...) in [0, 1], the step's learning rate.
-        Floating tensors (float16, bfloat16, float32 or float64), normally of one dtype.
+        Finite floating tensors (float16, bfloat16, float32 or float64) of one dtype, on one device.
 
     Returns:
-        ``(out, new_state)``: out (..., Ev) = new_stateᵀ query, new_state (..., E, Ev); computed in the inputs'
-        dtype (torch's type promotion where they differ).
+        ``(out, new_state)``: out (..., Ev) = new_stateᵀ query, new_state (..., E, Ev), in the inputs' dtype.
 
     Raises:
-        nothing of its own: the inner step of :func:`gated_delta_rule`, which checks the whole sequence once;
-        here nothing is checked (a positive log_decay or a beta outside [0, 1] is not refused), shapes that do
-        not broadcast raise torch's RuntimeError and non-tensors torch's TypeError.
+        TypeError: an argument not a floating tensor; dtypes that differ (no silent promotion).
+        ValueError: state with fewer than 2 dims; the others not of the shapes above (the state's leading dims,
+        no broadcasting); tensors on different devices; NaN or an infinity anywhere; log_decay > 0; beta outside
+        [0, 1].
 
     Source: Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks", §3 (the gated delta rule
     S_t = α_t S_{t-1} (I - β_t k_t k_tᵀ) + β_t v_t k_tᵀ, in attn_lib's (E, Ev) layout); one iteration of
     transformers' ``torch_recurrent_gated_delta_rule`` (models/qwen3_next).
     """
+    _check_step("delta_rule_step", state, query, key, value, log_decay, beta)
     state = torch.exp(log_decay)[..., None, None] * state
     predicted = (state * key[..., :, None]).sum(-2)  # Sᵀ k: what the memory says k maps to
     delta = beta[..., None] * (value - predicted)  # the correction, scaled by the learning rate
     state = state + key[..., :, None] * delta[..., None, :]
     return (state * query[..., :, None]).sum(-2), state
+
+
+def _check_chunked_dtype(form: str, key: torch.Tensor) -> None:
+    """The chunked forms' triangular solve has no float16 / bfloat16 kernel on the CPU: refused by name, not raw."""
+    if form == "chunked" and key.dtype in (torch.float16, torch.bfloat16) and key.device.type == "cpu":
+        raise TypeError(f"form='chunked' needs float32 or float64 inputs on the CPU (torch's triangular solve has no "
+                        f"{key.dtype} kernel there), got {key.dtype}; use form='recurrent' or convert with .float()")
+
+
+def _check_beta(beta: torch.Tensor) -> None:
+    """beta, the delta rule's learning rate per token, in [0, 1] (a larger step overshoots and diverges)."""
+    if beta.numel() and bool(((beta < 0) | (beta > 1)).any()):
+        raise ValueError(f"beta must be in [0, 1] (the delta rule's learning rate, e.g. sigmoid(b)), got values "
+                         f"from {float(beta.min()):.3g} to {float(beta.max()):.3g}")
 
 
 
@@ -100,16 +128,19 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
             C sequential corrections become one triangular solve; across chunks, the state is carried).
         chunk_size: C, positions per chunk (int >= 1).
         scale: a number > 0 multiplying the queries; default E ** -0.5, as ``transformers`` does.
-        initial_state: (B, H, E, Ev) tensor or None (zeros); cast to value's dtype.
+        initial_state: (B, H, E, Ev) tensor or None (zeros); cast to value's dtype (refused if its values do not
+            fit there: 1e39 would become inf in float32).
 
     Returns:
         ``(out, final_state)``: (B, H, L, Ev) and (B, H, E, Ev), in the inputs' dtype.
 
     Raises:
         TypeError: query, key, value, log_decay, beta or initial_state not floating tensors; the five inputs of
-            different dtypes; form not a str; chunk_size not an int; scale not a number.
+            different dtypes; form not a str; chunk_size not an int; scale not a number; float16 / bfloat16 CPU
+            inputs with form="chunked".
         ValueError: query, key or value not 4-D; log_decay or beta not 3-D or not (B, H, L); query and key of
-            different shapes or value not (B, H, L, Ev); NaN or infinity in query, key, value, log_decay, beta
+            different shapes or value not (B, H, L, Ev); beta outside [0, 1]; NaN or infinity in query, key, value,
+            log_decay, beta
             or initial_state (a gate that forgets everything is a very negative log_decay, not -inf: the
             chunked form subtracts cumulative sums, and -inf - -inf is NaN); log_decay > 0 somewhere;
             initial_state not (B, H, E, Ev); tensors on different devices; an unknown form; chunk_size < 1; scale
@@ -123,7 +154,6 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     """
     for n, t in (("query", query), ("key", key), ("value", value)):
         check_tensor(n, t, floating=True, ndim=4)
-        check_finite(n, t)
     for n, t in (("log_decay", log_decay), ("beta", beta)):
         check_tensor(n, t, floating=True, ndim=3)
         if t.shape != key.shape[:-1]:
@@ -135,11 +165,13 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     if initial_state is not None:
         check_tensor("initial_state", initial_state, floating=True, ndim=4)
     check_same_device(query=query, key=key, value=value, log_decay=log_decay, beta=beta, initial_state=initial_state)
-    check_finite("beta", beta)
-    check_finite("log_decay", log_decay)
+    for n, t in (("query", query), ("key", key), ("value", value), ("beta", beta), ("log_decay", log_decay)):
+        check_finite(n, t)  # after the device check: a meta tensor has no values to read
+    _check_beta(beta)
     if bool((log_decay > 0).any()):
         raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
     check_choice("form", form, ("recurrent", "chunked"))
+    _check_chunked_dtype(form, key)
     C = check_int("chunk_size", chunk_size, minimum=1)
     if key.shape[-1] == 0:  # the default scale E^-0.5 divides by it
         raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
@@ -153,15 +185,20 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         if initial_state.shape != (Bt, H, E, value.shape[-1]):
             raise ValueError(f"initial_state must have shape (B, H, E, Ev) = {(Bt, H, E, value.shape[-1])}, "
                              f"got {shape_of(initial_state)}")
-        state = check_finite("initial_state", initial_state).to(value.dtype)
+        check_fits_dtype("initial_state", check_finite("initial_state", initial_state), value.dtype)
+        state = initial_state.to(value.dtype)
     if L == 0:  # no position: an empty output, the state unchanged
         return value.new_zeros(value.shape), state
     outs = []
     if form == "recurrent":
-        for t in range(L):
-            o, state = delta_rule_step(state, q[:, :, t], key[:, :, t], value[:, :, t], log_decay[:, :, t],
-                                       beta[:, :, t])
-            outs.append(o[:, :, None])
+        try:  # delta_rule_step itself: with ATTN_MINE set, the learner's step runs here (attn_lib.course.mine)
+            for t in range(L):
+                o, state = delta_rule_step(state, q[:, :, t], key[:, :, t], value[:, :, t], log_decay[:, :, t],
+                                           beta[:, :, t])
+                outs.append(o[:, :, None])
+        except ValueError:  # every input was checked above: only a query or state that overflowed gets here
+            raise _overflow_error("gated_delta_rule", value.dtype, query, key, value, log_decay, initial_state) \
+                from None
         return _finite_pair("gated_delta_rule", torch.cat(outs, dim=2), state,
                             query, key, value, log_decay, initial_state)
     for s in range(0, L, C):
@@ -214,9 +251,10 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
 
     Raises:
         TypeError: hidden_states not a floating tensor or not of the layer's weights' dtype; layer not a
-            Qwen3NextGatedDeltaNet (no in_proj_qkvz, ...); cache not a dict. ValueError: hidden_states not 3-D; an
-            activation this function does not know; and what :func:`gated_delta_rule` raises (e.g. an unknown
-            form).
+            Qwen3NextGatedDeltaNet (no in_proj_qkvz, ...); cache not a dict. ValueError: hidden_states not 3-D,
+            not on the layer's device, or not finite; a cache whose "conv" inputs are of another batch, dtype or
+            device; an activation this function does not know; and what :func:`gated_delta_rule` raises (e.g. an
+            unknown form).
 
     Source: transformers' ``Qwen3NextGatedDeltaNet`` (no-cache torch path); the layer of Yang, Kautz &
     Hatamizadeh 2024, "Gated Delta Networks", §3.
@@ -237,11 +275,7 @@ def gated_deltanet_forward(layer, hidden_states: torch.Tensor, *, form: str = "c
     b, a = layer.in_proj_ba(hidden_states).view(Bt, L, Hk, 2 * r).split([r, r], dim=-1)
     mixed = torch.cat([q.reshape(Bt, L, -1), k.reshape(Bt, L, -1), v.reshape(Bt, L, -1)], dim=-1).transpose(1, 2)
     K = layer.conv_kernel_size
-    if cache is None:  # causal: K - 1 zeros before the first token
-        past = mixed.new_zeros(Bt, mixed.shape[1], K - 1)
-    else:
-        past = cache.get("conv", mixed.new_zeros(Bt, mixed.shape[1], K - 1))
-        cache["conv"] = torch.cat([past, mixed], -1)[..., -(K - 1):] if K > 1 else past
+    past = _cached_conv(cache, mixed, K)  # causal: K - 1 zeros (or the cached inputs) before the first token
     conv = F.conv1d(torch.cat([past, mixed], -1), layer.conv1d.weight, layer.conv1d.bias, groups=layer.conv_dim)
     mixed = _ACTIVATIONS[act](conv).transpose(1, 2)
     q, k, v = mixed.split([layer.key_dim, layer.key_dim, layer.value_dim], dim=-1)
@@ -271,6 +305,23 @@ def _check_hf_layer(name: str, layer, needed: tuple, what: str, *, layer_weight:
     if x.dtype != weight.dtype:
         raise TypeError(f"hidden_states must have the layer's dtype {weight.dtype}, got {x.dtype}; convert one of "
                         f"them (hidden_states.to({weight.dtype}) or layer.to({x.dtype}))")
+    check_on_device("hidden_states", x, weight.device, of="the layer")
+    check_finite("hidden_states", x)  # named here, not as the query or value it would turn into
+
+
+def _cached_conv(cache: dict | None, mixed: torch.Tensor, K: int) -> torch.Tensor:
+    """The K - 1 inputs before ``mixed`` (B, C, L): zeros, or the cache's "conv" (checked), which is then updated."""
+    zeros = mixed.new_zeros(mixed.shape[0], mixed.shape[1], K - 1)
+    if cache is None:
+        return zeros
+    past = cache.get("conv", zeros)
+    if not isinstance(past, torch.Tensor) or past.shape != zeros.shape or past.dtype != zeros.dtype \
+            or past.device != zeros.device:
+        raise ValueError(f"cache['conv'] must be the last K - 1 = {K - 1} inputs of this layer for this batch, a "
+                         f"{mixed.dtype} tensor {tuple(zeros.shape)} on {mixed.device}, got {_got(past)}; expected "
+                         f"the cache dict this layer filled for the same batch (a new dict per layer and sequence)")
+    cache["conv"] = torch.cat([past, mixed], -1)[..., -(K - 1):] if K > 1 else past
+    return past
 
 
 def in_float64(fn):
@@ -320,16 +371,18 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         form: ``"recurrent"`` (token by token) or ``"chunked"`` (inside a chunk, one triangular solve gives the
             C corrections; across chunks the state is carried, as :func:`gated_delta_rule`).
         chunk_size: C (int >= 1). scale: multiplies the queries (default E ** -0.5, as transformers).
-        initial_state: (B, H, E, Ev) or None (zeros).
+        initial_state: (B, H, E, Ev) or None (zeros); cast to value's dtype (refused if its values do not fit).
 
     Returns:
         ``(out, final_state)``: (B, H, L, Ev) and (B, H, E, Ev), in the inputs' dtype.
 
     Raises:
         TypeError: inputs not floating tensors or of different dtypes; form not a str; chunk_size not an int; scale
-            not a number. ValueError: shapes other than the above; NaN or infinity; log_decay > 0 somewhere; an
+            not a number; float16 / bfloat16 CPU inputs with form="chunked".
+        ValueError: shapes other than the above; NaN or infinity; log_decay > 0 somewhere; beta outside [0, 1]; an
             unknown form; chunk_size < 1; scale NaN, infinite or <= 0; tensors on different devices; an E = 0;
-            an output or state that overflows the dtype on finite inputs.
+            an initial_state whose values value's dtype cannot hold; an output or state that overflows the dtype
+            on finite inputs.
 
     Source: Kimi Team 2025, "Kimi Linear: An Expressive, Efficient Attention Architecture"
     (https://arxiv.org/abs/2510.26692), §3 (KDA, fine-grained gating); equal to transformers'
@@ -337,9 +390,7 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     """
     for n, t in (("query", query), ("key", key), ("value", value), ("log_decay", log_decay)):
         check_tensor(n, t, floating=True, ndim=4)
-        check_finite(n, t)
     check_tensor("beta", beta, floating=True, ndim=3)
-    check_finite("beta", beta)
     if query.shape != key.shape or log_decay.shape != key.shape or value.shape[:-1] != key.shape[:-1] \
             or beta.shape != key.shape[:-1]:
         raise ValueError(f"query, key and log_decay must be (B, H, L, E), value (B, H, L, Ev) and beta (B, H, L) "
@@ -349,9 +400,13 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if initial_state is not None:
         check_tensor("initial_state", initial_state, floating=True, ndim=4)
     check_same_device(query=query, key=key, value=value, log_decay=log_decay, beta=beta, initial_state=initial_state)
+    for n, t in (("query", query), ("key", key), ("value", value), ("log_decay", log_decay), ("beta", beta)):
+        check_finite(n, t)  # after the device check: a meta tensor has no values to read
+    _check_beta(beta)
     if bool((log_decay > 0).any()):
         raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
     check_choice("form", form, ("recurrent", "chunked"))
+    _check_chunked_dtype(form, key)
     C = check_int("chunk_size", chunk_size, minimum=1)
     if key.shape[-1] == 0:  # the default scale E^-0.5 divides by it
         raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
@@ -362,7 +417,8 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         if initial_state.shape != state.shape:
             raise ValueError(f"initial_state must have shape (B, H, E, Ev) = {tuple(state.shape)}, "
                              f"got {shape_of(initial_state)}")
-        state = check_finite("initial_state", initial_state).to(value.dtype)
+        check_fits_dtype("initial_state", check_finite("initial_state", initial_state), value.dtype)
+        state = initial_state.to(value.dtype)
     outs = []
     if form == "recurrent":
         for t in range(L):
@@ -411,7 +467,8 @@ def kimi_delta_attention_forward(layer, hidden_states: torch.Tensor, *, form: st
     Raises:
         TypeError: hidden_states not a floating tensor; cache not a dict; layer without the submodules of
             transformers' KimiDeltaAttention, or of another dtype than hidden_states. ValueError: hidden_states not
-            3-D; an unknown activation; and what :func:`kimi_delta_rule` raises.
+            3-D, not on the layer's device, or not finite; a cache whose "conv" inputs are of another batch, dtype
+            or device; an unknown activation; and what :func:`kimi_delta_rule` raises.
 
     Source: transformers' ``KimiLinearDeltaAttention`` (models/kimi_linear); Kimi Team 2025, "Kimi Linear", §3.
     """
@@ -429,10 +486,7 @@ def kimi_delta_attention_forward(layer, hidden_states: torch.Tensor, *, form: st
     Bt, L, _ = x.shape
     H, E, K = layer.num_heads, layer.head_dim, layer.conv_kernel_size
     mixed = torch.cat([layer.q_proj(x), layer.k_proj(x), layer.v_proj(x)], -1).transpose(1, 2)  # (B, 3HE, L)
-    past = mixed.new_zeros(Bt, mixed.shape[1], K - 1)
-    if cache is not None:
-        past = cache.get("conv", past)
-        cache["conv"] = torch.cat([past, mixed], -1)[..., -(K - 1):] if K > 1 else past
+    past = _cached_conv(cache, mixed, K)
     mixed = _ACTIVATIONS[act](F.conv1d(torch.cat([past, mixed], -1), layer.conv1d.weight, layer.conv1d.bias,
                                        groups=layer.conv_dim))
 

@@ -85,6 +85,8 @@ def _check_chunk(cache: str, key, value, cached: tuple | None) -> None:
             raise ValueError(f"{cache}.update: {name} must be a (B, Hkv, S_new, head_dim) tensor, got shape {_shape(t)}")
     check_same_dtype(key=key, value=value)
     check_same_device(key=key, value=value)
+    if cached is not None and key.device != cached[3]:  # before the values are read: a meta tensor has none
+        raise ValueError(f"{cache}.update: new key and value are on {key.device}, but the cache is on {cached[3]}")
     for name, t in (("key", key), ("value", value)):
         check_finite(f"{cache}.update: {name}", t)
     if key.shape[:3] != value.shape[:3]:

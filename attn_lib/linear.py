@@ -20,11 +20,13 @@ Every function here is causal: position i reads positions 0..i.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
-from attn_lib._checks import (all_finite, check_callable, check_choice, check_finite, check_int, check_number, check_same_device, check_same_dtype,
-                              check_tensor, shape_of)
+from attn_lib._checks import (all_finite, check_bool, check_callable, check_choice, check_finite, check_int, check_number,
+                              check_same_device, check_same_dtype, check_tensor, shape_of)
 from attn_lib._tiling import _value_scale
 
 __all__ = [
@@ -45,12 +47,13 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
         φ(x), the shape and dtype of x, every entry > 0 (elu(x) > -1).
 
     Raises:
-        nothing of its own (no checks: it is the default ``feature_map`` of :func:`linear_attention`, whose
-        arguments are checked there); torch's ``F.elu`` raises TypeError for a non-tensor and
-        NotImplementedError for an integer tensor.
+        TypeError: x not a floating tensor. ValueError: NaN or an infinity in x (it would come out as NaN or
+        inf); x on the meta device.
 
     Source: Katharopoulos et al. 2020, "Transformers are RNNs", §3.2.
     """
+    check_tensor("x", x, floating=True)
+    check_finite("x", x)
     # elu(x) + 1 = exp(x) for x < 0: computed so, not as (exp(x) - 1) + 1, which is 0 in float32 from x = -17 on
     return torch.where(x < 0, torch.exp(x.clamp(max=0)), x + 1)
 
@@ -61,19 +64,26 @@ def _log_elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 
 
 
+def _overflow_error(fn: str, dtype: torch.dtype, *inputs: torch.Tensor) -> ValueError:
+    """The error for a result that is not finite although every input was (an overflow in ``dtype``)."""
+    big = max((float(t.detach().abs().amax()) for t in inputs if t is not None and t.numel()), default=0.0)
+    return ValueError(f"{fn} overflows {dtype} (max {torch.finfo(dtype).max:.3g}) on finite inputs: "
+                      f"the largest input entry is {big:.3g} (a cumulative log_decay of very negative values, or "
+                      f"large query/key/value); expected inputs of a moderate scale -- normalise them or compute "
+                      f"in float64")
+
+
 def _finite_result(fn: str, out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
     """Refuse an output that is not finite although every input was (an overflow in the inputs' dtype)."""
     if not all_finite(out.detach()):
-        big = max((float(t.detach().abs().amax()) for t in inputs if t is not None and t.numel()), default=0.0)
-        raise ValueError(f"{fn} overflows {out.dtype} (max {torch.finfo(out.dtype).max:.3g}) on finite inputs: "
-                         f"the largest input entry is {big:.3g} (a cumulative log_decay of very negative values, or "
-                         f"large query/key/value); expected inputs of a moderate scale -- normalise them or compute "
-                         f"in float64")
+        raise _overflow_error(fn, out.dtype, *inputs)
     return out
 
 def _check_qkv_seq(q, k, v, log_decay=None):
     for n, t in (("query", q), ("key", k), ("value", v)):
         check_tensor(n, t, floating=True, min_ndim=2)
+    check_same_device(query=q, key=k, value=v)  # before any value is read: a meta tensor has none
+    for n, t in (("query", q), ("key", k), ("value", v)):
         check_finite(n, t)
     if q.shape != k.shape:
         raise ValueError(f"query and key must have the same shape (..., L, E), got query {shape_of(q)} and key {shape_of(k)}")
@@ -96,6 +106,34 @@ def _check_qkv_seq(q, k, v, log_decay=None):
                              f"got a maximum of {float(log_decay.max()):.3g}")
 
 
+def _check_step(fn: str, state, query, key, value, log_decay, beta=None) -> None:
+    """The checks of one recurrent step (:func:`decayed_step`, :func:`attn_lib.deltanet.delta_rule_step`).
+
+    state (..., E, Ev); query, key (..., E); value (..., Ev); log_decay (...) <= 0; beta (...) in [0, 1] (the delta
+    rule only): floating tensors of one dtype, on one device, finite. Devices are compared before any value is read.
+    """
+    tensors = {"state": state, "query": query, "key": key, "value": value, "log_decay": log_decay, "beta": beta}
+    tensors = {n: t for n, t in tensors.items() if n != "beta" or beta is not None}
+    for n, t in tensors.items():
+        check_tensor(f"{fn}: {n}", t, floating=True, min_ndim=2 if n == "state" else 0)
+    check_same_device(**tensors)
+    check_same_dtype(**tensors)
+    lead, (E, Ev) = tuple(state.shape[:-2]), tuple(state.shape[-2:])
+    want = {"query": lead + (E,), "key": lead + (E,), "value": lead + (Ev,), "log_decay": lead, "beta": lead}
+    for n, t in tensors.items():
+        if n != "state" and tuple(t.shape) != want[n]:
+            raise ValueError(f"{fn}: {n} must have shape {want[n]} for a state (..., E, Ev) of shape "
+                             f"{shape_of(state)}, got {shape_of(t)}")
+    for n, t in tensors.items():
+        check_finite(f"{fn}: {n}", t)
+    if bool((log_decay > 0).any()):
+        raise ValueError(f"{fn}: log_decay must be <= 0 (the state is multiplied by exp(log_decay) <= 1), got a "
+                         f"maximum of {float(log_decay.max()):.3g}")
+    if beta is not None and bool(((beta < 0) | (beta > 1)).any()):
+        raise ValueError(f"{fn}: beta must be in [0, 1] (the step's learning rate), got values from "
+                         f"{float(beta.min()):.3g} to {float(beta.max()):.3g}")
+
+
 def decayed_step(state: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  log_decay: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One recurrent step: ``state = exp(log_decay) * state + key ⊗ value``, then ``out = stateᵀ query``.
@@ -103,23 +141,22 @@ def decayed_step(state: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
     Args:
         state: (..., E, Ev) floating, the memory before this token.
         query, key: (..., E); value: (..., Ev); log_decay: (...) <= 0 (0: no decay, plain linear attention).
-            Floating tensors (float16, bfloat16, float32 or float64), normally all of the state's dtype.
+            Finite floating tensors (float16, bfloat16, float32 or float64) of the state's dtype and device.
 
     Returns:
         ``(out, new_state)``: out (..., Ev) read from the **updated** state (the token sees itself, as the causal
-        mask's diagonal lets it), new_state (..., E, Ev). Computed in the inputs' dtype (torch's type promotion if
-        they differ: a float64 state with float32 inputs gives float64).
+        mask's diagonal lets it), new_state (..., E, Ev), in the inputs' dtype.
 
     Raises:
-        TypeError: state is not a floating tensor. ValueError: state has fewer than 2 dims.
-        Nothing else of its own: it is the inner step of :func:`decayed_attention`, which checks the other
-        arguments once for the whole sequence; here shapes that do not broadcast raise torch's RuntimeError and
-        a positive log_decay is not refused.
+        TypeError: an argument not a floating tensor; dtypes that differ (no silent promotion).
+        ValueError: state with fewer than 2 dims; query, key, value or log_decay not of the shapes above (the
+        state's leading dims, no broadcasting); tensors on different devices; NaN or an infinity anywhere;
+        log_decay > 0.
 
     Source: Katharopoulos et al. 2020 eq. (18)-(20) with g = 0; Mamba-2's SSM recurrence (Dao & Gu 2024 eq. (1),
     with key = B_t, query = C_t, value = dt_t x_t, log_decay = dt_t A).
     """
-    check_tensor("state", state, floating=True, min_ndim=2)
+    _check_step("decayed_step", state, query, key, value, log_decay)
     decay = torch.exp(log_decay)[..., None, None]
     new_state = decay * state + key[..., :, None] * value[..., None, :]
     return (new_state * query[..., :, None]).sum(-2), new_state
@@ -146,7 +183,7 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     Raises:
         TypeError: query, key, value or log_decay not floating tensors; query, key, value and log_decay of
             different dtypes; form not a str; chunk_size not an int; initial_state not a floating tensor of the
-            key's dtype.
+            key's dtype; return_state not a bool.
         ValueError: fewer than 2 dims; E = 0; query and key of different shapes; value not (..., L, Ev) with the
             key's (..., L); tensors on different devices; NaN or infinity in query, key, value or log_decay; log_decay not (..., L) or > 0 somewhere;
             an unknown form; chunk_size < 1; initial_state not (..., E, Ev) with the key's batch dims, not finite
@@ -159,6 +196,7 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     _check_qkv_seq(query, key, value, log_decay)
     check_choice("form", form, FORMS)
     chunk_size = check_int("chunk_size", chunk_size, minimum=1)
+    check_bool("return_state", return_state)
     if log_decay is None:
         log_decay = torch.zeros(key.shape[:-1], dtype=key.dtype, device=key.device)
     E, Ev, L = key.shape[-1], value.shape[-1], key.shape[-2]
@@ -184,9 +222,13 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         return (out, state) if return_state else out
     outs = []
     if form == "recurrent":
-        for t in range(L):
-            o, state = decayed_step(state, query[..., t, :], key[..., t, :], value[..., t, :], log_decay[..., t])
-            outs.append(o[..., None, :])
+        try:
+            for t in range(L):
+                o, state = decayed_step(state, query[..., t, :], key[..., t, :], value[..., t, :], log_decay[..., t])
+                outs.append(o[..., None, :])
+        except ValueError:  # every input was checked above: only a state that overflowed on the way gets here
+            raise _overflow_error("decayed_attention", value.dtype, query, key, value, log_decay, initial_state) \
+                from None
     else:
         for s in range(0, L, chunk_size):
             q, k, v = query[..., s:s + chunk_size, :], key[..., s:s + chunk_size, :], value[..., s:s + chunk_size, :]
@@ -230,14 +272,16 @@ def linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 
     Raises:
         TypeError / ValueError: as :func:`decayed_attention` (types, dtypes, shapes, non-finite values, form,
-            chunk_size); eps not a finite number >= 0. ``feature_map`` is not checked: a non-callable raises
-            Python's own TypeError when it is called.
+            chunk_size); eps not a finite number >= 0; normalize not a bool; feature_map not callable, or giving
+            non-floating or non-finite features; with ``normalize``, a normaliser Σ φ(q_i)·φ(k_j) + eps <= 0
+            (features of both signs, e.g. feature_map=None) or an output that overflows.
 
     Source: Katharopoulos et al. 2020, "Transformers are RNNs", §3.2 (the kernelised attention) and §3.3-3.4
     (the causal and recurrent forms).
     """
     _check_qkv_seq(query, key, value)
     check_number("eps", eps, minimum=0)
+    check_bool("normalize", normalize)
     if feature_map is not None:
         check_callable("feature_map", feature_map)
     log_decay = None
@@ -253,13 +297,22 @@ def linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         log_decay = torch.cat([torch.zeros_like(run[..., :1]), run[..., :-1] - run[..., 1:]], dim=-1)
     else:
         fq, fk = (query, key) if feature_map is None else (feature_map(query), feature_map(key))
+        for name, t in (("feature_map(query)", fq), ("feature_map(key)", fk)):  # a custom φ may give NaN (log of x < 0)
+            check_tensor(name, t, floating=True)
+            check_finite(name, t)
     if not normalize:
         return decayed_attention(fq, fk, value, form=form, chunk_size=chunk_size)
     big = _value_scale(value, value.shape[-2] * query.shape[-1])  # values near the dtype's maximum: sum v / 2^k
     ones = torch.ones(*value.shape[:-1], 1, dtype=value.dtype, device=value.device)
     v = value if big == 1.0 else value / big
     both = decayed_attention(fq, fk, torch.cat([v, ones], dim=-1), log_decay, form=form, chunk_size=chunk_size)
-    out = both[..., :-1] / (both[..., -1:] + eps)  # the last column carries the normaliser z·φ(q)
+    den = both[..., -1:] + eps  # the last column carries the normaliser z·φ(q)
+    if not bool((den > 0).all()):  # features of any sign (feature_map=None) can sum to 0 or below: x / 0 = inf
+        first = tuple(int(i) for i in (den <= 0).nonzero()[0][:-1])
+        raise ValueError(f"the normaliser Σ_j φ(q_i)·φ(k_j) + eps is {float(den[first]):.3g} <= 0 at position {first} "
+                         f"of shape {shape_of(den)[:-1]}: the weights of a normalised linear attention must be > 0; "
+                         f"expected a positive feature_map (the default elu + 1) or normalize=False")
+    out = _finite_result("linear_attention", both[..., :-1] / den, query, key, value)
     return out if big == 1.0 else out * big
 
 
@@ -287,7 +340,8 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
     Raises:
         TypeError: x, dt or A not floating tensors; B or C not floating tensors, or dtypes that differ (from
             :func:`decayed_attention`).
-        ValueError: dt not (Bt, H, L); A not (H,); dt <= 0 or A >= 0 somewhere; B and C of different shapes or
+        ValueError: tensors on different devices; NaN or infinity in x, dt or A; dt not (Bt, H, L); A not (H,);
+            dt <= 0 or A >= 0 somewhere; B and C of different shapes or
             not (Bt, H, L, N); NaN or infinity in x·dt, dt·A, B or C; an unknown form; chunk_size < 1; D not (H,)
             or not finite (TypeError: D not a floating tensor of x's dtype).
 
@@ -296,6 +350,10 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
     """
     for n, t in (("x", x), ("dt", dt), ("A", A)):
         check_tensor(n, t, floating=True)
+    check_same_device(x=x, dt=dt, A=A, B=B if isinstance(B, torch.Tensor) else None,
+                      C=C if isinstance(C, torch.Tensor) else None, D=D if isinstance(D, torch.Tensor) else None)
+    for n, t in (("x", x), ("dt", dt), ("A", A)):
+        check_finite(n, t)  # before dt > 0 is tested: NaN > 0 is False, so a NaN step passed as "not <= 0"
     if x.dim() != 4:
         raise ValueError(f"x must have 4 dims (Bt, H, L, P), got shape {shape_of(x)}")
     if dt.shape != x.shape[:-1]:
@@ -332,8 +390,8 @@ def mamba2_mixer_forward(mixer, hidden_states: torch.Tensor, *, form: str = "par
 
     Raises:
         TypeError: hidden_states not a floating tensor or not of the mixer's weights' dtype; mixer not a
-            Mamba2Mixer (no in_proj, ...). ValueError: hidden_states not 3-D; and what :func:`ssd` raises (e.g. a
-            dt that softplus rounds to 0).
+            Mamba2Mixer (no in_proj, ...). ValueError: hidden_states not 3-D, not on the mixer's device, or not
+            finite; and what :func:`ssd` raises (e.g. a dt that softplus rounds to 0).
 
     Source: transformers' ``Mamba2Mixer.forward`` torch path (``torch_forward``), the block of Dao & Gu 2024
     (Mamba-2).
@@ -366,14 +424,29 @@ def mamba2_mixer_forward(mixer, hidden_states: torch.Tensor, *, form: str = "par
 
 
 def _check_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """The one rule of both long convolutions: floating u (..., L) and k (..., K <= L) of one dtype; k zero-padded."""
+    """The one rule of both long convolutions: floating u (..., L) and k (..., K <= L) of one dtype and device,
+    finite; k zero-padded."""
     check_tensor("u", u, floating=True, min_ndim=1)
     check_tensor("k", k, floating=True, min_ndim=1)
     check_same_dtype(u=u, k=k)
+    check_same_device(u=u, k=k)
+    check_finite("u", u)
+    check_finite("k", k)
     L, K = u.shape[-1], k.shape[-1]
     if K > L:
         raise ValueError(f"k must be at most as long as u (L={L}), got length {K}")
     return torch.nn.functional.pad(k, (0, L - K))
+
+
+def _conv_scale(u: torch.Tensor, k: torch.Tensor, L: int) -> float:
+    """A power of two c such that the L terms k_s u_{t-s} / c and their sum stay below the dtype's maximum."""
+    if u.numel() == 0 or k.numel() == 0:
+        return 1.0
+    a, b = float(u.detach().abs().amax()), float(k.detach().abs().amax())
+    if a == 0.0 or b == 0.0:
+        return 1.0
+    excess = math.log2(a) + math.log2(b) + math.log2(max(L, 1)) - math.log2(torch.finfo(u.dtype).max / 4)
+    return 1.0 if excess <= 0 else 2.0 ** math.ceil(excess)
 
 
 def direct_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -385,19 +458,22 @@ def direct_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
             float64) of one dtype.
 
     Returns:
-        (..., L), in the inputs' dtype. Causal for NaN and inf too: y_t reads only u_0..u_t and k_0..k_t, so a
-        NaN at position s reaches only y_s, y_{s+1}, ...
+        (..., L), in the inputs' dtype. Finite inputs near the dtype's maximum are summed scaled by a power of
+        two (exact), so a finite result never comes out inf on the way.
 
     Raises:
-        TypeError: u or k not a floating tensor, or of different dtypes. ValueError: u or k with 0 dims; the
-        filter is longer than the signal (the rules of :func:`fft_long_conv`, which also refuses non-finite
-        values).
+        TypeError: u or k not a floating tensor, or of different dtypes. ValueError: u or k with 0 dims, on
+        different devices; the filter is longer than the signal; NaN or an infinity in u or k (the rules of
+        :func:`fft_long_conv`); a result that overflows the dtype on finite inputs.
 
     Source: the course's own reference for :func:`fft_long_conv`: the convolutional representation of an SSM
     (Gu et al. 2022, S4), summed directly.
     """
     k = _check_conv(u, k)
     L = u.shape[-1]
+    big = _conv_scale(u, k, L)  # inputs near the dtype's maximum: sum with u / 2^j (exact), scale the sum back
+    if big != 1.0:
+        return _finite_result("direct_long_conv", direct_long_conv(u / big, k) * big, u, k)
     idx = torch.arange(L, device=u.device)
     lag = idx[:, None] - idx[None, :]  # (t, s): lag t - s
     causal = lag >= 0
@@ -421,20 +497,22 @@ def fft_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
     Raises:
         TypeError: not floating tensors, float16 / bfloat16 (no CPU FFT kernel), or of different dtypes.
-        ValueError: u or k with 0 dims; the filter is longer than the signal; NaN or infinity in u or k (the FFT
-        would spread it to the positions before it: use :func:`direct_long_conv`, which stays causal).
+        ValueError: u or k with 0 dims, on different devices; the filter is longer than the signal; NaN or
+        infinity in u or k (the FFT would spread it to the positions before it); a result that overflows the
+        dtype on finite inputs (inputs near the maximum are transformed scaled by a power of two, as
+        :func:`direct_long_conv` sums them).
     """
     if isinstance(u, torch.Tensor) and u.dtype in (torch.float16, torch.bfloat16):
         raise TypeError(f"u must be float32 or float64 (torch's CPU FFT has no {u.dtype} kernel), got {u.dtype}; "
                         f"convert with u.float() and k.float()")
-    k = _check_conv(u, k)
-    # the FFT mixes every position into every output: a NaN at position s would turn y_0..y_{s-1} into NaN too,
-    # which a causal convolution must not do (direct_long_conv keeps them): refuse it here
-    check_finite("u", u)
-    check_finite("k", k)
+    k = _check_conv(u, k)  # refuses NaN/inf: the FFT mixes every position into every output, so a NaN at
+    # position s would turn y_0..y_{s-1} into NaN too, which a causal convolution must not do
     L = u.shape[-1]
     if L == 0:
         return u.new_zeros(torch.broadcast_shapes(u.shape, k.shape))
+    big = _conv_scale(u, k, 4 * L * L)  # each spectrum sums 2L terms, and their product multiplies two of them
+    if big != 1.0:
+        return _finite_result("fft_long_conv", fft_long_conv(u / big, k) * big, u, k)
     n = 2 * L
     return torch.fft.irfft(torch.fft.rfft(u, n=n) * torch.fft.rfft(k, n=n), n=n)[..., :L].to(u.dtype)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attn_lib._checks import (check_bool, check_dtype, check_int, check_number, check_rope_base, check_scale,
+from attn_lib._checks import (check_bool, check_dtype, check_int, check_number, check_on_device, check_rope_base, check_scale,
                               check_tensor, claim_cache, shape_of)
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.kv_cache import KVCache
@@ -130,6 +130,7 @@ class MultiHeadLatentAttention(nn.Module):
     # -------------------------------------------------------------- the pieces
     def queries(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(q_C, q_R): (B, H, L, dn) and the rotated (B, H, L, dr) of x (B, L, d_model) at ``positions`` (L,)."""
+        self._check_x(x, positions)
         B, L, _ = x.shape
         q = self.q_proj(x) if self.q_lora_rank is None else self.q_b_proj(self.q_a_norm(self.q_a_proj(x)))
         q = q.view(B, L, self.num_heads, -1).transpose(1, 2)  # (B, H, L, dn + dr)
@@ -138,6 +139,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     def latents(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What the cache keeps: c_KV (B, 1, L, r) and the shared rotated key k_R (B, 1, L, dr)."""
+        self._check_x(x, positions)
         c, k_r = self.kv_a_proj(x).split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)  # (B, L, r), (B, L, dr)
         k_r = apply_rope(k_r[:, None], positions, base=self.rope_base, interleaved=self.rope_interleave)
         return self.kv_a_norm(c)[:, None], k_r
@@ -147,8 +149,9 @@ class MultiHeadLatentAttention(nn.Module):
         w = self.kv_b_proj.weight.view(self.num_heads, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank)
         return w[:, : self.qk_nope_head_dim], w[:, self.qk_nope_head_dim:]
 
-    def _check_x(self, x) -> None:
-        """x (B, L, d_model), floating, of the weights' dtype (TypeError / ValueError otherwise)."""
+    def _check_x(self, x, positions=None) -> None:
+        """x (B, L, d_model), floating, of the weights' dtype and device; positions None or (L,) integers on
+        x's device (TypeError / ValueError otherwise)."""
         check_tensor("x", x, floating=True, ndim=3)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (B, L, d_model={self.d_model}), got shape {shape_of(x)}")
@@ -156,6 +159,15 @@ class MultiHeadLatentAttention(nn.Module):
         if x.dtype != weight.dtype:
             raise TypeError(f"x must have the layer's dtype {weight.dtype}, got {x.dtype}; convert one of them "
                             f"(x.to({weight.dtype}) or layer.to({x.dtype}))")
+        check_on_device("x", x, weight.device, of="the layer")
+        if positions is not None:
+            check_tensor("positions", positions, ndim=1)
+            if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
+                raise TypeError(f"positions must be an integer tensor (L,), got dtype {positions.dtype}")
+            check_on_device("positions", positions, x.device, of="x")
+            if positions.shape[0] != x.shape[1]:
+                raise ValueError(f"positions must have shape (L,) = ({x.shape[1]},), one per token of x, got "
+                                 f"{shape_of(positions)}")
 
     # -------------------------------------------------------------- forward
     def forward(self, x: torch.Tensor, *, cache: KVCache | None = None, absorbed: bool = False) -> torch.Tensor:
@@ -173,7 +185,8 @@ class MultiHeadLatentAttention(nn.Module):
 
         Raises:
             TypeError: x not a floating tensor or not of the weights' dtype, absorbed not a bool, cache not a KVCache.
-            ValueError: x not (B, L, d_model); a cache of another batch or sizes; a cache that already holds
+            ValueError: x not (B, L, d_model) or not on the weights' device; a cache of another batch or sizes or
+                on another device; a cache that already holds
                 another layer's tokens (one cache per layer).
         """
         self._check_x(x)

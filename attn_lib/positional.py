@@ -261,6 +261,9 @@ def _as_positions(positions, seq_len: int, device) -> torch.Tensor:
         raise TypeError(f"positions must be an integer tensor (or None), got {type(positions).__name__}")
     if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
         raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+    if positions.device.type == "meta" and torch.device(device or "cpu").type != "meta":
+        raise ValueError(f"positions must be on x's device {device} (or on one it can be copied from), got a meta "
+                         f"tensor, which holds no values; move it with .to({str(device)!r})")
     return positions.to(device)
 
 

@@ -26,7 +26,8 @@ import math
 import torch
 from torch import nn
 
-from attn_lib._checks import (check_bool, check_dtype, check_finite, check_int, check_number, check_rope_base,
+from attn_lib._checks import (check_bool, check_dtype, check_finite, check_int, check_number, check_on_device,
+                              check_rope_base,
                               check_same_dtype, check_scale, check_tensor, claim_cache, scores_overflow_error,
                               shape_of)
 from attn_lib.attention import scaled_dot_product_attention
@@ -56,14 +57,17 @@ def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
         the capped scores, the shape and dtype of ``scores``.
 
     Raises:
-        TypeError: scores not a floating tensor; cap not a number. ValueError: cap not a finite number > 0, or
-            outside the normal range of the scores' dtype, [finfo.tiny, finfo.max] (a cap of 1e39 is inf in
-            float32: scores / inf = 0 and inf * 0 = NaN; one below finfo.tiny rounds towards 0).
+        TypeError: scores not a floating tensor; cap not a number. ValueError: NaN or an infinity in scores (a
+            NaN would pass through silently; mask after capping, as Gemma 2 does); scores on the meta device; cap
+            not a finite number > 0, or outside the normal range of the scores' dtype, [finfo.tiny, finfo.max]
+            (a cap of 1e39 is inf in float32: scores / inf = 0 and inf * 0 = NaN; one below finfo.tiny rounds
+            towards 0).
 
     Source: Gemma Team 2024, "Gemma 2: Improving Open Language Models at a Practical Size" (logit soft-capping,
     after Bello et al. 2016); transformers' ``Gemma2Attention`` (``attn_logit_softcapping``).
     """
     check_tensor("scores", scores, floating=True)
+    check_finite("scores", scores)
     cap = _check_cap("cap", cap, scores.dtype)
     return cap * torch.tanh(scores / cap)
 
@@ -290,7 +294,8 @@ class VariantAttention(nn.Module):
                 shared_kv not a pair of floating tensors of x's dtype.
             ValueError: x of the wrong width; shared_kv missing for a kv_shared layer (or given to one that is
                 not); shared_kv's tensors not (B, Hkv, S, head_dim) with S >= cached + L (the queries are the last
-                L of the S positions), on x's device; a RingKVCache given to a layer without sliding_window, or one
+                L of the S positions), on x's device; x (or the sinks) not on the layer's device; a cache on
+                another device; a RingKVCache given to a layer without sliding_window, or one
                 whose window is smaller than the layer's; a cache that already holds another layer's tokens; NaN or
                 inf in the layer's sinks; and what the cache's ``update`` and scaled_dot_product_attention raise.
                 L = 0 or B = 0 gives an empty output (with ``return_kv``, empty keys and values).
@@ -306,6 +311,9 @@ class VariantAttention(nn.Module):
         if x.dtype != weight.dtype:
             raise TypeError(f"x must have the layer's dtype {weight.dtype}, got {x.dtype}; convert one of them "
                             f"(x.to({weight.dtype}) or layer.to({x.dtype}))")
+        check_on_device("x", x, weight.device, of="the layer")
+        if self.sinks is not None:
+            check_on_device("sinks (the layer's parameter)", self.sinks, weight.device, of="the layer")
         if cache is not None and not isinstance(cache, (KVCacheProtocol, RingKVCache)):
             raise TypeError(f"cache must be None, a KVCache or a RingKVCache, got {type(cache).__name__}")
         if isinstance(cache, RingKVCache):  # a ring keeps `window` tokens: fewer than the layer sees is wrong

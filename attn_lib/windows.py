@@ -90,7 +90,8 @@ def window_mask_from_positions(q_positions: torch.Tensor, k_positions: torch.Ten
     keep = (k >= 0) & (k <= q)
     if window is not None:
         window = check_int("window", window, minimum=1)
-        keep = keep & ((q - k < window) | (k < num_sinks))
+        if window < 2**63:  # a larger one reaches every key (q - k < 2**63), and torch would wrap it: all False
+            keep = keep & ((q - k < window) | (k < num_sinks))
     return keep
 
 

@@ -95,7 +95,8 @@ def decode(ids) -> str:
 
     Raises:
         TypeError: ids neither a list/tuple of ints nor a 1-D integer tensor (a str, a float, a bool id).
-        ValueError: a tensor that is not 1-D; an id outside 0..16 (a negative id is refused, not read from the end).
+        ValueError: a tensor that is not 1-D or on the meta device; an id outside 0..16 (a negative id is refused,
+            not read from the end).
 
     Source: the course's own (notebook 10's copy task).
     """
@@ -104,6 +105,9 @@ def decode(ids) -> str:
             raise TypeError(f"ids must hold integer word ids (int64), got dtype {ids.dtype}")
         if ids.dim() != 1:
             raise ValueError(f"ids must be one sequence (L,) of word ids, got shape {shape_of(ids)}; decode each row")
+        if ids.device.type == "meta":
+            raise ValueError("ids are on the meta device, which holds shapes but no values; expected word ids with "
+                             "values")
         ids = ids.tolist()
     elif isinstance(ids, (list, tuple)):
         for i in ids:
@@ -118,6 +122,9 @@ def decode(ids) -> str:
     return " ".join("|" if i == SEP else WORDS[i] for i in ids)
 
 
+MAX_BATCH_TOKENS = 2 ** 28  # copy_batch's largest (batch_size, 2 * max_words + 1) table of int64 ids: 2 GiB
+
+
 def copy_batch(batch_size: int, generator: torch.Generator | None = None, *, min_words: int = 4,
                max_words: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
     """One batch of the copy task: ``w_1 .. w_n | w_1 .. w_n``, one n for the batch, drawn in [min_words, max_words].
@@ -127,8 +134,8 @@ def copy_batch(batch_size: int, generator: torch.Generator | None = None, *, min
         with -100 (ignored by ``F.cross_entropy``) where the next token is one of the random first half.
 
     Raises:
-        TypeError / ValueError: sizes not ints, min_words < 1 or max_words < min_words; generator neither None
-            nor a torch.Generator.
+        TypeError / ValueError: sizes not ints, min_words < 1 or max_words < min_words; a batch of more than
+            2**28 token ids (batch_size * (2 * max_words + 1)); generator neither None nor a torch.Generator.
 
     Source: the repeated random sequence of Olsson et al. 2022 ("In-context Learning and Induction Heads"),
     section 2, as a small supervised task.
@@ -137,6 +144,9 @@ def copy_batch(batch_size: int, generator: torch.Generator | None = None, *, min
     lo = check_int("min_words", min_words, minimum=1)
     hi = check_int("max_words", max_words, minimum=lo)
     check_generator("generator", generator)
+    if B * (2 * hi + 1) > MAX_BATCH_TOKENS:  # max_words=10**9 allocated gigabytes of int64 ids before failing
+        raise ValueError(f"batch_size * (2 * max_words + 1) must be at most {MAX_BATCH_TOKENS} token ids, got "
+                         f"{B} * {2 * hi + 1} = {B * (2 * hi + 1)}")
     n = int(torch.randint(lo, hi + 1, (1,), generator=generator))
     words = torch.randint(0, len(WORDS), (B, n), generator=generator)  # (B, n) random: unpredictable
     seq = torch.cat([words, torch.full((B, 1), SEP), words], dim=1)  # (B, 2n + 1)
@@ -168,6 +178,12 @@ def _check_batch(batch, name: str = "batch") -> tuple[torch.Tensor, torch.Tensor
     inputs, targets = batch
     if targets.shape != inputs.shape:
         raise ValueError(f"{name}'s targets must have the inputs' shape {shape_of(inputs)}, got {shape_of(targets)}")
+    if targets.dtype not in TOKEN_ID_DTYPES or targets.dtype == torch.uint8:  # uint8 cannot hold -100
+        raise TypeError(f"{name}'s targets must hold integer token ids (int64; -100 = not scored), got dtype "
+                        f"{targets.dtype}")
+    if targets.device.type == "meta":
+        raise ValueError(f"{name}'s targets are on the meta device, which holds shapes but no values; expected "
+                         f"target ids with values (on 'cpu' or 'cuda')")
     if not bool((targets != -100).any()):
         raise ValueError(f"{name} has no scored position (every target is -100, shape {shape_of(targets)}): its mean "
                          f"loss would be NaN; expected at least one target id")
@@ -184,13 +200,20 @@ def copy_loss(model, batch) -> torch.Tensor:
         a 0-dim float tensor, shape ().
 
     Raises:
-        TypeError: batch not an (inputs, targets) pair of tensors. ValueError: targets of another shape than
-            inputs, or with no scored position (all -100: the mean over nothing would be NaN). The model's errors.
+        TypeError: batch not an (inputs, targets) pair of tensors; targets not integer ids. ValueError: targets of
+            another shape than inputs, on the meta device, with no scored position (all -100: the mean over nothing
+            would be NaN), or with ids outside the model's vocabulary (other than -100). The model's errors.
 
     Source: next-token cross-entropy with transformers' convention of ignoring label -100.
     """
     inputs, targets = _check_batch(batch)
-    return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(), ignore_index=-100)
+    logits = model(inputs)
+    V = logits.shape[-1]
+    bad = (targets != -100) & ((targets < 0) | (targets >= V))
+    if bool(bad.any()):  # cross_entropy raised a raw IndexError (or a device-side assert on a GPU)
+        raise ValueError(f"batch's targets hold {targets[bad].unique()[:8].tolist()}, outside the model's vocabulary "
+                         f"0..{V - 1} (and not -100, the id of an unscored position)")
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
 @torch.no_grad()
@@ -354,8 +377,8 @@ def unigram_cross_entropy(train_ids: torch.Tensor, eval_ids: torch.Tensor, vocab
 
     Raises:
         TypeError: train_ids or eval_ids not a 1-D integer tensor; vocab_size not an int.
-        ValueError: not 1-D; eval_ids empty (the mean over no token is undefined); vocab_size < 1; an id outside
-            [0, vocab_size) in either (a negative id would be read from the end, a larger one counted outside).
+        ValueError: not 1-D; on the meta device; eval_ids empty (the mean over no token is undefined);
+            vocab_size < 1; an id outside [0, vocab_size) in either (a negative id would be read from the end, a larger one counted outside).
 
     Source: Laplace's add-one smoothing, as in Jurafsky and Martin, 2024 (Speech and Language Processing, section 3.5).
     """
@@ -364,11 +387,17 @@ def unigram_cross_entropy(train_ids: torch.Tensor, eval_ids: torch.Tensor, vocab
         check_tensor(name, ids, ndim=1)
         if ids.dtype not in TOKEN_ID_DTYPES:
             raise TypeError(f"{name} must hold integer token ids (int64), got dtype {ids.dtype}")
+        if ids.device.type == "meta":
+            raise ValueError(f"{name} is on the meta device, which holds shapes but no values; expected token ids "
+                             f"with values")
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= V):
             bad = ids[(ids < 0) | (ids >= V)].unique()[:8].tolist()
             raise ValueError(f"{name} holds ids {bad} outside the vocabulary 0..{V - 1} (vocab_size={V})")
     if eval_ids.numel() == 0:
         raise ValueError("eval_ids must hold at least one token: the mean cross-entropy over none is undefined")
-    counts = torch.bincount(train_ids.long(), minlength=V).double() + 1.0
-    log_p = (counts / counts.sum()).log()
-    return float(-log_p[eval_ids.long()].mean())
+    # the add-one counts of the eval tokens only, from the sorted train ids: no table of V counts (a vocab_size
+    # of 10**13 tried to allocate 80 TB); the same numbers, (count + 1) / (N + V) in float64
+    train_sorted, e = train_ids.long().sort().values, eval_ids.long()
+    counts = torch.searchsorted(train_sorted, e, right=True) - torch.searchsorted(train_sorted, e, right=False)
+    log_p = ((counts.double() + 1.0) / float(train_ids.numel() + V)).log()
+    return float(-log_p.mean())

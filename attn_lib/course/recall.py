@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from attn_lib._checks import (_got, check_bool, check_choice, check_generator, check_head_dim, check_int, check_number,
-                              check_token_ids, shape_of)
+                              check_on_device, check_token_ids, shape_of)
 from attn_lib.deltanet import gated_delta_rule, l2_normalize
 from attn_lib.linear import linear_attention
 
@@ -32,6 +34,7 @@ __all__ = ["KINDS", "make_recall_batch", "RecallModel", "train_recall", "recall_
 KINDS = ("softmax", "linear", "deltanet", "hybrid")
 PAIR_COUNTS = (4, 8, 16, 32, 64)
 NUM_KEYS, NUM_VALUES = 128, 64
+MAX_DRAWS = 2 ** 28  # make_recall_batch's (batch_size, num_keys) table of float32 draws: 1 GiB at most
 
 
 def make_recall_batch(batch_size: int, num_pairs: int, *, generator: torch.Generator, num_keys: int = NUM_KEYS,
@@ -49,7 +52,7 @@ def make_recall_batch(batch_size: int, num_pairs: int, *, generator: torch.Gener
 
     Raises:
         TypeError: a count not an int (a bool refused); generator neither None nor a torch.Generator.
-        ValueError: a count < 1, or more pairs than keys.
+        ValueError: a count < 1, more pairs than keys, or batch_size * num_keys above 2**28 (the table of draws).
 
     Source: Arora et al. 2023 (Zoology), multi-query associative recall, reduced to one query with one token
     per pair: the course's own variant.
@@ -60,6 +63,9 @@ def make_recall_batch(batch_size: int, num_pairs: int, *, generator: torch.Gener
     check_generator("generator", generator)
     if num_pairs > num_keys:
         raise ValueError(f"num_pairs must be <= num_keys={num_keys} (the keys are distinct), got {num_pairs}")
+    if batch_size * num_keys > MAX_DRAWS:  # the distinct keys come from a (batch_size, num_keys) table of draws
+        raise ValueError(f"batch_size * num_keys must be at most {MAX_DRAWS} (the keys are drawn from a (batch_size, "
+                         f"num_keys) table of random numbers), got {batch_size} * {num_keys} = {batch_size * num_keys}")
     keys = torch.rand(batch_size, num_keys, generator=generator).argsort(-1)[:, :num_pairs]
     values = torch.randint(num_values, (batch_size, num_pairs), generator=generator)
     which = torch.randint(num_pairs, (batch_size,), generator=generator)
@@ -147,11 +153,13 @@ class RecallModel(nn.Module):
 
         Raises:
             TypeError: keys or values not integer tensors. ValueError: not (B, L) with L >= 1, B = 0 (no sequence),
-                keys and values of different shapes, ids outside [0, num_keys) / [0, num_values] (the "no value"
+                not on the model's device (or on the meta device), keys and values of different shapes, ids outside [0, num_keys) / [0, num_values] (the "no value"
                 id num_values included).
         """
         keys = check_token_ids("keys", keys, vocab_size=self.num_keys)
         values = check_token_ids("values", values, vocab_size=self.num_values + 1)
+        check_on_device("keys", keys, self.head.weight.device, of="the model")
+        check_on_device("values", values, self.head.weight.device, of="the model")
         if values.shape != keys.shape:
             raise ValueError(f"keys and values must have one shape (B, L), got {shape_of(keys)} and {shape_of(values)}")
         if keys.shape[0] == 0:
@@ -184,6 +192,7 @@ def recall_accuracy(model: RecallModel, num_pairs: int, *, num_examples: int = 5
         raise TypeError(f"model must be an attn_lib.course.recall.RecallModel, got {_got(model)}")
     check_int("seed", seed, minimum=0)
     check_int("num_pairs", num_pairs, minimum=1)
+    check_int("num_examples", num_examples, minimum=1)  # named here: make_recall_batch calls it batch_size
     g = torch.Generator().manual_seed(10_000 + seed * 101 + num_pairs)
     keys, values, target = make_recall_batch(num_examples, num_pairs, generator=g, num_keys=model.num_keys,
                                              num_values=model.num_values)
@@ -201,30 +210,32 @@ def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAI
 
     Args:
         kind: as :class:`RecallModel`. steps: int >= 1. batch_size: int >= 1, sequences per step.
-        pair_counts: a non-empty sequence of ints in [1, 128]. lr: AdamW's peak learning rate (float > 0),
+        pair_counts: a non-empty list, tuple or range of ints in [1, 128]. lr: AdamW's peak learning rate (float > 0),
             warmed up over 50 steps, then cosine-decayed. seed: int >= 0. progress: bool, show a tqdm bar.
 
     Takes no tensors: its batches are :func:`make_recall_batch`'s (batch_size, n + 1) int64 ids.
 
     Raises:
         TypeError / ValueError: steps or batch_size not an int >= 1; kind as :class:`RecallModel`; pair_counts
-            empty or not ints in [1, 128]; lr not a finite number > 0 (0 would train not at all); seed not an
-            int >= 0; progress not a bool.
+            not a list, tuple or range, empty, or not ints in [1, 128]; lr not a finite number in (0, 99] (0 would
+            train not at all; at 100 AdamW's weight decay of 0.01 zeroes the weights); seed not an int >= 0;
+            progress not a bool. ValueError: training diverged (a loss or gradient that is not finite, or the
+            model's own refusal of its overflowing activations), naming the step: lower lr.
 
     Source: the course's own (notebook 12); AdamW (Loshchilov & Hutter 2019) as ``torch.optim.AdamW``.
     """
     check_int("steps", steps, minimum=1)
     check_int("batch_size", batch_size, minimum=1)
-    check_number("lr", lr, positive=True)
+    check_number("lr", lr, positive=True, maximum=99.0)  # AdamW's weight decay 0.01: 1 - lr * 0.01 must stay > 0
     check_int("seed", seed, minimum=0)
     check_bool("progress", progress)
     check_choice("kind", kind, KINDS)
-    if isinstance(pair_counts, (str, bytes)) or not hasattr(pair_counts, "__len__"):
-        raise TypeError(f"pair_counts must be a sequence of ints, got {type(pair_counts).__name__}")
+    if not isinstance(pair_counts, (list, tuple, range)):  # a set has no order (and no index), a str is no count
+        raise TypeError(f"pair_counts must be a list, tuple or range of ints, got {_got(pair_counts)}")
     if len(pair_counts) == 0:
         raise ValueError("pair_counts must hold at least one pair count, got an empty sequence")
-    for n in pair_counts:
-        check_int("a pair count", n, minimum=1, maximum=NUM_KEYS)
+    for i, n in enumerate(pair_counts):
+        check_int(f"pair_counts[{i}]", n, minimum=1, maximum=NUM_KEYS)
     torch.manual_seed(seed)
     model = RecallModel(kind)
     g = torch.Generator().manual_seed(seed)
@@ -239,10 +250,16 @@ def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAI
     for step in bar:
         n = pair_counts[int(torch.randint(len(pair_counts), (1,), generator=g))]
         keys, values, target = make_recall_batch(batch_size, n, generator=g)
-        loss = F.cross_entropy(model(keys, values), target)
+        try:
+            loss = F.cross_entropy(model(keys, values), target)
+        except ValueError as e:  # a check inside the model: its activations overflowed
+            raise ValueError(f"training diverged at step {step} (lr={lr}): {e}") from e
         opt.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        norm = float(nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        if not (math.isfinite(float(loss.detach())) and math.isfinite(norm)):
+            raise ValueError(f"training diverged at step {step}: loss {float(loss.detach()):.4g}, gradient norm "
+                             f"{norm:.4g}; expected finite values: lower lr={lr}")
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
@@ -262,11 +279,18 @@ def run_recall_curve(steps: int = 600, out=None) -> dict:
     Trains on one thread (``torch.set_num_threads(1)``, restored afterwards) and prints one line per kind.
 
     Raises:
-        TypeError / ValueError: steps not an int >= 1 (from :func:`train_recall`); OSError: ``out`` cannot be
-            written.
+        TypeError / ValueError: steps not an int >= 1; out neither None nor a str / os.PathLike, or in a folder
+            that does not exist (both checked before training); OSError: ``out`` cannot be written.
 
     Source: the course's own (``make train-recall``), after Zoology's recall curves (Arora et al. 2023).
     """
+    check_int("steps", steps, minimum=1)  # both checked before minutes of training, not after
+    if out is not None:
+        if not isinstance(out, (str, os.PathLike)):
+            raise TypeError(f"out must be None or a path (str or os.PathLike), got {_got(out)}")
+        if not Path(out).parent.is_dir():
+            raise ValueError(f"out={str(out)!r}: its folder {str(Path(out).parent)!r} does not exist; expected a path "
+                             f"in an existing folder")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -19,6 +19,7 @@ trained weights do not depend on the machine's core count.
 from __future__ import annotations
 
 import math
+import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,13 +98,19 @@ def endless_batches(examples: Sequence[DateExample], batch_size: int, *, seed: i
         :class:`attn_lib.course.data.DateBatch`: src (B, S) int64, masks (B, S)/(B, L) bool, tgt_in/tgt_out (B, L) int64.
 
     Raises:
-        TypeError: batch_size, bucket or seed not an int. ValueError: no examples, batch_size not in
-            1..len(examples), bucket < 1. Raised by the call itself, before the first batch is drawn.
+        TypeError: examples not a sequence of DateExample; batch_size, bucket or seed not an int. ValueError: no
+            examples, batch_size not in 1..len(examples), bucket < 1. Raised by the call itself, before the first
+            batch is drawn.
 
     Source: the course's own: notebook 07 (bucketing by length as in Vaswani et al. 2017, section 5.1).
     """
+    if isinstance(examples, (str, bytes)) or not isinstance(examples, Sequence):
+        raise TypeError(f"examples must be a sequence (e.g. a list) of DateExample, got {_got(examples)}")
     if not examples:
         raise ValueError("examples must hold at least one DateExample, got none")
+    for i, ex in enumerate(examples):  # checked now: a wrong item failed inside collate, batches later
+        if not isinstance(ex, DateExample):
+            raise TypeError(f"examples must hold DateExample items, got {_got(ex)} at index {i}")
     check_int("batch_size", batch_size, minimum=1, maximum=len(examples))
     check_int("bucket", bucket, minimum=1)
     check_int("seed", seed)
@@ -154,7 +161,9 @@ def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, 
             weight_decay or clip_norm not a number; desc not a str; progress or fused not a bool; ``loss_fn``
             returning something other than a floating tensor.
         ValueError: a model without parameters; steps < 1, warmup_steps < 0, threads < 1, stop_after < 1
-            (it would train not at all); lr <= 0, NaN or infinite; weight_decay < 0; clip_norm <= 0 or NaN (a
+            (it would train not at all); lr <= 0, NaN or infinite; weight_decay < 0, or lr * weight_decay >= 1
+            (AdamW's decay would flip the weights' signs); non-finite gradients at a step (named, before the
+            weights are updated); clip_norm <= 0 or NaN (a
             negative norm flips the gradients, 0 zeroes them; ``float("inf")`` means no clipping); a loss of more
             than one element, one that does not depend on the parameters (no grad), or that is not finite (names
             the step); batches that run out before the last step.
@@ -175,6 +184,10 @@ def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, 
     check_number("lr", lr, positive=True)
     check_int("warmup_steps", warmup_steps, minimum=0)
     check_number("weight_decay", weight_decay, minimum=0.0)
+    if lr * weight_decay >= 1:  # AdamW multiplies every weight by 1 - lr * weight_decay each step
+        raise ValueError(f"lr * weight_decay must be < 1: AdamW multiplies each weight by 1 - lr * weight_decay per "
+                         f"step, and lr={lr} with weight_decay={weight_decay} gives {1 - lr * weight_decay:.3g}, which "
+                         f"flips or zeroes the weights; expected a smaller lr or weight_decay")
     check_number("clip_norm", clip_norm, positive=True, finite=False)  # inf: no clipping
     if not isinstance(desc, str):
         raise TypeError(f"desc must be a str (the progress bar's label), got {_got(desc)}")
@@ -207,7 +220,11 @@ def train_loop(model: torch.nn.Module, batches: Iterator, loss_fn: Callable, *, 
             loss = _check_loss(loss_fn(model, batch), step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm))
+            if not math.isfinite(norm):  # clipping an inf gradient gives NaN weights; stop before the step
+                raise ValueError(f"the gradients at step {step} are not finite (norm {norm}) although the loss "
+                                 f"{loss.item():.4g} is: loss_fn has an infinite slope there (e.g. sqrt at 0); the "
+                                 f"weights were not updated")
             opt.step()
             sched.step()
             losses.append(loss.item())
@@ -245,12 +262,13 @@ def seq2seq_loss(model, batch: DateBatch) -> torch.Tensor:
         a 0-dim float tensor (the model's dtype, float32 here): the mean over non-padding target positions.
 
     Raises:
-        TypeError: batch not a DateBatch. The model's checks (TypeError/ValueError on bad ids or masks) and
-        ``F.cross_entropy``'s.
+        TypeError: model not a Seq2SeqTransformer; batch not a DateBatch. The model's checks (TypeError/ValueError
+        on bad ids or masks) and ``F.cross_entropy``'s.
 
     Source: the course's own: notebook 07 (teacher forcing); torch's ``F.cross_entropy`` with
     ``ignore_index`` = pad.
     """
+    _check_model_kind(model, "Seq2SeqTransformer")
     _check_date_batch(batch)
     logits = model(batch.src, batch.tgt_in, batch.src_padding_mask, batch.tgt_padding_mask).logits  # (B, L, V)
     return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=TARGET_VOCAB.pad_id)
@@ -333,6 +351,8 @@ def exact_match(examples: Sequence[DateExample], predictions: Sequence[str]) -> 
 
     Source: the course's own: notebook 07 (exact match, the usual metric of seq2seq date parsing).
     """
+    if isinstance(predictions, str):  # a str is a sequence of 1-char "predictions"
+        raise TypeError(f"predictions must be a list of str, one per example, got a single {_got(predictions)}")
     if len(examples) != len(predictions) or not examples:
         raise ValueError(f"need as many predictions as examples (> 0), got {len(predictions)} and {len(examples)}")
     for i, ex in enumerate(examples):
@@ -598,10 +618,11 @@ def uptrain_date_model(model, *, seed: int = 1, progress: bool = True, **overrid
     tensors (B, S) and (B, L) of int64 ids. seed: an int.
 
     Raises:
-        nothing of its own: ``train_loop``'s ValueError and ``endless_batches``' ValueError; TypeError for an
-        unknown override name.
+        TypeError: model not a Seq2SeqTransformer; seed not an int; an unknown override name. ``train_loop``'s
+        and ``endless_batches``' errors.
     """
-    torch.manual_seed(seed)
+    _check_model_kind(model, "Seq2SeqTransformer")
+    torch.manual_seed(check_int("seed", seed))
     return _train_on_dates(model, _config(GQA_UPTRAIN_CONFIG, overrides, "GQA_UPTRAIN_CONFIG"), seed=seed, progress=progress, desc="uptraining")
 
 
@@ -618,6 +639,7 @@ def save_model(model, path: Path | str = CHECKPOINT, *, losses: Sequence[float] 
 
     Raises:
         TypeError: a model without a ``config`` dict (e.g. a plain nn.Module), or a config json cannot write;
+        path neither a str nor an os.PathLike; losses not a list of numbers. ValueError: a loss NaN or infinite.
         OSError from the file system.
 
     Source: the safetensors format (HuggingFace's ``safetensors.torch.save_file``, metadata as str).
@@ -628,7 +650,12 @@ def save_model(model, path: Path | str = CHECKPOINT, *, losses: Sequence[float] 
 
     if not isinstance(getattr(model, "config", None), dict):
         raise TypeError(f"model must have a config dict (e.g. a Seq2SeqTransformer), got {type(model).__name__}")
-    path = Path(path)
+    path = _check_path(path)
+    if losses is not None:
+        if isinstance(losses, (str, bytes)) or not isinstance(losses, Sequence):
+            raise TypeError(f"losses must be None or a list of numbers, got {_got(losses)}")
+        for i, x in enumerate(losses):
+            check_number(f"losses[{i}]", x)  # a NaN loss would be stored as NaN, which json writes as invalid NaN
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     meta = {"config": json.dumps(model.config)}
@@ -638,13 +665,21 @@ def save_model(model, path: Path | str = CHECKPOINT, *, losses: Sequence[float] 
     return path
 
 
+def _check_path(path) -> Path:
+    """A checkpoint path: a str or os.PathLike (TypeError otherwise), as a Path."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {_got(path)}")
+    return Path(path)
+
+
 def load_model(path: Path | str = CHECKPOINT):
     """Load a :class:`Seq2SeqTransformer` saved by :func:`save_model` (safetensors: no code is executed).
 
     The training losses stored with it (if any) are in ``model.training_losses`` (a list, else None).
 
     Raises:
-        FileNotFoundError: no file at ``path``.
+        TypeError: path neither a str nor an os.PathLike. FileNotFoundError: no file at ``path``. ValueError: a
+        file that is not a safetensors checkpoint of :func:`save_model` (no config in its metadata).
 
     Returns a Seq2SeqTransformer in eval mode with the saved dtypes (float32 for the shipped checkpoint:
     e.g. its embedding (V, d_model)); ``path`` a str or Path.
@@ -658,11 +693,17 @@ def load_model(path: Path | str = CHECKPOINT):
 
     from attn_lib.models.seq2seq import Seq2SeqTransformer
 
-    path = Path(path)
+    path = _check_path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}; train one with `make train-dates`")
-    with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata()
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except Exception as e:  # safetensors' SafetensorError (not a ValueError) for a file of another format
+        raise ValueError(f"{path} is not a safetensors checkpoint ({type(e).__name__}: {e}); expected a file "
+                         f"written by save_model") from None
+    if "config" not in metadata:
+        raise ValueError(f"{path} holds no model config in its metadata; expected a file written by save_model")
     config = json.loads(metadata["config"])
     model = Seq2SeqTransformer(**{k: v for k, v in config.items() if k not in ("src_vocab_size", "tgt_vocab_size")},
                                src_vocab_size=config["src_vocab_size"], tgt_vocab_size=config["tgt_vocab_size"])

@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from attn_lib._checks import check_callable, check_finite, check_int, check_number, check_tensor, shape_of
+from attn_lib._checks import check_callable, check_device, check_finite, check_int, check_number, check_tensor, shape_of
 
 __all__ = ["check_max_new_tokens", "check_prompts", "check_sampling", "greedy_loop", "sample_loop", "sample_next",
            "temperature_scale", "top_k_filter"]
@@ -252,7 +252,8 @@ def sample_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size:
         TypeError / ValueError: bad temperature, top_k or generator (:func:`check_sampling`); next_logits not
             callable; batch_size or max_new_tokens not an int >= 0; eos_id neither None nor an int >= 0; pad_id
             not an int >= 0; logits returned by ``next_logits`` that are not (batch_size, V) floating, or that
-            :func:`sample_next` refuses (NaN, +inf, a row of -inf only). device is not checked (torch's errors).
+            :func:`sample_next` refuses (NaN, +inf, a row of -inf only); an eos_id >= V; device not a device
+            (as :func:`attn_lib._checks.check_device`).
     """
     check_sampling(temperature, top_k, generator)
     check_callable("next_logits", next_logits)
@@ -261,6 +262,7 @@ def sample_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size:
     if eos_id is not None:
         check_int("eos_id", eos_id, minimum=0)
     check_int("pad_id", pad_id, minimum=0)
+    device = check_device("device", device)
     new = torch.empty(batch_size, 0, dtype=torch.long, device=device)
     done = torch.zeros(batch_size, dtype=torch.bool, device=device)
     for _ in range(max_new_tokens):
@@ -268,6 +270,9 @@ def sample_loop(next_logits: Callable[[torch.Tensor], torch.Tensor], batch_size:
         if isinstance(logits, torch.Tensor) and (logits.dim() != 2 or logits.shape[0] != batch_size):
             raise ValueError(f"next_logits must return (batch_size, V) = ({batch_size}, V) logits, got shape "
                              f"{shape_of(logits)}")
+        if eos_id is not None and isinstance(logits, torch.Tensor) and eos_id >= logits.shape[-1]:
+            raise ValueError(f"eos_id={eos_id} is outside the logits' vocabulary 0..{logits.shape[-1] - 1}: no row "
+                             f"could ever finish; expected an id the model can produce")
         nxt = sample_next(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B,)
         if eos_id is not None:
             nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)

@@ -31,13 +31,14 @@ pass to 1e-5 and that greedy output is identical with and without the cache. Pas
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
 from attn_lib._checks import (check_bool, check_callable, check_choice, check_int as _check_int, check_number,
-                              check_rope_base, check_tensor, check_token_ids, shape_of)
+                              check_finite, check_on_device, check_rope_base, check_tensor, check_token_ids, shape_of)
 from attn_lib.kv_cache import KVCache, KVCacheProtocol
 from attn_lib.mha import MultiHeadAttention
 from attn_lib.models.blocks import FeedForward, SwiGLU
@@ -86,7 +87,8 @@ class LMBlock(nn.Module):
             d_model, Hkv not dividing H, an odd head_dim with RoPE, rope_base not > 1) and
             :class:`attn_lib.models.blocks.FeedForward` (d_ff); ValueError for an ``ffn`` other than "gelu" or
             "swiglu" and for a norm_eps < 0 (TypeError if not a number or None). ``forward``: TypeError for x not a
-            floating tensor or not of the weights' dtype, ValueError for x not (B, L, d_model) with L >= 1; then as
+            floating tensor or not of the weights' dtype, ValueError for x not (B, L, d_model) with L >= 1, not on
+            the weights' device, non-finite, or so large that RMSNorm's sum of squares overflows; then as
             ``MultiHeadAttention.forward`` (an unknown backend, a bad cache or mask, NaN in x).
 
     Source: Touvron et al. 2023 (LLaMA), §2.2: pre-normalisation with RMSNorm, rotary embeddings; the FFN is
@@ -128,6 +130,13 @@ class LMBlock(nn.Module):
         if x.dtype != w_dtype:  # checked before the RMSNorm, which would warn and compute in mixed dtypes
             raise TypeError(f"x has dtype {x.dtype} but the layer's weights are {w_dtype}; convert one of them "
                             f"(x.to({w_dtype}) or layer.to({x.dtype}))")
+        check_on_device("x", x, self.norm1.weight.device, of="the layer")
+        check_finite("x", x)  # named here, not as the attention's "query" after norm1 and the projection
+        limit = math.sqrt(torch.finfo(x.dtype).max / d_model)
+        if x.numel() and float(x.detach().abs().amax()) > limit:  # RMSNorm's mean of squares would be inf: x * 0
+            raise ValueError(f"x holds {float(x.detach().abs().amax()):.3g}, too large for RMSNorm in {x.dtype}: the "
+                             f"sum of squares of {d_model} features overflows above |x| = {limit:.3g}; expected "
+                             f"activations of a moderate scale")
 
 
 class DecoderLM(nn.Module):
@@ -167,7 +176,8 @@ class DecoderLM(nn.Module):
         TypeError: a size that is not an int (``d_model=16.0``), rope_base or init_std not a number (None),
             norm_eps neither None nor a number, tie_embeddings or attn_bias not a bool.
         ValueError: sizes < 1, head counts that do not divide (the message names the numbers), an odd head_dim
-            (RoPE rotates pairs of features), rope_base <= 1, init_std <= 0, norm_eps < 0, an unknown ``attend``,
+            (RoPE rotates pairs of features), rope_base <= 1, init_std <= 0 or above an eighth of the default
+            dtype's maximum (the weights would be inf), norm_eps < 0, an unknown ``attend``,
             ``init`` or ``ffn``.
 
     Source: Touvron et al. 2023 (LLaMA), section 2.2; GPT-2's tied embeddings and initialisation
@@ -197,7 +207,9 @@ class DecoderLM(nn.Module):
         _check_int("max_len", max_len, minimum=1)
         # RoPE is this model's only source of positions: without it the model could not tell order apart
         rope_base = check_rope_base(rope_base, allow_none=False)
-        init_std = check_number("init_std", init_std, minimum=0.0)
+        # at most what the weights' dtype holds with room for 8 standard deviations (1e300 made inf weights)
+        init_std = check_number("init_std", init_std, minimum=0.0,
+                                maximum=float(torch.finfo(torch.get_default_dtype()).max) / 8)
         if init_std == 0:
             raise ValueError(f"init_std must be a number > 0, got {init_std}")
         d_ff = 4 * d_model if d_ff is None else _check_int("d_ff", d_ff, minimum=1)
@@ -348,6 +360,10 @@ class DecoderLM(nn.Module):
         if len(kv_caches) != len(self.layers):
             raise ValueError(f"kv_caches must hold one cache per layer ({len(self.layers)}), got {len(kv_caches)}")
         _check_distinct("kv_caches", kv_caches)
+        lengths = [c.seq_len for c in kv_caches]
+        if len(set(lengths)) > 1:  # the new tokens' positions come from cache 0: the others would be misplaced
+            raise ValueError(f"kv_caches must hold the same number of positions in every layer, got {lengths}; "
+                             f"expected the caches of one model that ran the same tokens (model.new_kv_caches())")
 
     def _check_empty_caches(self, kv_caches, use_cache: bool) -> None:
         """generate's kv_caches: a list/tuple of one empty KVCacheProtocol per layer, and use_cache=True."""
@@ -375,9 +391,9 @@ class DecoderLM(nn.Module):
             logits (B, L, vocab_size): row i scores the token after position i.
 
         Raises:
-            TypeError / ValueError: ids not int64 (B, L) within the vocabulary; kv_caches not a list of KV
-                caches (a single cache), not one per layer, or one cache object for two layers; an unknown
-                ``attention``.
+            TypeError / ValueError: ids not int64 (B, L) within the vocabulary, or not on the model's device;
+                kv_caches not a list of KV caches (a single cache), not one per layer, one cache object for two
+                layers, or caches holding different numbers of positions; an unknown ``attention``.
         """
         return self._run(input_ids, kv_caches, attention, need_weights=False)[0]
 
@@ -394,6 +410,7 @@ class DecoderLM(nn.Module):
     def _run(self, input_ids, kv_caches, attention, *, need_weights):
         check_choice("attention", attention, ATTENTIONS)
         input_ids = check_token_ids("input_ids", input_ids, vocab_size=self.vocab_size, max_len=self.max_len)
+        check_on_device("input_ids", input_ids, self.embed.weight.device, of="the model")
         if kv_caches is not None:
             self._check_cache_list(kv_caches, none_ok=True)
         if kv_caches is not None and kv_caches[0].seq_len + input_ids.shape[1] > self.max_len:
