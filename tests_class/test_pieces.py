@@ -1,0 +1,65 @@
+"""The student's ``my_attn/`` graded piece by piece in the sandbox (classroom/pieces.py, issue #34): the worked
+solution gets full points, the stubs zero without a crash, a broken piece zero with its check's hint while the
+others keep theirs, and a module that does not import costs only its own pieces."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from classroom import pieces, sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLVED, STUBS = ROOT / "notebooks" / "solutions" / "my_attn", ROOT / "my_attn"
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    sandbox.bwrap_path()
+    return sandbox.library_dir(tmp_path_factory.mktemp("lib"))
+
+
+def _grade(folder, library):
+    result = pieces.grade_pieces(folder, library, cell_timeout=60, budget_s=600, salt="test-pieces")
+    assert result["flags"] == [], result["flags"]
+    assert set(result["scores"]) == set(pieces.points()), "one grade per graded piece"
+    return result
+
+
+def test_every_function_piece_is_graded_and_the_rest_are_named():
+    graded = {p.name for p in pieces.graded_pieces()}
+    assert {"softmax", "scaled_dot_product_attention", "grouped_query_attention", "tiled_attention"} <= graded
+    assert set(pieces.ungraded_pieces()) == {"BPETokenizer", "MultiHeadAttention", "EncoderBlock", "DecoderBlock",
+                                              "KVCache", "flash_forward", "LMBlock", "DecoderLM", "RingKVCache"}
+    assert all(v == pieces.PIECE_POINTS for v in pieces.points().values())
+
+
+def test_the_worked_solution_gets_full_points(library):
+    result = _grade(SOLVED, library)
+    assert result["scores"] == result["max"], {k: result["messages"][k] for k in result["scores"]
+                                               if result["scores"][k] != result["max"][k]}
+
+
+def test_the_stubs_get_zero_and_say_not_written(library):
+    result = _grade(STUBS, library)
+    assert sum(result["scores"].values()) == 0
+    assert all("not written yet" in m for m in result["messages"].values()), result["messages"]
+
+
+def test_a_broken_piece_loses_its_points_only(library, tmp_path):
+    pkg = tmp_path / "my_attn"
+    shutil.copytree(SOLVED, pkg)
+    attention = (pkg / "attention.py").read_text()
+    unscaled = attention.replace("scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale",
+                                 "scale = scale or 1.0 / math.sqrt(query.shape[-1])")
+    assert unscaled != attention
+    (pkg / "attention.py").write_text(unscaled)
+    (pkg / "windows.py").write_text("import no_such_module\n")  # does not import: its pieces are not written
+    result = _grade(pkg, library)
+    lost = {k for k, v in result["scores"].items() if v != result["max"][k]}
+    windows = {f"piece_{p.name}" for p in pieces.graded_pieces() if p.module == "windows"}
+    assert lost == {"piece_scaled_dot_product_attention"} | windows, lost
+    assert "scale=0.0 was treated as the default" in result["messages"]["piece_scaled_dot_product_attention"]
+    assert all("not written" in result["messages"][k] for k in windows), [result["messages"][k] for k in windows]
