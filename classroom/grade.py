@@ -88,6 +88,7 @@ def _salt_checks(salt: str = SALT) -> None:
     import sys
 
     import attn_lib.course.exercises  # noqa: F401 - every check module
+    import attn_lib.course.mine  # noqa: F401 - and the pieces' (classroom/pieces.py)
 
     for name, mod in list(sys.modules.items()):
         if name.startswith("attn_lib.course.exercises") and mod is not None and hasattr(mod, "fresh_generator") \

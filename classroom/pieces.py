@@ -120,10 +120,9 @@ def _send(value):
 
 
 def keyword_calls(values: list) -> list:
-    """``values`` with every remote function wrapped in :class:`KeywordCall`."""
-    from classroom.grade import RemoteFunction
-
-    return [KeywordCall(v) if isinstance(v, RemoteFunction) else v for v in values]
+    """``values`` with every remote function wrapped in :class:`KeywordCall` (recognised by its sandbox and handle:
+    under ``python -m classroom.grade`` its class is ``__main__.RemoteFunction``, not ``classroom.grade``'s)."""
+    return [KeywordCall(v) if callable(v) and hasattr(v, "box") and hasattr(v, "number") else v for v in values]
 
 
 def graded_pieces() -> list:
@@ -215,3 +214,96 @@ def grade_pieces(folder: Path, library: Path, *, cell_timeout: float = 60, budge
 
     nb = pieces_notebook(package_files(folder))
     return grade_notebook(nb, nb, library, cell_timeout=cell_timeout, budget_s=budget_s, salt=salt, limits=limits)
+
+
+# ------------------------------------------------------------------------------------- make autograde
+def find_packages(submissions: Path) -> dict[str, Path]:
+    """student -> their ``my_attn/`` folder: SUBMISSIONS/<student>/my_attn/ with an ``__init__.py``, a folder and
+    not a link (nor a link inside the path); students named as :func:`classroom.autograde.find_submissions` names
+    them (ids that collide are left to its errors)."""
+    import os
+    import stat
+
+    from classroom.autograde import id_key, student_id
+
+    found, keys = {}, {}
+    for entry in sorted(os.scandir(submissions), key=lambda e: e.name):
+        try:
+            if not stat.S_ISDIR(entry.stat(follow_symlinks=False).st_mode):
+                continue
+        except OSError:
+            continue
+        student = student_id(entry.name)
+        if student is None:
+            continue
+        key = id_key(student)
+        if key in keys:
+            found.pop(keys[key], None)
+            continue
+        keys[key] = student
+        pkg = Path(entry.path) / ASSIGNMENT
+        try:
+            ok = stat.S_ISDIR(pkg.lstat().st_mode) and (pkg / "__init__.py").is_file() \
+                and not (pkg / "__init__.py").is_symlink()
+        except OSError:
+            ok = False
+        if ok:
+            found[student] = pkg
+    return found
+
+
+def register_in_gradebook(gb) -> None:
+    """The assignment ``my_attn`` with one notebook and one grade cell per graded piece, in nbgrader's gradebook
+    (so that :func:`classroom.autograde.record_in_gradebook` can record its scores)."""
+    gb.update_or_create_assignment(ASSIGNMENT)
+    gb.update_or_create_notebook(ASSIGNMENT, ASSIGNMENT)
+    for gid, pts in points().items():
+        gb.update_or_create_grade_cell(gid, ASSIGNMENT, ASSIGNMENT, max_score=pts, cell_type="code")
+
+
+def grade_package(student: str, folder: Path, library: Path, out: Path, *, cell_timeout: float, budget_s: float,
+                  salt: str = "graded") -> dict:
+    """One student's ``my_attn/`` graded in a process of its own (``python -m classroom.grade``, which starts the
+    sandbox), as :func:`classroom.autograde.grade_one_notebook` grades a notebook; the result is kept in
+    ``out/.state`` under the digest of the package, so a new run reuses it."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from classroom import autograde as ag
+
+    nb = pieces_notebook(package_files(folder))
+    data = json.dumps(nb, sort_keys=True).encode()
+    key = ag.grade_digest(data, str(cell_timeout).encode())
+    state = ag._state_path(out, student, ASSIGNMENT)
+    if state.exists():
+        try:
+            kept = json.loads(state.read_text())
+            if kept.get("digest") == key:
+                return kept["result"]
+        except (ValueError, KeyError):
+            pass
+    with tempfile.TemporaryDirectory(prefix="attn-grade-") as tmp:
+        job, res = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        job.write_text(json.dumps({"submitted": nb, "released": nb, "library": str(library),
+                                   "cell_timeout": cell_timeout, "budget_s": budget_s, "salt": salt}))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ag.ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                                              if p])
+        try:
+            proc = ag._run_grader([sys.executable, "-m", "classroom.grade", str(job), str(res)], env,
+                                  timeout=budget_s + 120)
+            if proc.returncode == 0 and res.exists():
+                result = json.loads(res.read_text())
+                result["status"] = "graded"
+            else:
+                result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
+                          "flags": [f"could not grade: the grader stopped (exit status {proc.returncode})"]}
+        except subprocess.TimeoutExpired:
+            result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
+                      "flags": [f"could not grade: grading ran past {budget_s:g} s"]}
+    result["cells"] = []  # the setup cell holds the whole package: the feedback shows the checks' messages only
+    if result["status"] == "graded":
+        ag._atomic_write(state, json.dumps({"digest": key, "result": result}, ensure_ascii=False))
+    return result

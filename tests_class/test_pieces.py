@@ -63,3 +63,48 @@ def test_a_broken_piece_loses_its_points_only(library, tmp_path):
     assert lost == {"piece_scaled_dot_product_attention"} | windows, lost
     assert "scale=0.0 was treated as the default" in result["messages"]["piece_scaled_dot_product_attention"]
     assert all("not written" in result["messages"][k] for k in windows), [result["messages"][k] for k in windows]
+
+
+def test_autograde_grades_the_packages_into_the_gradebook(tmp_path):
+    """`make autograde` finds SUBMISSIONS/<student>/my_attn/ beside the notebooks and grades it as the assignment
+    my_attn: a row per student in the gradebook CSV and nbgrader's gradebook, the worked solution full points, the
+    stubs zero."""
+    from nbgrader.api import Gradebook
+
+    from classroom.autograde import autograde
+    from classroom.release import release
+
+    notebooks = tmp_path / "notebooks"
+    (notebooks / "solutions").mkdir(parents=True)
+    shutil.copy(ROOT / "notebooks" / "00_welcome.ipynb", notebooks)
+    shutil.copy(ROOT / "notebooks" / "solutions" / "00_welcome_solutions.ipynb", notebooks / "solutions")
+    shutil.copy(ROOT / "notebooks" / "glossary.md", notebooks)
+    release(notebooks, tmp_path / "course", tmp_path / "release", edition=tmp_path / "edition")
+    subs = tmp_path / "submissions"
+    shutil.copytree(SOLVED, subs / "alice" / "my_attn")
+    shutil.copytree(STUBS, subs / "bob" / "my_attn")
+    rows = autograde(subs, tmp_path / "course", tmp_path / "grades", student_timeout=600)
+    mine = {r.student: r for r in rows if r.notebook == pieces.ASSIGNMENT}
+    assert set(mine) == {"alice", "bob"}
+    assert mine["alice"].total == sum(pieces.points().values()) and mine["alice"].flags == []
+    assert mine["bob"].total == 0 and mine["bob"].flags == []
+    assert "my_attn" in (tmp_path / "grades" / "gradebook.csv").read_text()
+    with Gradebook(f"sqlite:///{tmp_path / 'course' / 'gradebook.db'}") as gb:
+        assert gb.find_submission(pieces.ASSIGNMENT, "alice").score == sum(pieces.points().values())
+        assert gb.find_submission(pieces.ASSIGNMENT, "bob").score == 0
+
+
+def test_the_pieces_inputs_are_salted(monkeypatch):
+    """The graded inputs of the pieces come from the run's secret salt, as the notebooks' do (issue 41 §5)."""
+    import sys
+
+    import attn_lib.course.mine  # noqa: F401
+    from classroom.grade import _salt_checks
+
+    for name, module in list(sys.modules.items()):  # put the unsalted ones back afterwards
+        if name.startswith("attn_lib.course.exercises") and hasattr(module, "fresh_generator"):
+            monkeypatch.setattr(module, "fresh_generator", module.fresh_generator)
+    _salt_checks("a secret")
+    for name in ("pieces", "pieces_fast", "pieces_build", "pieces_modern"):
+        module = sys.modules[f"attn_lib.course.exercises.{name}"]
+        assert getattr(module.fresh_generator, "_salted", False), name
