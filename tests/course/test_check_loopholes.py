@@ -212,3 +212,88 @@ def test_refusing_scale_zero_like_attn_lib_passes():
                       enable_gqa=enable_gqa)
 
     assert P3.check_piece_scaled_dot_product_attention(refusing).passed
+
+
+# ----------------------------------------------------------------------------------------------- the audit
+# Pieces whose checks had no test of a typical wrong answer or of a right answer written otherwise (#34). The right
+# answers below are written independently of the worked solution; each wrong one is the mistake its hint names.
+def _sinusoidal_loop(num_positions, d_model, *, base=10000.0, dtype=torch.float32):
+    out = torch.empty(num_positions, d_model, dtype=dtype)
+    for p in range(num_positions):
+        for i in range(d_model // 2):
+            angle = p / base ** (2 * i / d_model)
+            out[p, 2 * i], out[p, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    return out
+
+
+def _sinusoidal_halves(num_positions, d_model, *, base=10000.0, dtype=torch.float32):
+    right = _sinusoidal_loop(num_positions, d_model, base=base, dtype=dtype)
+    return torch.cat([right[:, 0::2], right[:, 1::2]], dim=-1)  # all sines, then all cosines
+
+
+def _alibi_closed_form(num_heads, *, dtype=torch.float32):
+    def powers(n):
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+    low = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = powers(low) + powers(2 * low)[0::2][: num_heads - low]
+    return torch.tensor(slopes, dtype=dtype)
+
+
+def _alibi_plain(num_heads, *, dtype=torch.float32):
+    return torch.tensor([2.0 ** (-8 * (i + 1) / num_heads) for i in range(num_heads)], dtype=dtype)
+
+
+def _rope_complex(x, positions=None, *, base=10000.0, interleaved=False):
+    """Right, written otherwise: pairs as complex numbers, rotated by multiplication."""
+    L, E = x.shape[-2], x.shape[-1]
+    pos = torch.arange(L) if positions is None else positions
+    theta = base ** (-torch.arange(0, E, 2, dtype=torch.float64) / E)
+    turn = torch.polar(torch.ones(L, E // 2, dtype=torch.float64), pos[:, None].double() * theta)
+    pairs = x.unflatten(-1, (E // 2, 2)) if interleaved else torch.stack(x.chunk(2, -1), -1)
+    z = torch.view_as_complex(pairs.double().contiguous()) * turn
+    r = torch.view_as_real(z)
+    out = r.flatten(-2) if interleaved else torch.cat([r[..., 0], r[..., 1]], -1)
+    return out.to(x.dtype)
+
+
+def _rope_other_pairing(x, positions=None, *, base=10000.0, interleaved=False):
+    return _rope_complex(x, positions, base=base, interleaved=not interleaved)
+
+
+def _causal_loops(q_len, kv_len=None, *, align="top_left", device=None):
+    S = q_len if kv_len is None else kv_len
+    shift = S - q_len if align == "bottom_right" else 0
+    return torch.tensor([[j <= i + shift for j in range(S)] for i in range(q_len)], dtype=torch.bool)
+
+
+def _causal_strict(q_len, kv_len=None, *, align="top_left", device=None):
+    return _causal_loops(q_len, kv_len, align=align) & ~torch.eye(q_len, q_len if kv_len is None else kv_len,
+                                                                    dtype=torch.bool)
+
+
+def _padding_compare(lengths, max_len=None, *, device=None):
+    lengths = torch.as_tensor(lengths)
+    n = int(lengths.max()) if max_len is None else max_len
+    return torch.arange(n)[None, :] < lengths[:, None]
+
+
+def _padding_inverted(lengths, max_len=None, *, device=None):
+    return ~_padding_compare(lengths, max_len)
+
+
+@pytest.mark.parametrize("check, right, wrong, words", [
+    (P3.check_piece_sinusoidal_positional_encoding, _sinusoidal_loop, _sinusoidal_halves, "all the sines first"),
+    (P3.check_piece_alibi_slopes, _alibi_closed_form, _alibi_plain, "closest power of two"),
+    (P3.check_piece_apply_rope, _rope_complex, _rope_other_pairing, "the pairing is the other one"),
+    (P3.check_piece_causal_mask, _causal_loops, _causal_strict, "the diagonal is missing"),
+    (P3.check_piece_padding_mask, _padding_compare, _padding_inverted, "True and False are swapped"),
+    (P3.check_piece_merge_heads, lambda x: torch.cat(x.unbind(1), dim=-1),
+     lambda x: x.reshape(x.shape[0], x.shape[2], -1), "transpose(1, 2) first"),
+    (P3.check_piece_split_heads, lambda x, n: torch.stack(x.chunk(n, dim=-1), dim=1),
+     lambda x, n: x.reshape(x.shape[0], n, x.shape[1], -1), "View as (B, L, H, head_dim) first"),
+], ids=["sinusoidal", "alibi", "rope", "causal_mask", "padding_mask", "merge_heads", "split_heads"])
+def test_piece_check_rejects_the_typical_mistake_and_accepts_another_right_answer(check, right, wrong, words):
+    result = check(right)
+    assert result.passed, result.message
+    _fails_with(check(wrong), words)
