@@ -108,3 +108,9 @@ def test_the_pieces_inputs_are_salted(monkeypatch):
     for name in ("pieces", "pieces_fast", "pieces_build", "pieces_modern"):
         module = sys.modules[f"attn_lib.course.exercises.{name}"]
         assert getattr(module.fresh_generator, "_salted", False), name
+
+
+def test_the_teaching_guide_says_what_is_graded():
+    text = " ".join((ROOT / "docs" / "teaching.md").read_text().split())
+    assert f"{pieces.PIECE_POINTS} points for each function piece" in text
+    assert "the Triton kernel are not graded there yet" in text and "flash_forward" in pieces.ungraded_pieces()
