@@ -65,6 +65,45 @@ def _keywords(fn):
     return call
 
 
+def _train_decoder(module, steps):
+    """A capstone TinyDecoder whose blocks are the student's LMBlock (whether or not it passes its own check),
+    trained on the copy task for ``steps`` steps; its logits are what the grader scores."""
+    import torch
+    import attn_lib.models.lm as lm
+    from attn_lib.course import capstone
+    from attn_lib.course.train import train_loop
+
+    block = getattr(_modules.get(module), "LMBlock", None)
+    if not isinstance(block, type) or not issubclass(block, lm.LMBlock):
+        raise NotImplementedError(f"my_attn.{{module}} has no LMBlock (a subclass of attn_lib's)")
+    library_block, lm.LMBlock = lm.LMBlock, block
+    try:
+        torch.manual_seed(0)
+        model = capstone.TinyDecoder(capstone.VOCAB_SIZE)
+    finally:
+        lm.LMBlock = library_block
+    train_loop(model, capstone.copy_batches(32, seed=1), capstone.copy_loss, steps=steps, warmup_steps=30,
+               desc="your decoder")
+    return model.eval()
+
+
+try:
+    _decoder, _decoder_error = _train_decoder({decoder_module!r}, {decoder_steps!r}), None
+except Exception as _e:  # not written, or it breaks while training: the graded call says so
+    _decoder, _decoder_error = None, _e
+
+
+def _decoder_logits(inputs):
+    import torch
+
+    if _decoder is None:
+        if isinstance(_decoder_error, NotImplementedError):
+            raise _decoder_error
+        raise RuntimeError(f"training your decoder failed: {{type(_decoder_error).__name__}}: {{_decoder_error}}")
+    with torch.no_grad():
+        return _decoder(inputs)
+
+
 def _mine(module, name):
     """The student's piece, or a stand-in that says why there is none."""
     m = _modules.get(module)
@@ -81,10 +120,50 @@ def _mine(module, name):
 '''
 
 
+DECODER_STEPS = 300  # about 6 s on one idle core; the course's blocks reach a held-out loss near 1.4 by then
+DECODER_THRESHOLD = 2.2  # nats per copied word: ln 16 = 2.77 is what a model whose tokens cannot read each other gets
+DECODER_POINTS = 10
+DECODER_ID = "piece_decoder_training"
+
+
+def check_decoder_training(logits) -> "CheckResult":
+    """The student's decoder, trained in the sandbox for :data:`DECODER_STEPS` steps, scored here on held-out copy
+    sequences drawn afresh for each call (the sandbox never sees the targets): its mean loss on the copied words
+    must be below :data:`DECODER_THRESHOLD`."""
+    import secrets
+
+    import torch
+    import torch.nn.functional as F
+
+    from attn_lib.course import capstone
+    from attn_lib.course.exercises._core import Mismatch, call, run_check
+
+    def trials():
+        g = torch.Generator().manual_seed(secrets.randbits(62))
+        losses = []
+        for n in (4, 7, 10, 12):
+            inputs, targets = capstone.copy_batch(64, g, min_words=n, max_words=n)
+            got = torch.as_tensor(call(logits, {"inputs": inputs}))
+            if got.shape != (*inputs.shape, capstone.VOCAB_SIZE) or not bool(torch.isfinite(got).all()):
+                raise Mismatch(f"your decoder's logits must be finite, of shape {(*inputs.shape, capstone.VOCAB_SIZE)}; "
+                               f"got {tuple(got.shape)}.")
+            losses.append(F.cross_entropy(got.double().flatten(0, 1), targets.flatten(), ignore_index=-100).item())
+        loss = sum(losses) / len(losses)
+        if not loss < DECODER_THRESHOLD:
+            raise Mismatch(f"after {DECODER_STEPS} training steps your decoder's held-out loss on the copied words is "
+                           f"{loss:.2f} nats, above the threshold {DECODER_THRESHOLD} (the course's blocks reach about "
+                           "1.4; tokens that cannot read each other stay at ln 16 = 2.77). Look at your LMBlock: the "
+                           "causal attention and both residual additions.")
+        return 4
+
+    return run_check("decoder_training", trials)
+
+
 def _piece_checks() -> dict:
     from attn_lib.course import mine
 
-    return {f"check_piece_{p.name}": p.check for p in mine.PIECES}
+    return {**{f"check_piece_{p.name}": p.check for p in mine.PIECES}, "check_piece_decoder_training":
+            check_decoder_training}
 
 
 def check_for(name: str):
@@ -164,7 +243,9 @@ def points() -> dict[str, float]:
         import tomllib
 
         overrides = tomllib.loads(toml.read_text())
-    return {f"piece_{p.name}": float(overrides.get(f"piece_{p.name}", PIECE_POINTS)) for p in graded_pieces()}
+    out = {f"piece_{p.name}": float(overrides.get(f"piece_{p.name}", PIECE_POINTS)) for p in graded_pieces()}
+    out[DECODER_ID] = float(overrides.get(DECODER_ID, DECODER_POINTS))
+    return out
 
 
 def package_files(folder: Path) -> dict[str, str]:
@@ -197,12 +278,20 @@ def pieces_notebook(files: dict[str, str]) -> dict:
     pieces = graded_pieces()
     pts = points()
     modules = sorted({p.module for p in pieces})
-    cells = [_cell(_SETUP.format(files=json.dumps(files), modules=modules, dtypes=DTYPES),
+    from attn_lib.course import mine
+
+    decoder_module = next(p.module for p in mine.PIECES if p.name == "LMBlock")
+    modules = sorted(set(modules) | {decoder_module})
+    cells = [_cell(_SETUP.format(files=json.dumps(files), modules=modules, dtypes=DTYPES,
+                                 decoder_module=decoder_module, decoder_steps=DECODER_STEPS),
                    {"grade": False, "solution": False, "locked": True, "grade_id": "my_attn_setup"})]
     for p in pieces:
         cells.append(_cell(f"attn_lib.course.exercises.check_piece_{p.name}(_mine({p.module!r}, {p.name!r}))",
                            {"grade": True, "solution": False, "locked": True, "grade_id": f"piece_{p.name}",
                             "points": pts[f"piece_{p.name}"]}))
+    cells.append(_cell("attn_lib.course.exercises.check_piece_decoder_training(_decoder_logits)",
+                       {"grade": True, "solution": False, "locked": True, "grade_id": DECODER_ID,
+                        "points": pts[DECODER_ID]}))
     return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 

@@ -33,7 +33,9 @@ def test_every_function_piece_is_graded_and_the_rest_are_named():
     assert {"softmax", "scaled_dot_product_attention", "grouped_query_attention", "tiled_attention"} <= graded
     assert set(pieces.ungraded_pieces()) == {"BPETokenizer", "MultiHeadAttention", "EncoderBlock", "DecoderBlock",
                                               "KVCache", "flash_forward", "LMBlock", "DecoderLM", "RingKVCache"}
-    assert all(v == pieces.PIECE_POINTS for v in pieces.points().values())
+    pts = pieces.points()
+    assert pts.pop(pieces.DECODER_ID) == pieces.DECODER_POINTS
+    assert all(v == pieces.PIECE_POINTS for v in pts.values())
 
 
 def test_the_worked_solution_gets_full_points(library):
@@ -63,6 +65,22 @@ def test_a_broken_piece_loses_its_points_only(library, tmp_path):
     assert lost == {"piece_scaled_dot_product_attention"} | windows, lost
     assert "scale=0.0 was treated as the default" in result["messages"]["piece_scaled_dot_product_attention"]
     assert all("not written" in result["messages"][k] for k in windows), [result["messages"][k] for k in windows]
+
+
+def test_a_broken_block_fails_the_decoder_threshold(library, tmp_path):
+    """An LMBlock that drops its attention's output (tokens cannot read each other) trains to about ln 16: the
+    decoder's points are lost with the threshold's hint; every function piece keeps its points."""
+    pkg = tmp_path / "my_attn"
+    shutil.copytree(SOLVED, pkg)
+    lm = (pkg / "models" / "lm.py").read_text()
+    broken = lm.replace("        x = x + a\n", "        x = x + 0 * a\n", 1)
+    assert broken != lm
+    (pkg / "models" / "lm.py").write_text(broken)
+    result = _grade(pkg, library)
+    lost = {k for k, v in result["scores"].items() if v != result["max"][k]}
+    assert lost == {pieces.DECODER_ID}, lost
+    message = result["messages"][pieces.DECODER_ID]
+    assert f"above the threshold {pieces.DECODER_THRESHOLD}" in message and "residual" in message, message
 
 
 def test_autograde_grades_the_packages_into_the_gradebook(tmp_path):
@@ -113,4 +131,6 @@ def test_the_pieces_inputs_are_salted(monkeypatch):
 def test_the_teaching_guide_says_what_is_graded():
     text = " ".join((ROOT / "docs" / "teaching.md").read_text().split())
     assert f"{pieces.PIECE_POINTS} points for each function piece" in text
+    assert (f"trained for {pieces.DECODER_STEPS} steps in the sandbox, {pieces.DECODER_POINTS:g} points when its "
+            f"held-out copy loss is below {pieces.DECODER_THRESHOLD} nats") in text
     assert "the Triton kernel are not graded there yet" in text and "flash_forward" in pieces.ungraded_pieces()
