@@ -26,6 +26,7 @@ from pathlib import Path
 ASSIGNMENT = "my_attn"
 PIECE_POINTS = 5  # a piece is a function the learner writes and the course then runs on: half an exercise's 10
 MAX_FILE_BYTES = 200_000  # per module of the student's package
+MAX_FILES = 200  # modules read from one package (the course's has 21): the job stays far below a message's 64 MB
 NOT_GRADED_HERE = {"flash_forward"}  # checked by watching Triton's launcher in the checking process
 
 _SETUP = '''\
@@ -250,9 +251,12 @@ def points() -> dict[str, float]:
 
 def package_files(folder: Path) -> dict[str, str]:
     """The student's package as {relative path: text}: every ``.py`` file under ``folder`` (``my_attn/``),
-    links and oversized files left out (the grader reads them as data; nothing of it runs here)."""
+    links and oversized files left out, at most :data:`MAX_FILES` (the grader reads them as data; nothing of it
+    runs here)."""
     files = {}
     for path in sorted(folder.rglob("*.py")):
+        if len(files) >= MAX_FILES:
+            break
         if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
             continue
         rel = path.relative_to(folder)

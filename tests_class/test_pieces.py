@@ -134,3 +134,17 @@ def test_the_teaching_guide_says_what_is_graded():
     assert (f"trained for {pieces.DECODER_STEPS} steps in the sandbox, {pieces.DECODER_POINTS:g} points when its "
             f"held-out copy loss is below {pieces.DECODER_THRESHOLD} nats") in text
     assert "the Triton kernel are not graded there yet" in text and "flash_forward" in pieces.ungraded_pieces()
+
+
+def test_package_files_reads_only_regular_modules(tmp_path, monkeypatch):
+    pkg = tmp_path / "my_attn"
+    shutil.copytree(STUBS, pkg)
+    (pkg / "secret.py").symlink_to(ROOT / "notebooks" / "solutions" / "my_attn" / "attention.py")
+    (pkg / "huge.py").write_text("x = 1\n" * (pieces.MAX_FILE_BYTES // 6 + 1))
+    (pkg / "__pycache__").mkdir(exist_ok=True)
+    (pkg / "__pycache__" / "cached.py").write_text("")
+    files = pieces.package_files(pkg)
+    assert "my_attn/attention.py" in files and "my_attn/models/lm.py" in files
+    assert not {"my_attn/secret.py", "my_attn/huge.py", "my_attn/__pycache__/cached.py"} & set(files)
+    monkeypatch.setattr(pieces, "MAX_FILES", 3)
+    assert len(pieces.package_files(pkg)) == 3
