@@ -474,6 +474,13 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
     out.mkdir(parents=True, exist_ok=True)
     library = library_dir(Path(tempfile.mkdtemp(prefix="attn-sandbox-lib-")))
     released = {a: _read(release_dir / a / f"{a}.ipynb") for a in assignments}
+    from classroom import pieces  # the students' own my_attn/ packages, graded piece by piece
+
+    packages = pieces.find_packages(submissions)
+    if packages:
+        released[pieces.ASSIGNMENT] = pieces.pieces_notebook({})
+        with Gradebook(f"sqlite:///{(course_dir / 'gradebook.db').resolve()}") as gb:
+            pieces.register_in_gradebook(gb)
     lock = threading.Lock()
     rows: list[Row] = []
     timeout = cell_timeout()
@@ -496,8 +503,12 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
                       "flags": [f"could not grade: {path}"]}
         else:
             try:
-                result = grade_one_notebook(student, notebook, path, release_dir, library, out,
-                                            cell_timeout=timeout, budget_s=student_timeout, salt=salt)
+                if notebook == pieces.ASSIGNMENT:
+                    result = pieces.grade_package(student, path, library, out, cell_timeout=timeout,
+                                                  budget_s=student_timeout, salt=salt)
+                else:
+                    result = grade_one_notebook(student, notebook, path, release_dir, library, out,
+                                                cell_timeout=timeout, budget_s=student_timeout, salt=salt)
             except KeyboardInterrupt:
                 return
             except Exception as e:  # noqa: BLE001 - one submission's error never stops the class
@@ -520,6 +531,7 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
         print(f"graded {student} / {notebook} in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     items = [(s, nb, p) for s, nbs in found.items() for nb, p in nbs.items()]
+    items += [(s, pieces.ASSIGNMENT, p) for s, p in packages.items()]
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         for future in [pool.submit(grade, item) for item in items]:

@@ -68,7 +68,7 @@ def _attention(q, k, v, scale=None, bias=None, *, scale_as=None, bias_as=None):
 def test_check_attention():
     # right: written out, and torch's own function (the check's reference) with the same arguments
     assert check_attention(_attention)
-    assert "passed on 5 fresh inputs" in repr(check_attention(
+    assert "passed on 6 fresh inputs" in repr(check_attention(
         lambda q, k, v, scale=None, bias=None: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=bias, scale=scale)))
     # the mistakes of the 3-argument attention still get their hints (the first trial uses the defaults)

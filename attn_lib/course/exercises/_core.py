@@ -361,6 +361,9 @@ def _patch_message(patched: list[str], *, before: bool) -> str:
 _T_WARNING = "The use of `x.T` on tensors of dimension other than 2"
 HINT_DOT_T = ("you used .T on a tensor with more than 2 dimensions: .T reverses ALL the dimensions (and is "
               "deprecated there); to swap the last two use .transpose(-2, -1) (or .mT).")
+HINT_SCALE_ZERO = ("scale=0.0 was treated as the default: 0.0 is a scale like any other (every score 0, so every "
+                   "key gets the same weight), and only scale=None means 1/sqrt(E). Test `scale is None`; "
+                   "`scale or 1 / math.sqrt(E)` replaces 0.0, which is falsy.")
 
 
 def _shape_notes(extra: str | None) -> str:

@@ -15,6 +15,7 @@ import torch
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.course.exercises._core import _LearnerError
 from attn_lib.course.exercises._core import as_tensor as _as_tensor
+from attn_lib.course.exercises._core import HINT_SCALE_ZERO
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.positional import alibi_bias
 
@@ -170,9 +171,10 @@ def check_attention(attention) -> CheckResult:
     ``scale`` multiplies the scores Q·Kᵀ (None: 1/sqrt(d_k)); ``bias`` is None or a float64 tensor broadcastable to
     the scores (..., L, S), added to the scaled scores before the softmax: the semantics of
     ``torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=scale)`` with a
-    float ``attn_mask``, which gives the expected output (in float64). Tried on 5 fresh inputs: once with three
+    float ``attn_mask``, which gives the expected output (in float64). Tried on 6 fresh inputs: once with three
     arguments (the defaults), then with a scale, an (L, S) bias, notebook 02's ALiBi bias (H, L, S) for a batch of
-    heads, and a bias (B, 1, S) per sequence and key (scores (B, L, S); with heads it would be (B, 1, 1, S)). The
+    heads, a bias (B, 1, S) per sequence and key (scores (B, L, S); with heads it would be (B, 1, 1, S)), and
+    scale=0.0 (a scale, not the default: uniform weights). The
     hints name the typical mistakes: a scale ignored, divided by, applied on top of 1/sqrt(d_k) or twice; the
     default 1/sqrt(d_k) taken from the wrong dimension; a bias added before the scaling, after the softmax,
     transposed, subtracted or multiplied.
@@ -183,6 +185,7 @@ def check_attention(attention) -> CheckResult:
         ((), 5, 5, 8, 4, None, "random"),
         ((2, 3), 4, 6, 16, 5, 0.3, "alibi"),  # 0.3, not 1/sqrt(16) = 0.25: a scale ignored must show
         ((2,), 3, 7, 8, 2, 2.0, "keys"),
+        ((), 4, 5, 8, 3, 0.0, None),  # scale 0.0 is a scale (uniform weights), not "use the default"
     ]
 
     def trials():
@@ -210,8 +213,10 @@ def check_attention(attention) -> CheckResult:
             if got.shape == w.shape and got.shape != want.shape:
                 raise Mismatch("you returned the weights (..., L, S); multiply them by value to get the output "
                                "(..., L, d_v).")
-            expect_close(got, want, what="the attention output", wrong_answers=_attention_variants(q, k, v, used, bias),
-                         dtype=q.dtype)
+            wrong = _attention_variants(q, k, v, used, bias)
+            if used == 0.0:
+                wrong = [(_F_sdpa(q, k, v, attn_mask=bias), HINT_SCALE_ZERO), *wrong]
+            expect_close(got, want, what="the attention output", wrong_answers=wrong, dtype=q.dtype)
         return len(trials_)
 
     return run_check("check_attention", trials, success="Your attention equals torch's "

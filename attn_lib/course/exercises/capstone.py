@@ -49,6 +49,9 @@ HINT_SAMPLE_TIMES = "you multiplied by the temperature; divide the logits by it:
 HINT_SAMPLE_ARGMAX = ("with temperature > 0 you must draw at random: torch.multinomial(probs, 1, generator=generator); "
                       "you always returned the same token.")
 HINT_SAMPLE_NO_T = "the draws ignore the temperature: sample from softmax(logits / temperature), not softmax(logits)."
+HINT_SAMPLE_GENERATOR = ("draw with the generator you are given, torch.multinomial(probs, 1, generator=generator): two "
+                         "generators with the same seed must give the same tokens, and another seed other tokens (a "
+                         "draw from the global random state, or from a generator seeded inside sample, does not).")
 
 
 def _run(fn, args):
@@ -175,7 +178,8 @@ def check_train_step(train_step_fn) -> CheckResult:
 
 def check_sample(sample_fn) -> CheckResult:
     """Check ``sample(logits, temperature, top_k, generator) -> (B,) int64``: the argmax at temperature 0, else a
-    draw from ``softmax(top_k_filter(logits / temperature))`` (top_k None: all tokens); ``generator`` for the draws."""
+    draw from ``softmax(top_k_filter(logits / temperature))`` (top_k None: all tokens); ``generator`` for the draws,
+    and nothing else: two generators with the same seed give the same tokens, another seed other tokens."""
     def draws(logits_row, T, k, g, n=6000):
         got = call(sample_fn, {"logits": logits_row.expand(n, -1).clone(), "temperature": T, "top_k": k,
                                "generator": g}, mutates=("generator",))
@@ -220,6 +224,10 @@ def check_sample(sample_fn) -> CheckResult:
                 raise Mismatch(HINT_SAMPLE_NO_T)
             raise Mismatch(f"at temperature {T}, top_k {k} the draws' frequencies {[round(v, 2) for v in f.tolist()]} "
                            f"are far from softmax(top-k logits / T) = {[round(v, 2) for v in want.tolist()]}.")
-        return 5
+        # the generator is the only source of randomness: the same seed replays the tokens, another seed does not
+        same = [draws(row, 1.0, None, torch.Generator().manual_seed(seed), n=300) for seed in (11, 11, 12)]
+        if not torch.equal(same[0], same[1]) or torch.equal(same[0], same[2]):
+            raise Mismatch(HINT_SAMPLE_GENERATOR)
+        return 5  # the replays draw from trial 2's row again: not fresh inputs
 
     return run_check("check_sample", trials)

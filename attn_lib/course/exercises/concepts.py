@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from dataclasses import dataclass, field
 
 from attn_lib.course.exercises._core import CheckResult
@@ -50,6 +51,9 @@ class Question:
         hints: wrong choice key -> hint (multiple choice); ``"low"``/``"high"`` -> hint (number).
         explanation: why the answer is right; shown when the prediction is right, and in the teacher's guide.
         tolerance: absolute tolerance of a number answer.
+        reveals: what would give the answer away if the notebook showed it before the question: each a string
+            (found case-insensitively, whitespace collapsed) or a compiled regular expression, searched in the
+            source and text outputs of every cell above the question (tests/course/test_prediction_order.py).
     """
 
     id: str
@@ -59,6 +63,7 @@ class Question:
     choices: dict[str, str] = field(default_factory=dict)
     hints: dict[str, str] = field(default_factory=dict)
     tolerance: float = 0.0
+    reveals: tuple[str | re.Pattern, ...] = ()
 
     def __post_init__(self):
         if self.answer is None:

@@ -17,6 +17,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from attn_lib.attention import scaled_dot_product_attention as _ref_sdpa
+from attn_lib.course.exercises._core import HINT_SCALE_ZERO, _LearnerError
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.masks import causal_mask as _ref_causal_mask
 from attn_lib.masks import padding_mask as _ref_padding_mask
@@ -168,14 +169,15 @@ def check_piece_softmax(fn) -> CheckResult:
 
 def check_piece_scaled_dot_product_attention(fn) -> CheckResult:
     """my_attn.attention.scaled_dot_product_attention against attn_lib's (= torch's) in float64: no mask, a bool
-    mask, a float mask, is_causal with L != S, a given scale. Both results: output and weights.
+    mask, a float mask, is_causal with L != S, a given scale, scale=0.0 (torch's all-zero scores, or a ValueError as
+    attn_lib's; not the default). Both results: output and weights.
 
     It fails when the learner's code calls torch's scaled_dot_product_attention.
     Raises: nothing; a wrong answer is a failed CheckResult with a hint.
     """
     def trials():
         cases = [dict(), dict(mask="bool"), dict(mask="float"), dict(is_causal=True), dict(scale=0.3),
-                 dict(mask="a row blocked")]
+                 dict(mask="a row blocked"), dict(scale=0.0)]
         for t, case in enumerate(cases):
             g = fresh_generator("scaled_dot_product_attention", t)
             B, H, L, S, E, Ev = 2, 3, 4 + t % 2, 6 - (t == 3), 8, 5
@@ -190,9 +192,17 @@ def check_piece_scaled_dot_product_attention(fn) -> CheckResult:
             elif case.get("mask") == "float":
                 mask = _randn(g, L, S)
             kw = dict(is_causal=case.get("is_causal", False), scale=case.get("scale"))
-            want_out, want_w = _ref_sdpa(q, k, v, mask, **kw)
-            got = _watched_call(fn, {"query": q, "key": k, "value": v, "attn_mask": mask}, _SDPAS,
-                                "scaled_dot_product_attention", **kw)
+            if kw["scale"] == 0.0:  # attn_lib refuses 0.0 (ValueError); torch's scores are all 0: Q·0 scaled by 1
+                want_out, want_w = _ref_sdpa(q * 0, k, v, mask, is_causal=kw["is_causal"], scale=1.0)
+            else:
+                want_out, want_w = _ref_sdpa(q, k, v, mask, **kw)
+            try:
+                got = _watched_call(fn, {"query": q, "key": k, "value": v, "attn_mask": mask}, _SDPAS,
+                                    "scaled_dot_product_attention", **kw)
+            except _LearnerError as e:
+                if kw["scale"] == 0.0 and isinstance(e.error, ValueError):
+                    continue  # refusing scale=0.0, as attn_lib does, is right too; using the default is not
+                raise
             if not isinstance(got, (tuple, list)) or len(got) != 2:
                 raise Mismatch("return a pair (output, weights), as attn_lib's scaled_dot_product_attention does.")
             what = f"case {t + 1} ({', '.join(f'{a}={b}' for a, b in case.items()) or 'no mask'})"
@@ -200,9 +210,12 @@ def check_piece_scaled_dot_product_attention(fn) -> CheckResult:
             if case.get("mask") == "a row blocked" and not bool(torch.isfinite(torch.as_tensor(got[0])).all()):
                 raise Mismatch("a query whose keys are all masked gave NaN: attn_lib's rule is weights 0 and output 0 "
                                "for such a row (softmax alone divides 0 by 0).")
+            wrong = [(no_scale, "the scores are not scaled: multiply Q·Kᵀ by scale (1/sqrt(E) when scale is None) "
+                                "before the softmax.")]
+            if kw["scale"] == 0.0:
+                wrong.insert(0, (_ref_sdpa(q, k, v, mask, is_causal=kw["is_causal"])[1], HINT_SCALE_ZERO))
             expect_close(got[1], want_w, what=f"the weights of {what}", atol=1e-9, rtol=1e-7, dtype=torch.float64,
-                         wrong_answers=[(no_scale, "the scores are not scaled: multiply Q·Kᵀ by scale (1/sqrt(E) when "
-                                                   "scale is None) before the softmax.")])
+                         wrong_answers=wrong)
             expect_close(got[0], want_out, what=f"the output of {what}", atol=1e-9, rtol=1e-7, dtype=torch.float64)
         # enable_gqa: 4 query heads read 2 key/value heads
         g = fresh_generator("scaled_dot_product_attention", len(cases))

@@ -23,6 +23,7 @@ import attn_lib.mha as _mha
 import attn_lib.tiled as _tiled
 from attn_lib import attention as _attention
 from attn_lib.course.exercises import tiled as _ex_tiled
+from attn_lib.course.exercises._core import HINT_SCALE_ZERO, _LearnerError
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.course.exercises.pieces import Piece
 
@@ -155,7 +156,8 @@ def check_piece_repeat_kv(fn) -> CheckResult:
 
 def check_piece_grouped_query_attention(fn) -> CheckResult:
     """my_attn.gqa.grouped_query_attention against attn_lib's (= torch's SDPA with enable_gqa) in float64: no mask,
-    bool, float and blocked-row masks, is_causal with L < S, a scale, MQA, plain MHA, a decoding step.
+    bool, float and blocked-row masks, is_causal with L < S, a scale, scale=0.0 (not the default), MQA, plain MHA,
+    a decoding step.
 
     It fails when the learner's code calls torch's or attn_lib's scaled_dot_product_attention, attn_lib's
     grouped_query_attention, or repeats the keys and values (repeat, repeat_interleave, attn_lib's repeat_kv).
@@ -167,7 +169,7 @@ def check_piece_grouped_query_attention(fn) -> CheckResult:
         #        (B, Hq, Hkv, L, S, case)
         cases = [(2, 4, 2, 5, 5, "none"), (2, 6, 3, 4, 6, "bool"), (1, 4, 2, 3, 5, "float"),
                  (2, 4, 2, 3, 6, "causal"), (1, 4, 1, 4, 4, "scale"), (2, 3, 3, 4, 5, "bool"),
-                 (2, 8, 2, 1, 7, "decode"), (1, 4, 2, 3, 4, "blocked")]
+                 (2, 8, 2, 1, 7, "decode"), (1, 4, 2, 3, 4, "blocked"), (1, 4, 2, 3, 5, "scale 0")]
         for t, (B, Hq, Hkv, L, S, case) in enumerate(cases):
             g = fresh_generator("grouped_query_attention", t)
             q, k, v = _randn(g, B, Hq, L, 8), _randn(g, B, Hkv, S, 8), _randn(g, B, Hkv, S, 5)
@@ -182,16 +184,28 @@ def check_piece_grouped_query_attention(fn) -> CheckResult:
             elif case == "blocked":
                 mask = torch.ones(B, Hq, L, S, dtype=torch.bool)
                 mask[0, 1, 2] = False
-            kw = {"is_causal": case == "causal", "scale": 0.3 if case == "scale" else None}
-            want = _REF["grouped_query_attention"](q, k, v, mask, **kw)
-            got = _pair(_guarded(fn, {"query": q, "key": k, "value": v, "attn_mask": mask}, "grouped_query_attention",
-                                 torch_watched=watched, **kw), "grouped_query_attention")
+            kw = {"is_causal": case == "causal", "scale": {"scale": 0.3, "scale 0": 0.0}.get(case)}
+            if kw["scale"] == 0.0:  # attn_lib refuses 0.0 (ValueError); torch's scores are all 0: Q·0 scaled by 1
+                want = _REF["grouped_query_attention"](q * 0, k, v, mask, is_causal=kw["is_causal"], scale=1.0)
+            else:
+                want = _REF["grouped_query_attention"](q, k, v, mask, **kw)
+            try:
+                got = _pair(_guarded(fn, {"query": q, "key": k, "value": v, "attn_mask": mask},
+                                     "grouped_query_attention", torch_watched=watched, **kw), "grouped_query_attention")
+            except _LearnerError as e:
+                if kw["scale"] == 0.0 and isinstance(e.error, ValueError):
+                    continue  # refusing scale=0.0, as attn_lib does, is right too; using the default is not
+                raise
             what = f"case {t + 1} ({case}: {Hq} query heads, {Hkv} key/value heads, L={L}, S={S})"
             G = Hq // Hkv
-            cycled = _REF["sdpa"](q, k.repeat(1, G, 1, 1), v.repeat(1, G, 1, 1), mask, **kw)
             cycling = ("query head j reads key/value head j // G (G = Hq / Hkv query heads per group, consecutive): "
                        "the groups are (0..G-1), (G..2G-1), ..., not j % Hkv.")
-            wrong = [(cycled[1], cycling)] if G > 1 else []
+            wrong = []
+            if G > 1 and kw["scale"] != 0.0:
+                cycled = _REF["sdpa"](q, k.repeat(1, G, 1, 1), v.repeat(1, G, 1, 1), mask, **kw)
+                wrong.append((cycled[1], cycling))
+            if kw["scale"] == 0.0:
+                wrong.insert(0, (_REF["grouped_query_attention"](q, k, v, mask)[1], HINT_SCALE_ZERO))
             wrong.append((_REF["sdpa"](q, k, v, mask, is_causal=kw["is_causal"], scale=1.0, enable_gqa=True)[1],
                           "the scores are not scaled: multiply Q·Kᵀ by scale (1/sqrt(E) when scale is None)."))
             if case == "causal":
@@ -363,7 +377,7 @@ def check_piece_merge_states(fn) -> CheckResult:
 def check_piece_tiled_attention(fn) -> CheckResult:
     """my_attn.tiled.tiled_attention against attn_lib's (= torch's SDPA) in float64, on the subset of options the
     stub's docstring names: ragged tiles, is_causal top-left and bottom-right, a bool padding mask with GQA,
-    a scale with 1 × 1 tiles, rows that see no key (output 0, lse -inf), return_lse.
+    a scale with 1 × 1 tiles, scale=0.0 (not the default), rows that see no key (output 0, lse -inf), return_lse.
 
     It fails when a matrix product builds more than ``block_k`` scores of a row (the (L, S) matrix), and when the
     learner's code calls torch's or attn_lib's attention.
@@ -378,7 +392,7 @@ def check_piece_tiled_attention(fn) -> CheckResult:
                                         "enable_gqa": True}),
                  (1, 3, 3, 4, 6, 1, 1, {"scale": 0.5}), (1, 2, 2, 6, 4, 3, 2, {"is_causal": True,
                                                                                 "causal_align": "bottom_right"}),
-                 (2, 1, 1, 5, 6, 256, 512, {})]
+                 (2, 1, 1, 5, 6, 256, 512, {}), (1, 2, 2, 4, 6, 2, 2, {"scale": 0.0})]
         for t, (B, H, Hkv, L, S, bq, bk, opts) in enumerate(cases):
             g = fresh_generator("tiled_attention", t)
             q, k, v = _randn(g, B, H, L, 3), _randn(g, B, Hkv, S, 3), _randn(g, B, Hkv, S, 5)
@@ -386,11 +400,19 @@ def check_piece_tiled_attention(fn) -> CheckResult:
             if opts.get("mask"):
                 lengths = torch.tensor([S, S - 2])
                 kw["attn_mask"] = (torch.arange(S)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, S)
-            want = _REF["tiled_attention"](q, k, v, return_lse=True, **kw)
+            if kw.get("scale") == 0.0:  # attn_lib refuses 0.0 (ValueError); torch's scores are all 0: Q·0 by 1
+                want = _REF["tiled_attention"](q * 0, k, v, return_lse=True, **{**kw, "scale": 1.0})
+            else:
+                want = _REF["tiled_attention"](q, k, v, return_lse=True, **kw)
             guard = _Guard({**_SDPA}, keys=S if S > bk else 0)
-            got = _pair(_guarded(fn, {"query": q, "key": k, "value": v}, "tiled_attention", guard=guard,
-                                 return_lse=True, block_q=bq, block_k=bk, **kw),
-                        "tiled_attention(..., return_lse=True)")
+            try:
+                got = _pair(_guarded(fn, {"query": q, "key": k, "value": v}, "tiled_attention", guard=guard,
+                                     return_lse=True, block_q=bq, block_k=bk, **kw),
+                            "tiled_attention(..., return_lse=True)")
+            except _LearnerError as e:
+                if kw.get("scale") == 0.0 and isinstance(e.error, ValueError):
+                    continue  # refusing scale=0.0, as attn_lib does, is right too; using the default is not
+                raise
             what = f"case {t + 1} (L={L}, S={S}, blocks {bq} × {bk}, {kw or 'no options'})"
             if guard.whole:
                 raise Mismatch(f"{what}: a matrix product gave the scores against all S = {S} keys at once, more "
@@ -409,8 +431,11 @@ def check_piece_tiled_attention(fn) -> CheckResult:
                 rep = {**kw, "enable_gqa": False}
                 wrong.append((_REF["tiled_attention"](q, k.repeat(1, G, 1, 1), v.repeat(1, G, 1, 1), **rep),
                               "query head h reads key/value head h // G (consecutive groups), not h % Hkv."))
-            wrong.append((_REF["tiled_attention"](q, k, v, **{**kw, "scale": 1.0}),
-                          "the scores are not scaled: multiply q·kᵀ by scale (1/sqrt(E) when None)."))
+            if kw.get("scale") == 0.0:
+                wrong.append((_REF["tiled_attention"](q, k, v, **{**kw, "scale": None}), HINT_SCALE_ZERO))
+            else:
+                wrong.append((_REF["tiled_attention"](q, k, v, **{**kw, "scale": 1.0}),
+                              "the scores are not scaled: multiply q·kᵀ by scale (1/sqrt(E) when None)."))
             expect_close(got[0], want[0], what=f"the output of {what}", atol=1e-10, rtol=1e-8, dtype=torch.float64,
                          wrong_answers=wrong)
             expect_close(got[1], want[1], what=f"the log-sum-exp of {what}", atol=1e-10, rtol=1e-8,
@@ -450,7 +475,8 @@ def check_piece_flash_forward(fn) -> CheckResult:
     """my_attn.flash.flash_forward, the learner's FlashAttention-2 forward kernel in Triton, run by Triton's
     interpreter on CPU float32 tensors, against torch's scaled_dot_product_attention (and the log-sum-exp of the
     scaled scores) computed in float64: ragged tiles, L < S and L > S, is_causal (top-left) with L = S and L != S,
-    a given scale, head_dim 16 and 32, tiles of 16 and 32. Tolerance 1e-4 (float32 accumulation).
+    a given scale, scale=0.0 (not the default), head_dim 16 and 32, tiles of 16 and 32. Tolerance 1e-4 (float32
+    accumulation).
 
     It fails when no Triton kernel runs during the call (Triton's ``GridExecutor`` is watched), when the launcher
     computes attention in torch (matrix products, exp, softmax) or calls attn_lib's kernels, flash_attention or
@@ -466,7 +492,7 @@ def check_piece_flash_forward(fn) -> CheckResult:
         #        (B, H, L, S, D, is_causal, scale, block_m, block_n)
         cases = [(1, 2, 20, 20, 16, False, None, 16, 16), (2, 1, 33, 17, 16, False, 0.3, 16, 16),
                  (1, 2, 24, 24, 32, True, None, 16, 16), (1, 1, 5, 40, 16, True, None, 16, 32),
-                 (1, 1, 37, 21, 16, True, None, 32, 16)]
+                 (1, 1, 37, 21, 16, True, None, 32, 16), (1, 1, 8, 12, 16, False, 0.0, 16, 16)]
         for t, (B, H, L, S, D, causal, scale, bm, bn) in enumerate(cases):
             g = fresh_generator("flash_forward", t)
             q, k, v = (_randn(g, B, H, n, D, dtype=torch.float32) for n in (L, S, S))
@@ -488,8 +514,11 @@ def check_piece_flash_forward(fn) -> CheckResult:
             rows = allowed.any(-1)  # torch's gives NaN on a row that sees no key; there the course's rule is 0
             assert torch.allclose(want[..., rows, :], torchs[..., rows, :], atol=1e-12)
             what = f"case {t + 1} (L={L}, S={S}, head_dim={D}, is_causal={causal}, scale={scale}, tiles {bm}×{bn})"
-            wrong = [(torch.exp(logits / sc - (logits / sc).logsumexp(-1, keepdim=True)) @ v64,
-                      "the scores are not scaled: multiply q·kᵀ by scale (1/sqrt(head_dim) when None).")]
+            wrong = [] if sc == 0.0 else [(torch.exp(logits / sc - (logits / sc).logsumexp(-1, keepdim=True)) @ v64,
+                                           "the scores are not scaled: multiply q·kᵀ by scale (1/sqrt(head_dim) "
+                                           "when None).")]
+            if scale == 0.0:
+                wrong.append((_F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal), HINT_SCALE_ZERO))
             if causal and L != S:
                 br = (q64 @ k64.transpose(-2, -1) * sc).masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(S - L),
                                                                     -math.inf)

@@ -7,6 +7,8 @@ and asked in its notebook with ``attn_lib.course.exercises.check_prediction("NN.
 derives every answer independently.
 """
 
+import re
+
 from attn_lib.course.exercises.concepts import Question, register
 
 
@@ -16,6 +18,7 @@ from attn_lib.course.exercises.concepts import Question, register
 
 register(Question(
     id="00.uniform_row",
+    reveals=("one ninth", re.compile(r"\b1\s*/\s*9\b"), re.compile(r"\b0?\.111")),
     prompt="A head gives a query equal scores for all 9 tokens of the sentence. What weight does each token get?",
     answer=1 / 9,
     tolerance=0.002,
@@ -33,6 +36,7 @@ register(Question(
 
 register(Question(
     id="01.second_merge",
+    reveals=(re.compile(r"9 \+ 10 = 19"), re.compile(r"h \+ ug[^.]{0,70}\b19\b"), re.compile(r"\b19\b[^.]{0,40}h \+ ug")),
     prompt=("In the toy corpus (hug 9, pug 6, pun 7, bun 8), suppose hugs occurred 10 times instead of 3. BPE still "
             "merges u + g first. Which pair does it merge second?"),
     choices={"a": "u + n, as with hugs 3 times", "b": "h + ug", "c": "ug + s", "d": "h + u"},
@@ -62,6 +66,8 @@ register(Question(
 
 register(Question(
     id="03.scale_by_dk",
+    reveals=("d_k instead of", "shrink 8 times", "8 times smaller", re.compile(r"(scores|s)\s*/\s*(d_k|64)\b"),
+             re.compile(r"(divid\w*|scal\w*) by \$?d_k\b(?!\})[^.]{0,80}(flat|uniform)")),
     prompt=("Divide the scores by d_k = 64 instead of sqrt(d_k) = 8. Compared with the usual scaling, "
             "the attention weights of a row become ..."),
     choices={"a": "sharper (closer to one-hot)", "b": "flatter (closer to uniform)", "c": "exactly the same"},
@@ -83,6 +89,9 @@ register(Question(
 
 register(Question(
     id="04.left_padding_nan",
+    reveals=("nothing to attend to", re.compile(r"padded (query |queries )?rows?[^.]{0,40}(nan|zero)", re.I),
+             re.compile(r"only keys[^.]{0,80}padding too"),
+             re.compile(r"padded quer\w+.{0,60}keys.{0,20}are padding")),
     prompt=("A short sentence is LEFT-padded (its [PAD]s come first) and the mask is padding AND causal. A naive "
             "softmax over scores with -inf at blocked positions gives NaN rows. Which rows?"),
     choices={
@@ -104,6 +113,8 @@ register(Question(
 
 register(Question(
     id="04.rope_swap",
+    reveals=("signed offset", "sign of the offset", "the sign matters", re.compile(r"offset\s*[-−]\d"),
+             re.compile(r"rope_score\(\s*5\s*,\s*2\s*\)")),
     prompt=("With RoPE, score a query q at position 5 against a key k at position 2; then the same q at position 2 "
             "against the same k at position 5. The two scores are ..."),
     choices={"a": "the same: both pairs are 3 positions apart",
@@ -129,6 +140,8 @@ register(Question(
 
 register(Question(
     id="05.params_of_heads",
+    reveals=("1,050,624", "1050624", "1_050_624", "787,968", "as many parameters as", "cost no more parameters",
+             "costs nothing extra", re.compile(r"same number of (parameters|weights)")),
     prompt=("A multi-head attention layer with d_model = 512 and 8 heads (head_dim 64), with biases. "
             "Compared with one attention head of width 512 that also has biases and an output matrix W_O, it has ..."),
     choices={"a": "8 times as many parameters", "b": "exactly as many parameters", "c": "8 times fewer parameters"},
@@ -151,6 +164,8 @@ register(Question(
 
 register(Question(
     id="06.lazy_dog_by_position",
+    reveals=(re.compile(r"(one token ahead|next-token head)[^.]{0,80}lazy\s*(→|->)\s*dog"),
+             re.compile(r"lazy\s*(→|->)\s*dog[^.]{0,80}(neighbours|next-token|one token ahead)")),
     prompt=('In "The quick brown fox jumps over the lazy dog." a head puts much weight from "lazy" on "dog". '
             "Which head would do that by position alone, without knowing any grammar?"),
     choices={"a": "a previous-token head (query i looks at key i - 1)",
@@ -168,6 +183,9 @@ register(Question(
 
 register(Question(
     id="06.cls_weight_is_influence",
+    reveals=("a large weight is not a large influence", "no single head is indispensable",
+             re.compile(r"(big|large) weight but a small value"),
+             re.compile(r"value vectors? (is|are) small")),
     prompt=("Most heads of MiniLM put more than half of their attention weight on [CLS]. Switch off the head "
             "that puts the most weight there. The sentence embeddings ..."),
     choices={"a": "change a lot: that head carries the most information",
@@ -190,6 +208,9 @@ register(Question(
 
 register(Question(
     id="07.cross_attention_keys",
+    reveals=(re.compile(r"(cross-attention|target position)[^.]{0,80}(every|any) (real )?source (character|position)", re.I),
+             re.compile(r"cross-attention \|.{0,200}source padding only", re.I),
+             re.compile(r"every target position may (look at|read)")),
     prompt=("The source '12/31/99' (8 characters) is padded with 4 <pad> tokens to the batch's 12. While the decoder "
             "writes output character t, how many source positions may its cross-attention weigh above zero?"),
     answer=8,
@@ -208,6 +229,8 @@ register(Question(
 
 register(Question(
     id="08.cache_length",
+    reveals=("never fed back", re.compile(r"\b5 \+ 7\b"), re.compile(r"seq_len\s*==\s*12\b"),
+             re.compile(r"cache[^.]{0,40}\b12 positions")),
     prompt=("Greedy decoding with a KV cache: a prompt of 5 tokens, then 8 new tokens, one at a time. How many "
             "positions does each layer's cache hold at the end?"),
     answer=12.0,
@@ -229,6 +252,8 @@ register(Question(
 
 register(Question(
     id="09.causal_tiles",
+    reveals=("2080", "2 080", "2,080", re.compile(r"64 \* 65"),
+             re.compile(r"(causal|mask)[^.]{0,60}(about|roughly) half")),
     prompt=("Causal attention over N = 8192 tokens in 128 x 128 tiles (64 x 64 = 4096 tiles). How many tiles "
             "does FlashAttention compute?"),
     choices={"a": "all 4096: the mask is applied inside each tile", "b": "about half (2080)",
@@ -246,6 +271,8 @@ register(Question(
 
 register(Question(
     id="09.gqa_dk",
+    reveals=("sum over the group", "summed over the group", re.compile(r"\bdK\b[^.]{0,60}\bsum"),
+             re.compile(r"sum of the gradients through"), re.compile(r"adds? to the same dK")),
     prompt=("Grouped-query attention with H = 8 query heads and Hkv = 2 key/value heads: each key/value head is "
             "read by 4 query heads. The gradient dK of one key/value head is ..."),
     choices={"a": "the gradient through one of its query heads (the first)",
@@ -267,6 +294,8 @@ register(Question(
 
 register(Question(
     id="10.cache_query_rows",
+    reveals=("one query row", "one token per step", re.compile(r"only the (newest|new|last) token needs a query"),
+             re.compile(r"feeds? only the (newest|last|new) token")),
     prompt=("The capstone model generates with a KV cache. After a prompt of 5 tokens it has generated 14 "
             "more. To produce the next token, how many query rows does each attention layer compute?"),
     answer=1.0,
@@ -281,6 +310,8 @@ register(Question(
 
 register(Question(
     id="10.gqa_cache_size",
+    reveals=("gqa_cache_size(", "half the size", re.compile(r"key/value heads, not 4"),
+             re.compile(r"(halv\w*|half)[^.]{0,40}\bcache|\bcache[^.]{0,40}(halv\w*|half)")),
     prompt=("The capstone's attention has num_heads = 4 query heads and num_kv_heads = 2 key/value heads. "
             "Compared with a model with 4 key/value heads (plain multi-head attention), its KV cache is ..."),
     choices={"a": "the same size", "b": "half the size", "c": "a quarter of the size"},
@@ -295,6 +326,7 @@ register(Question(
 
 register(Question(
     id="10.self_only_deeper",
+    reveals=("any depth", "any number of layers", "depth adds"),
     prompt=("On the copy task the self-only model (every token attends only to itself) stays at ln 16 = 2.77 nats "
             "per word. Give it 8 layers instead of 2 and train it 10 times longer. Its held-out loss on the copied "
             "half becomes ..."),
@@ -318,6 +350,7 @@ register(Question(
 
 register(Question(
     id="11.mla_vs_mha",
+    reveals=("40,960", "40 960", "40960", re.compile(r"\b71(\.\d)?\s*(times|x|×)")),
     prompt=("DeepSeek-V3's attention has 128 heads with keys of 128 + 64 features (no-position + RoPE) and values of "
             "128, and caches a latent of 512 plus one shared RoPE key of 64 per token and layer. How many times "
             "more would an ordinary multi-head attention cache per token, with the same head sizes? (one number)"),
@@ -333,6 +366,7 @@ register(Question(
 
 register(Question(
     id="11.ring_slot",
+    reveals=("1808", "1 808", "5904", "5 904", re.compile(r"10[ ,]?000\s*%\s*4[ ,]?096")),
     prompt=("A sliding-window layer with window 4096 keeps its keys in a ring buffer: position p goes to slot "
             "p % 4096. Which slot (0 to 4095) holds the key of position 10,000?"),
     answer=10000 % 4096,
@@ -352,6 +386,7 @@ register(Question(
 
 register(Question(
     id="12.state_growth",
+    reveals=("constant memory", "does not grow", "fixed-size state", re.compile(r"state[^.]{0,40}(fixed|constant) size")),
     prompt=("A linear-attention layer with 4 heads and E = Ev = 64 decodes one token at a time. The context grows "
             "from 1 024 to 32 768 tokens. Its recurrent state grows ..."),
     choices={"a": "32 times, like a KV cache", "b": "not at all", "c": "about 5 times (log2 32)"},
@@ -369,6 +404,8 @@ register(Question(
 
 register(Question(
     id="12.fft_cost",
+    reveals=(re.compile(r"O\(\s*[NL]\s*\\?log\s*[NL]\s*\)"), re.compile(r"\b[NL] log [NL]\b"),
+             "a little more than 2"),
     prompt=("Hyena (and S4's convolution mode) applies a filter as long as the sequence through the FFT. Double the "
             "length L: the cost is multiplied by ..."),
     choices={"a": "exactly 2: it is linear", "b": "a little more than 2: it grows as L log L",
@@ -390,6 +427,7 @@ register(Question(
 
 register(Question(
     id="14.paged_waste",
+    reveals=("69 %", "69%", "0.5 %", "5 110", "5 136", "5110", "5136"),
     prompt=("Four sequences end at 1 000, 100, 10 and 4 000 tokens. A contiguous cache reserves 4 096 slots for each; "
             "a paged cache takes blocks of 16 slots as they fill. Which slots hold nothing?"),
     choices={"a": "about 70 % of both caches", "b": "about 70 % of the contiguous cache, under 1 % of the paged one",
@@ -407,6 +445,7 @@ register(Question(
 
 register(Question(
     id="14.ring_imbalance",
+    reveals=("3.67", re.compile(r"2W\s*[-−]\s*1"), re.compile(r"\b7\s*(times|x|×)")),
     prompt=("Causal ring attention over 4 096 tokens on 4 processes, each holding a contiguous quarter. How many times "
             "more (query, key) pairs does the last process score than the first?"),
     choices={"a": "the same: every process sees every block once", "b": "about 4 times",
