@@ -31,12 +31,7 @@ MARKER = re.compile(r"predict,\s*then\s*check", re.I)
 # (notebook, question id) pairs whose answer the notebook gives before it asks, today; other helpers' branches fix
 # them (04, 05, 06: branches `early` and `nb0506`); the coordinator empties this set after merging them. The test
 # below fails for a pair in this set that no longer violates, so the set cannot go stale.
-KNOWN_ORDER_VIOLATIONS = {
-    ("04_masking", "04.left_padding_nan"),  # cell 34: "their rows have nothing to attend to"
-    ("05_multi_head_attention", "05.params_of_heads"),  # cells 1 and 6: "more heads cost no more parameters"
-    ("06_heads_in_a_real_model", "06.lazy_dog_by_position"),  # cell 24: one token ahead "links" lazy -> dog
-    ("06_heads_in_a_real_model", "06.cls_weight_is_influence"),  # cells 39, 42: no head indispensable
-}
+KNOWN_ORDER_VIOLATIONS: set[tuple[str, str]] = set()
 
 
 def _normalise(text: str, markdown: bool) -> str:

@@ -89,7 +89,8 @@ register(Question(
 
 register(Question(
     id="04.left_padding_nan",
-    reveals=("nothing to attend to", re.compile(r"padded (query |queries )?rows?[^.]{0,40}(nan|zero)", re.I),
+    # (not "nothing to attend to": 04 teaches the fully masked row first; the question applies it to left padding)
+    reveals=(re.compile(r"padded (query |queries )?rows?[^.]{0,40}(nan|zero)", re.I),
              re.compile(r"only keys[^.]{0,80}padding too"),
              re.compile(r"padded quer\w+.{0,60}keys.{0,20}are padding")),
     prompt=("A short sentence is LEFT-padded (its [PAD]s come first) and the mask is padding AND causal. A naive "
