@@ -697,3 +697,75 @@ def plot_groups(num_heads: int, num_kv_heads: int, *, ax=None):
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
     return ax
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Notebook 11: Gemma 4's layer stack (windows, KV sharing, keys reused as values).
+# ---------------------------------------------------------------------------------------------------------------
+
+__all__ += ["kv_sharing_figure"]
+
+#: One colour per design in notebook 11's figures (kv_table's bars too): window layers green, global GQA orange.
+_WINDOW, _GLOBAL = PALETTE[2], PALETTE[1]
+
+
+def kv_sharing_figure(layer_types=("sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
+                                   "full_attention"), num_kv_shared_layers: int = 2, *, k_eq_v: bool = True):
+    """Gemma 4's (and Gemma 3n's) layer stack: one box per layer, bottom to top, green for a window layer, orange for
+    a global one; each of the last ``num_kv_shared_layers`` layers is drawn dashed, with no K/V of its own, and an
+    arrow from the last earlier layer of its kind whose K and V it reuses. With ``k_eq_v``, the global layers that
+    own projections are labelled "V = K's projection" (Gemma 4's ``attention_k_eq_v``).
+
+    Args:
+        layer_types: a sequence of "sliding_attention" / "full_attention" (transformers' ``layer_types``).
+        num_kv_shared_layers: int in [0, len(layer_types) - 1]; every kind among the sharing layers must appear
+            among the earlier ones. k_eq_v: bool.
+
+    Returns:
+        the matplotlib Figure.
+
+    Raises:
+        TypeError: num_kv_shared_layers not an int; k_eq_v not a bool. ValueError: an unknown layer type; no
+            layer; num_kv_shared_layers out of range; a sharing layer with no earlier layer of its kind.
+
+    Source: transformers' ``Gemma4TextConfig.kv_sharing_modes`` (the same rule as Gemma 3n's).
+    """
+    from attn_lib._checks import check_bool
+
+    types = list(layer_types)
+    if not types or any(t not in ("sliding_attention", "full_attention") for t in types):
+        raise ValueError(f"layer_types must be a non-empty sequence of 'sliding_attention' / 'full_attention', "
+                         f"got {types}")
+    n = len(types)
+    shared = check_int("num_kv_shared_layers", num_kv_shared_layers, minimum=0)
+    if shared > n - 1:
+        raise ValueError(f"num_kv_shared_layers must be in [0, {n - 1}] (one layer at least computes K/V), got {shared}")
+    check_bool("k_eq_v", k_eq_v)
+    first = n - shared
+    source = {}
+    for i in range(first, n):
+        earlier = [j for j in range(first) if types[j] == types[i]]
+        if not earlier:
+            raise ValueError(f"layer {i} ({types[i]}) shares K/V but no earlier layer is of its kind")
+        source[i] = earlier[-1]
+    fig, ax = _inch_canvas(6.4, 0.62 * n + 0.5)
+    for i, kind in enumerate(types):
+        y = 0.45 + 0.62 * i
+        colour = _WINDOW if kind == "sliding_attention" else _GLOBAL
+        what = "window" if kind == "sliding_attention" else "global"
+        if i in source:
+            label = f"layer {i} · {what} · own queries, K and V of layer {source[i]}"
+        elif kind == "full_attention" and k_eq_v:
+            label = f"layer {i} · {what} · V from K's projection (k_eq_v)"
+        else:
+            label = f"layer {i} · {what} · own K, V"
+        _box(ax, 2.7, y, 4.6, 0.42, label, colour)
+        if i in source:
+            ax.patches[-1].set_linestyle("--")
+            ys = 0.45 + 0.62 * source[i]
+            x = 5.0 if kind == "sliding_attention" else 5.25
+            _arrow(ax, (x, ys), (x, y), colour=colour, connection="arc3,rad=-0.4")
+    if source:
+        ax.text(5.75, 0.45 + 0.62 * (n - 1), "K, V\nreused", fontsize=_FONT, ha="left", va="center",
+                color=PALETTE[7])
+    return fig

@@ -264,3 +264,28 @@ def test_plot_groups_draws_one_line_per_query_head():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+# ----------------------------------------------------------------------------- notebook 11: Gemma 4's stack
+def test_nb11_kv_sharing_figure_draws_who_reuses_whose_keys():
+    fig = diagrams.kv_sharing_figure()
+    text = _strings(fig)
+    assert "layer 3 · window · own queries, K and V of layer 1" in text  # the last earlier window layer
+    assert "layer 4 · global · own queries, K and V of layer 2" in text
+    assert "layer 2 · global · V from K's projection (k_eq_v)" in text
+    assert "layer 0 · window · own K, V" in text
+    _assert_readable(fig)
+    _assert_palette_colours(fig)
+    plain = _strings(diagrams.kv_sharing_figure(["sliding_attention", "full_attention"], 0, k_eq_v=False))
+    assert "reused" not in plain and "k_eq_v" not in plain
+
+
+@pytest.mark.parametrize("args,kwargs,error,words", [
+    ((["full"],), {}, ValueError, "layer_types must be"),
+    ((["full_attention"], 1), {}, ValueError, r"num_kv_shared_layers must be in \[0, 0\]"),
+    ((["sliding_attention", "full_attention"], 1), {}, ValueError, "layer 1 \\(full_attention\\) shares K/V but no earlier"),
+    ((["full_attention"], 0), dict(k_eq_v=1), TypeError, "k_eq_v"),
+])
+def test_nb11_kv_sharing_figure_bad_arguments(args, kwargs, error, words):
+    with pytest.raises(error, match=words):
+        diagrams.kv_sharing_figure(*args, **kwargs)
