@@ -474,7 +474,10 @@ class Mamba2State:
     """What a Mamba-2 layer keeps while decoding, whatever the context's length: the last K - 1 inputs of its causal
     convolution ``conv`` (Bt, conv_dim, K - 1) and the SSM state ``ssm`` (Bt, H, N, P) (N the state size, P the
     head dim; :func:`decayed_attention`'s (E, Ev) layout). Both start at zero (``None`` until the first token);
-    ``seq_len`` counts the tokens seen. One per layer.
+    ``seq_len`` counts the tokens seen. One per layer. The tensors take the layer's dtype (float32 or float64).
+
+    Raises:
+        nothing of its own: :func:`mamba2_mixer_decode` checks and fills it.
 
     Source: Dao & Gu 2024 (Mamba-2): the recurrent mode; transformers' ``Mamba2Cache`` keeps the same two tensors
     (``conv_states``, ``ssm_states``, the latter as (Bt, H, P, N)).

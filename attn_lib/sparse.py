@@ -347,6 +347,9 @@ class SparseLatentCache:
     Both grow by the same tokens; ``seq_len`` is their count. The indexer must score every cached token at each
     step, so its keys are kept (DeepSeek keeps them in FP8; here in the layer's dtype). ``nbytes`` counts both.
 
+    Raises:
+        ValueError (``add_index_keys``): the indexer's keys and the latents cover different numbers of tokens.
+
     Source: DeepSeek-V3.2-Exp report (the indexer's key cache beside MLA's); the course's own class.
     """
 

@@ -476,8 +476,11 @@ class Gemma4Attention(VariantAttention):
         rotated_pairs: None (``VariantAttention``'s RoPE) or an int in [0, head_dim/2] (proportional RoPE);
         rope_factor: proportional RoPE's frequency divisor (default 1.0).
 
-    Shapes, forward, errors: as :class:`VariantAttention`; also TypeError for k_eq_v not a bool, ValueError for
-    k_eq_v with kv_shared and a rotated_pairs outside [0, head_dim/2].
+    Shapes: as :class:`VariantAttention`: x (B, L, d_model) -> (B, L, d_model); keys and values (B, Hkv, S, E).
+
+    Raises:
+        as :class:`VariantAttention`; also TypeError: k_eq_v not a bool, rotated_pairs not an int. ValueError:
+        k_eq_v with kv_shared; rotated_pairs outside [0, head_dim/2]; rope_factor not a finite number > 0.
 
     Source: transformers' ``Gemma4TextAttention`` (``models/gemma4/modeling_gemma4.py``: ``use_alternative_attention``,
     ``per_layer_config``, ``kv_sharing_modes``); Gemma 3n for KV sharing. tests/test_variants.py proves it equal in

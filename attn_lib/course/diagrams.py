@@ -722,7 +722,7 @@ def kv_sharing_figure(layer_types=("sliding_attention", "sliding_attention", "fu
             among the earlier ones. k_eq_v: bool.
 
     Returns:
-        the matplotlib Figure.
+        the matplotlib Figure. No tensors: strs, ints and a bool in.
 
     Raises:
         TypeError: num_kv_shared_layers not an int; k_eq_v not a bool. ValueError: an unknown layer type; no
@@ -803,7 +803,10 @@ def mla_decode_figure():
     keys and values of one shared head (MQA), and W_UV is applied after the softmax. Every box in MLA's blue.
 
     Returns:
-        the matplotlib Figure. Takes no arguments.
+        the matplotlib Figure. Takes no arguments (no tensors).
+
+    Raises:
+        nothing of its own (matplotlib's errors propagate).
 
     Source: DeepSeek-V2 (2024), §2.1 and its appendix on absorbing W_UK and W_UV.
     """
@@ -828,7 +831,7 @@ def dsa_pipeline_figure(topk: int = 2048):
         topk: k, the keys each query keeps (int >= 1; DeepSeek-V3.2: 2048).
 
     Returns:
-        the matplotlib Figure.
+        the matplotlib Figure. No tensors: an int in.
 
     Raises:
         TypeError: topk not an int. ValueError: topk < 1.
@@ -853,7 +856,10 @@ def delta_rule_figure():
     linear-attention family); the error is the box that makes it a correction, not a plain addition.
 
     Returns:
-        the matplotlib Figure. Takes no arguments.
+        the matplotlib Figure. Takes no arguments (no tensors).
+
+    Raises:
+        nothing of its own (matplotlib's errors propagate).
 
     Source: Schlag, Irie & Schmidhuber 2021 (the delta rule for fast weights, after Widrow & Hoff 1960);
     Yang et al. 2024 (parallel DeltaNet), 2025 (Gated DeltaNet).
@@ -875,7 +881,7 @@ def chunked_form_figure(seq_len: int = 12, chunk: int = 4):
         seq_len: tokens drawn (int >= 1). chunk: C, tokens per chunk (int >= 1, <= seq_len).
 
     Returns:
-        the matplotlib Figure.
+        the matplotlib Figure. No tensors: two ints in.
 
     Raises:
         TypeError: a size not an int. ValueError: a size < 1, or chunk > seq_len.
@@ -921,7 +927,7 @@ def hybrid_stack_figure(groups: int = 12, linear_per_group: int = 3):
         groups: int >= 1. linear_per_group: int >= 1.
 
     Returns:
-        the matplotlib Figure.
+        the matplotlib Figure. No tensors: two ints in.
 
     Raises:
         TypeError: not ints. ValueError: < 1.
@@ -949,7 +955,10 @@ def gated_attention_figure():
     channel by channel before o_proj. All in gated attention's sky blue (not plain GQA's orange).
 
     Returns:
-        the matplotlib Figure. Takes no arguments.
+        the matplotlib Figure. Takes no arguments (no tensors).
+
+    Raises:
+        nothing of its own (matplotlib's errors propagate).
 
     Source: Qiu et al. 2025, "Gated Attention for Large Language Models" (position G1); transformers'
     ``Qwen3NextAttention``.
