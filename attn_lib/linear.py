@@ -542,3 +542,95 @@ def recurrent_state_bytes(num_heads: int, head_k_dim: int, head_v_dim: int, batc
         check_int(n, v, minimum=1)
     check_number("bytes_per_element", bytes_per_element, minimum=0.125)
     return num_heads * head_k_dim * head_v_dim * batch_size * bytes_per_element
+
+
+# ------------------------------------------------------------------ Mamba-2 decoding (issue 35)
+__all__ += ["Mamba2State", "mamba2_mixer_decode"]
+
+
+class Mamba2State:
+    """What a Mamba-2 layer keeps while decoding, whatever the context's length: the last K - 1 inputs of its causal
+    convolution ``conv`` (Bt, conv_dim, K - 1) and the SSM state ``ssm`` (Bt, H, N, P) (N the state size, P the
+    head dim; :func:`decayed_attention`'s (E, Ev) layout). Both start at zero (``None`` until the first token);
+    ``seq_len`` counts the tokens seen. One per layer. The tensors take the layer's dtype (float32 or float64).
+
+    Raises:
+        nothing of its own: :func:`mamba2_mixer_decode` checks and fills it.
+
+    Source: Dao & Gu 2024 (Mamba-2): the recurrent mode; transformers' ``Mamba2Cache`` keeps the same two tensors
+    (``conv_states``, ``ssm_states``, the latter as (Bt, H, P, N)).
+    """
+
+    def __init__(self) -> None:
+        self.conv: torch.Tensor | None = None
+        self.ssm: torch.Tensor | None = None
+        self.seq_len = 0
+
+    def nbytes(self) -> int:
+        """Bytes held by the two tensors: constant in the context's length."""
+        return sum(t.numel() * t.element_size() for t in (self.conv, self.ssm) if t is not None)
+
+
+def mamba2_mixer_decode(mixer, hidden_states: torch.Tensor, state: Mamba2State, *, form: str = "recurrent",
+                        chunk_size: int = 16) -> torch.Tensor:
+    """:func:`mamba2_mixer_forward` continued from ``state``: the L new tokens of hidden_states after the
+    ``state.seq_len`` already seen, ``state`` updated in place. Token by token or in chunks it equals the full
+    forward (tests/test_linear.py, against transformers' ``Mamba2Mixer``).
+
+    The convolution runs over the cached K - 1 inputs followed by the new ones (no padding); the SSM runs
+    :func:`decayed_attention` from the cached state (``initial_state``) and returns the new one.
+
+    Args:
+        mixer: a transformers ``Mamba2Mixer``. hidden_states: (Bt, L, hidden_size), the weights' dtype.
+        state: a :class:`Mamba2State`, new or from earlier calls with the same Bt. form: ``"recurrent"`` or
+            ``"chunked"`` (the SSM inside the L tokens). chunk_size: for ``"chunked"``.
+
+    Returns:
+        (Bt, L, hidden_size), in the weights' dtype.
+
+    Raises:
+        TypeError: state not a Mamba2State; and what :func:`mamba2_mixer_forward` raises for the mixer and
+            hidden_states. ValueError: form ``"parallel"`` (it keeps no state); a state of another batch size.
+    """
+    check_tensor("hidden_states", hidden_states, floating=True, ndim=3)
+    from attn_lib.deltanet import _check_hf_layer
+
+    _check_hf_layer("mixer", mixer, ("in_proj", "conv1d", "act", "dt_bias", "A_log", "D", "norm", "out_proj"),
+                    "transformers' Mamba2Mixer", layer_weight="out_proj", x=hidden_states)
+    if not isinstance(state, Mamba2State):
+        raise TypeError(f"state must be an attn_lib.linear.Mamba2State, got {type(state).__name__}")
+    if form not in ("recurrent", "chunked"):
+        raise ValueError(f"form must be 'recurrent' or 'chunked' (a form that keeps a state), got {form!r}")
+    Bt, L, _ = hidden_states.shape
+    H, P, G, N, K = mixer.num_heads, mixer.head_dim, mixer.n_groups, mixer.ssm_state_size, mixer.conv_kernel_size
+    if state.conv is None:
+        state.conv = hidden_states.new_zeros(Bt, mixer.conv_dim, K - 1)
+        state.ssm = hidden_states.new_zeros(Bt, H, N, P)
+    if state.conv.shape[0] != Bt:
+        raise ValueError(f"state holds a batch of {state.conv.shape[0]} sequences, got hidden_states of batch {Bt}")
+    if L == 0:
+        return mixer.out_proj(hidden_states.new_zeros(Bt, 0, mixer.intermediate_size))
+    proj = mixer.in_proj(hidden_states)
+    gate, xbc, dt = proj.split([mixer.intermediate_size, mixer.conv_dim, H], dim=-1)
+    window = torch.cat([state.conv, xbc.transpose(1, 2)], dim=-1)  # (Bt, conv_dim, K - 1 + L)
+    state.conv = window[..., -(K - 1):] if K > 1 else window[..., :0]
+    xbc = F.conv1d(window, mixer.conv1d.weight, mixer.conv1d.bias, groups=mixer.conv_dim)  # (Bt, conv_dim, L)
+    xbc = mixer.act(xbc).transpose(1, 2)
+    x, b, c = xbc.split([mixer.intermediate_size, G * N, G * N], dim=-1)
+    lo, hi = mixer.time_step_limit
+    dt = F.softplus(dt + mixer.dt_bias).clamp(lo, hi).transpose(1, 2)  # (Bt, H, L)
+
+    def heads(t, d):  # (Bt, L, groups*d) -> (Bt, H, L, d)
+        t = t.reshape(Bt, L, -1, d).transpose(1, 2)
+        return t.repeat_interleave(H // t.shape[1], dim=1)
+
+    xh = heads(x, P)
+    A = -torch.exp(mixer.A_log)
+    y, state.ssm = decayed_attention(heads(c, N), heads(b, N), xh * dt[..., None], dt * A[:, None], form=form,
+                                     chunk_size=chunk_size, initial_state=state.ssm, return_state=True)
+    y = y + mixer.D[:, None, None] * xh
+    state.seq_len += L
+    y = y.transpose(1, 2).reshape(Bt, L, -1) * F.silu(gate)
+    groups = y.reshape(Bt, L, G, -1)
+    y = (groups * torch.rsqrt(groups.pow(2).mean(-1, keepdim=True) + mixer.norm.variance_epsilon)).reshape(Bt, L, -1)
+    return mixer.out_proj(mixer.norm.weight * y)

@@ -37,13 +37,13 @@ import torch
 from torch import nn
 
 from attn_lib._checks import (check_bool, check_dtype, check_finite, check_int, check_number, check_rope_base,
-                              check_same_device, check_tensor, shape_of)
+                              check_same_device, check_tensor, claim_cache, shape_of)
 from attn_lib.attention import scaled_dot_product_attention
 from attn_lib.masks import causal_mask
 from attn_lib.mla import MultiHeadLatentAttention
 from attn_lib.positional import apply_rope
 
-__all__ = ["LightningIndexer", "SparseLatentAttention", "dsa_decode_cost"]
+__all__ = ["LightningIndexer", "SparseLatentAttention", "SparseLatentCache", "dsa_decode_cost"]
 
 
 def _pos(name, v):
@@ -140,6 +140,37 @@ class LightningIndexer(nn.Module):
                              f"inputs of a moderate scale -- normalise them or compute in float64")
         return index.masked_fill(~keep, float("-inf"))
 
+    def keys(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The indexer's keys k_I = RoPE(LayerNorm(x W_k)) of x (B, L, d_model) at ``positions`` (L,): (B, L, d_I),
+        one per token for all indexer heads; what a decoding cache keeps next to MLA's latents."""
+        return self._rope_first(self.k_norm(self.wk(x)), positions)
+
+    def scores_over(self, x: torch.Tensor, q_resid: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """Index scores of x's L new tokens over all S = cached + L keys (the new tokens are the last L of them).
+
+        Args:
+            x: (B, L, d_model). q_resid: (B, L, q_lora_rank). keys: (B, S, d_I) from :meth:`keys`, S >= L, the
+                tokens at positions 0..S-1.
+
+        Returns:
+            (B, L, S) in x's dtype, -inf where key s lies after query t (causal, aligned bottom-right): row t of
+            :meth:`scores` over the same S tokens.
+
+        Raises:
+            ValueError: keys not (B, S >= L, d_I).
+        """
+        B, L, _ = x.shape
+        S = keys.shape[1]
+        if keys.dim() != 3 or keys.shape[0] != B or S < L or keys.shape[-1] != self.head_dim:
+            raise ValueError(f"keys must be (B, S >= L, d_I) = ({B}, S >= {L}, {self.head_dim}), got {shape_of(keys)}")
+        pos = torch.arange(S - L, S, device=x.device)
+        q = self.wq_b(q_resid).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H_I, L, d_I)
+        q = self._rope_first(q, pos)
+        dots = torch.relu(q @ keys[:, None].transpose(-1, -2) * self.head_dim ** -0.5)  # (B, H_I, L, S)
+        w = self.weights_proj(x) * self.num_heads ** -0.5  # (B, L, H_I)
+        index = (w.unsqueeze(-2) @ dots.transpose(1, 2)).squeeze(-2)  # (B, L, S)
+        return index.masked_fill(~causal_mask(L, S, align="bottom_right", device=x.device), float("-inf"))
+
     def select(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k keys of each query: ``(indices, valid)``, each (B, L, min(k, S)).
 
@@ -211,14 +242,17 @@ class SparseLatentAttention(MultiHeadLatentAttention):
                                         rope_dim=self.qk_rope_head_dim, topk=topk, rope_base=self.rope_base,
                                         dtype=self.o_proj.weight.dtype)
 
-    def forward(self, x: torch.Tensor, *, gather: bool = True) -> torch.Tensor:
-        """Causal DSA over x (no cache): each query attends to its top-k keys by the indexer's scores.
+    def forward(self, x: torch.Tensor, *, gather: bool = True, cache: "SparseLatentCache | None" = None) -> torch.Tensor:
+        """Causal DSA over x: each query attends to its top-k keys by the indexer's scores.
 
         Args:
             x: (B, L, d_model) floating, the dtype of the weights.
             gather: attend over the k gathered latents per query, in MLA's absorbed (MQA) form: the sparse
                 computation, O(L·k). False: dense MLA with every unchosen key masked (transformers' eager path).
                 The same result.
+            cache: a :class:`SparseLatentCache` (MLA's latents and the indexer's keys); the new tokens sit at
+                positions cache.seq_len ... and are appended. Decoding token by token or in chunks through it
+                equals the full forward (tests/test_sparse.py).
 
         Returns:
             (B, L, d_model); empty when L = 0 or B = 0.
@@ -232,6 +266,8 @@ class SparseLatentAttention(MultiHeadLatentAttention):
         B, L, _ = x.shape
         if x.numel() == 0:  # no token or no sequence: an empty output
             return self.o_proj(x.new_zeros(B, L, self.num_heads * self.v_head_dim))
+        if cache is not None:
+            return self._decode(x, cache, gather)
         pos = torch.arange(L, device=x.device)
         scores = self.indexer.scores(x, self.q_a_norm(self.q_a_proj(x)))  # (B, L, L)
         q_c, q_r = self.queries(x, pos)  # (B, H, L, dn), (B, H, L, dr)
@@ -254,6 +290,38 @@ class SparseLatentAttention(MultiHeadLatentAttention):
         heads = torch.einsum("blhr,hvr->blhv", out_lat, w_uv)  # W_UV after the softmax
         return self.o_proj(heads.reshape(B, L, -1))
 
+    def _decode(self, x: torch.Tensor, cache: "SparseLatentCache", gather: bool) -> torch.Tensor:
+        """forward's path with a cache: the L new tokens' queries against the S = cached + L latents and keys."""
+        if not isinstance(cache, SparseLatentCache):
+            raise TypeError(f"cache must be an attn_lib.sparse.SparseLatentCache, got {type(cache).__name__}")
+        claim_cache(cache, self)
+        B, L, _ = x.shape
+        past = cache.seq_len
+        pos = torch.arange(past, past + L, device=x.device)
+        q_c, q_r = self.queries(x, pos)  # (B, H, L, dn), (B, H, L, dr)
+        c, k_r = self.latents(x, pos)  # (B, 1, L, r), (B, 1, L, dr)
+        c, k_r = cache.latent.update(c, k_r)  # (B, 1, S, r), (B, 1, S, dr)
+        keys = cache.add_index_keys(self.indexer.keys(x, pos))  # (B, S, d_I)
+        scores = self.indexer.scores_over(x, self.q_a_norm(self.q_a_proj(x)), keys)  # (B, L, S)
+        S = c.shape[-2]
+        w_uk, w_uv = self.up_projections()
+        if not gather:
+            keep = self.indexer.selected_mask(scores)[:, None]  # (B, 1, L, S)
+            k_c = torch.einsum("bxsr,hdr->bhsd", c, w_uk)
+            v = torch.einsum("bxsr,hvr->bhsv", c, w_uv)
+            key = torch.cat([k_c, k_r.expand(B, self.num_heads, S, self.qk_rope_head_dim)], dim=-1)
+            heads, _ = scaled_dot_product_attention(torch.cat([q_c, q_r], -1), key, v, keep, scale=self.scale)
+            return self.o_proj(heads.transpose(1, 2).reshape(B, L, -1))
+        idx, valid = self.indexer.select(scores)  # (B, L, min(k, S))
+        latent = torch.cat([c, k_r], dim=-1)[:, 0]  # (B, S, r + dr)
+        chosen = latent[torch.arange(B, device=x.device)[:, None, None], idx]  # (B, L, k, r + dr)
+        q_lat = torch.einsum("bhld,hdr->blhr", q_c, w_uk)
+        query = torch.cat([q_lat, q_r.transpose(1, 2)], dim=-1)  # (B, L, H, r + dr)
+        out_lat, _ = scaled_dot_product_attention(query, chosen, chosen[..., : self.kv_lora_rank], valid[:, :, None],
+                                                  scale=self.scale)
+        heads = torch.einsum("blhr,hvr->blhv", out_lat, w_uv)
+        return self.o_proj(heads.reshape(B, L, -1))
+
     @classmethod
     def from_hf(cls, module: nn.Module) -> "SparseLatentAttention":
         """A copy of transformers' ``DeepseekV32Attention``: its MLA (as :meth:`MultiHeadLatentAttention.from_hf`)
@@ -270,6 +338,47 @@ class SparseLatentAttention(MultiHeadLatentAttention):
         new.__dict__.update(mla.__dict__)  # the MLA's sizes and submodules, then the indexer
         new.indexer = ix
         return new
+
+
+class SparseLatentCache:
+    """DSA's decoding cache, one per layer: MLA's latent cache (c_KV, k_R) in ``latent`` (a
+    :class:`~attn_lib.kv_cache.KVCache` of (B, 1, S, r) and (B, 1, S, dr)) and the indexer's keys k_I (B, S, d_I).
+
+    Both grow by the same tokens; ``seq_len`` is their count. The indexer must score every cached token at each
+    step, so its keys are kept (DeepSeek keeps them in FP8; here in the layer's dtype). ``nbytes`` counts both.
+
+    Raises:
+        ValueError (``add_index_keys``): the indexer's keys and the latents cover different numbers of tokens.
+
+    Source: DeepSeek-V3.2-Exp report (the indexer's key cache beside MLA's); the course's own class.
+    """
+
+    def __init__(self) -> None:
+        from attn_lib.kv_cache import KVCache
+
+        self.latent = KVCache()
+        self.index_keys: torch.Tensor | None = None
+
+    @property
+    def seq_len(self) -> int:
+        return self.latent.seq_len
+
+    def nbytes(self) -> int:
+        """Bytes held: the latents and rotated keys, plus the indexer's keys."""
+        extra = 0 if self.index_keys is None else self.index_keys.numel() * self.index_keys.element_size()
+        return self.latent.nbytes() + extra
+
+    def reset(self) -> None:
+        self.latent.reset()
+        self.index_keys = None
+
+    def add_index_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """Append the new tokens' indexer keys (B, L, d_I) (after ``latent.update`` of the same tokens): all (B, S, d_I)."""
+        self.index_keys = keys if self.index_keys is None else torch.cat([self.index_keys, keys], dim=1)
+        if self.index_keys.shape[1] != self.latent.seq_len:
+            raise ValueError(f"the indexer's keys cover {self.index_keys.shape[1]} tokens but the latent cache "
+                             f"{self.latent.seq_len}; expected both updated with the same tokens")
+        return self.index_keys
 
 
 def dsa_decode_cost(seq_len: int, *, num_heads: int = 128, kv_lora_rank: int = 512, qk_rope_head_dim: int = 64,

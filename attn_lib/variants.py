@@ -36,7 +36,7 @@ from attn_lib.kv_cache import KVCache, KVCacheProtocol
 from attn_lib.positional import apply_rope
 from attn_lib.windows import RingKVCache, window_mask_from_positions
 
-__all__ = ["VariantAttention", "softcap", "max_logit"]
+__all__ = ["VariantAttention", "softcap", "max_logit", "Gemma4Attention", "proportional_rope"]
 
 # the attention modules whose forward passes attn_logit_softcapping on (transformers 5.24); Gemma3Attention stores
 # it too but never uses it, and Gemma 3n's text attention has none
@@ -412,5 +412,146 @@ class VariantAttention(nn.Module):
             new.k_norm = _rms_from_hf(module.k_norm, module.head_dim)
         if new.v_norm is not None:
             new.v_norm = _rms_from_hf(module.v_norm, module.head_dim)
+        new.train(module.training)
+        return new
+
+
+# ------------------------------------------------------------------------------------ Gemma 4 (issue 35)
+def proportional_rope(x: torch.Tensor, positions: torch.Tensor, *, base: float, rotated_pairs: int,
+                      factor: float = 1.0) -> torch.Tensor:
+    """Gemma 4's "proportional" RoPE: only the first ``rotated_pairs`` half-split pairs turn, at the frequencies full
+    RoPE would give them; the other pairs keep frequency 0 (they are not rotated at all).
+
+    Pair i is the dims (i, i + E/2) (transformers' ``rotate_half``); its angle at position p is p · θ_i with
+    θ_i = base^(-2i/E) / factor for i < rotated_pairs and θ_i = 0 above. Unlike :class:`VariantAttention`'s
+    ``rotary_dim`` (Qwen3-Next: the first rotary_dim dims, a RoPE of their own, frequencies base^(-2i/rotary_dim)),
+    the frequencies keep the full head's denominator E, and the untouched dims are the top of each half.
+
+    Args:
+        x: (..., L, E) floating, E even. positions: (L,) integer positions. base: rope_theta (> 1).
+        rotated_pairs: int in [0, E/2] (transformers: int(partial_rotary_factor · E // 2)). factor: the
+            frequencies' divisor (the rope_parameters' ``factor``, default 1.0), a finite number > 0.
+
+    Returns:
+        x's shape and dtype; angles in float64 for float64 x, in float32 otherwise.
+
+    Raises:
+        TypeError: x not a floating tensor; positions not an integer tensor; rotated_pairs not an int.
+        ValueError: E odd; rotated_pairs outside [0, E/2]; positions not (L,); base <= 1; factor <= 0.
+
+    Source: transformers' ``_compute_proportional_rope_parameters`` (``modeling_rope_utils``), used by
+    ``Gemma4TextRotaryEmbedding`` for Gemma 4's full-attention layers (partial_rotary_factor 0.25).
+    """
+    check_tensor("x", x, floating=True, min_ndim=2)
+    check_tensor("positions", positions, ndim=1)
+    if positions.is_floating_point():
+        raise TypeError(f"positions must be an integer tensor, got dtype {positions.dtype}")
+    E = x.shape[-1]
+    if E % 2:
+        raise ValueError(f"x's last dim (head_dim) must be even for RoPE, got {shape_of(x)}")
+    r = check_int("rotated_pairs", rotated_pairs, minimum=0)
+    if r > E // 2:
+        raise ValueError(f"rotated_pairs must be an int in [0, head_dim/2={E // 2}], got {r}")
+    if positions.shape[0] != x.shape[-2]:
+        raise ValueError(f"positions must be (L,) with L = x.shape[-2] = {x.shape[-2]}, got {shape_of(positions)}")
+    base = check_rope_base(base, allow_none=False)
+    factor = check_number("factor", factor, positive=True)
+    wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+    i = torch.arange(r, dtype=wide, device=x.device)
+    theta = torch.cat([base ** (-2.0 * i / E) / factor, torch.zeros(E // 2 - r, dtype=wide, device=x.device)])
+    angles = positions.to(wide)[:, None] * theta  # (L, E/2); a pair of frequency 0 keeps angle 0
+    cos, sin = torch.cat([angles.cos(), angles.cos()], -1), torch.cat([angles.sin(), angles.sin()], -1)
+    x1, x2 = x.chunk(2, dim=-1)
+    turned = torch.cat([-x2, x1], -1)  # rotate_half
+    return (x * cos.to(x.dtype) + turned * sin.to(x.dtype)).to(x.dtype)
+
+
+class Gemma4Attention(VariantAttention):
+    """Gemma 4's text attention: :class:`VariantAttention` (QK-norm, weightless v_norm, scale 1, windows, KV sharing
+    as in Gemma 3n) plus the two things Gemma 4's forward adds.
+
+    - ``k_eq_v``: the layer has no v_proj; its values are its keys' projection before k_norm and RoPE, normalised by
+      the weightless v_norm: v = v_norm(x W_k), k = RoPE(k_norm(x W_k)). Here ``self.v_proj is self.k_proj``.
+      transformers applies it to the full-attention layers when the config's ``attention_k_eq_v`` is set.
+    - proportional RoPE (``rotated_pairs``, :func:`proportional_rope`): the full-attention layers turn only their
+      first pairs, at full-RoPE frequencies.
+
+    Each layer has its own head_dim and num_kv_heads (Gemma 4's full-attention layers: ``global_head_dim``,
+    ``num_global_key_value_heads``): they are the constructor's arguments, read per layer by :meth:`from_hf`.
+
+    Args:
+        as :class:`VariantAttention`, plus k_eq_v: bool (not with kv_shared, which has no projections at all);
+        rotated_pairs: None (``VariantAttention``'s RoPE) or an int in [0, head_dim/2] (proportional RoPE);
+        rope_factor: proportional RoPE's frequency divisor (default 1.0).
+
+    Shapes: as :class:`VariantAttention`: x (B, L, d_model) -> (B, L, d_model); keys and values (B, Hkv, S, E).
+
+    Raises:
+        as :class:`VariantAttention`; also TypeError: k_eq_v not a bool, rotated_pairs not an int. ValueError:
+        k_eq_v with kv_shared; rotated_pairs outside [0, head_dim/2]; rope_factor not a finite number > 0.
+
+    Source: transformers' ``Gemma4TextAttention`` (``models/gemma4/modeling_gemma4.py``: ``use_alternative_attention``,
+    ``per_layer_config``, ``kv_sharing_modes``); Gemma 3n for KV sharing. tests/test_variants.py proves it equal in
+    float64, in full and decoding.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int, *, k_eq_v: bool = False,
+                 rotated_pairs: int | None = None, rope_factor: float = 1.0, **kwargs) -> None:
+        super().__init__(d_model, num_heads, num_kv_heads, head_dim, **kwargs)
+        check_bool("k_eq_v", k_eq_v)
+        if k_eq_v and self.kv_shared:
+            raise ValueError("k_eq_v=True needs the layer's own k_proj, but kv_shared=True layers have none; "
+                             "expected one of the two")
+        if rotated_pairs is not None:
+            rotated_pairs = check_int("rotated_pairs", rotated_pairs, minimum=0)
+            if rotated_pairs > self.head_dim // 2:
+                raise ValueError(f"rotated_pairs must be None or an int in [0, head_dim/2={self.head_dim // 2}], "
+                                 f"got {rotated_pairs}")
+        self.k_eq_v, self.rotated_pairs = k_eq_v, rotated_pairs
+        self.rope_factor = check_number("rope_factor", rope_factor, positive=True)
+        if k_eq_v:
+            self.v_proj = self.k_proj  # keys reused as values: one projection, before k_norm and RoPE
+
+    def _rope(self, t, positions):
+        if self.rotated_pairs is None:
+            return super()._rope(t, positions)
+        return proportional_rope(t, positions, base=self.rope_base, rotated_pairs=self.rotated_pairs,
+                                 factor=self.rope_factor)
+
+    @classmethod
+    def from_hf(cls, module: nn.Module) -> "Gemma4Attention":
+        """A copy of transformers' ``Gemma4TextAttention`` (model.model.layers[i].self_attn), read from the module.
+
+        Copies what the forward applies: q/k/v/o_proj (v_proj absent with k_eq_v, all of k/v absent on a
+        KV-sharing layer), q_norm and k_norm (× w), the weightless v_norm, ``scaling`` (1.0), the layer's
+        ``sliding_window``, its own head_dim and number of KV heads (H / ``num_key_value_groups``), the layer
+        type's RoPE (``rope_theta``; "proportional": ``partial_rotary_factor`` and ``factor``).
+
+        Raises:
+            TypeError: module is not a Gemma4TextAttention (no q_proj, o_proj, config, use_alternative_attention).
+        """
+        if not all(hasattr(module, n) for n in ("q_proj", "o_proj", "config", "head_dim", "use_alternative_attention")):
+            raise TypeError(f"Gemma4Attention.from_hf expects transformers' Gemma4TextAttention "
+                            f"(model.model.layers[i].self_attn), got {type(module).__name__}")
+        cfg = module.config
+        rope = dict(cfg.rope_parameters[module.layer_type])
+        H, E = cfg.num_attention_heads, module.head_dim
+        pairs = (int(float(rope.get("partial_rotary_factor", 1.0)) * E // 2)
+                 if rope.get("rope_type") == "proportional" else None)
+        shared = bool(module.is_kv_shared_layer)
+        new = cls(cfg.hidden_size, H, H // module.num_key_value_groups, E, rope_base=float(rope["rope_theta"]),
+                  bias=module.q_proj.bias is not None, scale=float(module.scaling), qk_norm=True, v_norm=True,
+                  norm_eps=float(cfg.rms_norm_eps), sliding_window=module.sliding_window, kv_shared=shared,
+                  k_eq_v=bool(module.use_alternative_attention) and not shared, rotated_pairs=pairs,
+                  rope_factor=float(rope.get("factor", 1.0)) if pairs is not None else 1.0,
+                  dtype=module.q_proj.weight.dtype)
+        names = ["q_proj", "o_proj"] + ([] if shared else ["k_proj"]) + ([] if shared or new.k_eq_v else ["v_proj"])
+        with torch.no_grad():
+            for n in names:
+                getattr(new, n).load_state_dict(getattr(module, n).state_dict())
+        new.q_norm = _rms_from_hf(module.q_norm, E)
+        if not shared:
+            new.k_norm = _rms_from_hf(module.k_norm, E)
+            new.v_norm = _rms_from_hf(module.v_norm, E)
         new.train(module.training)
         return new

@@ -658,3 +658,64 @@ def test_l2_normalize_refuses_a_negative_or_nan_eps(eps):
     from attn_lib.deltanet import l2_normalize
     with pytest.raises(ValueError, match="eps must be"):  # was NaN where the sum of squares < -eps
         l2_normalize(torch.zeros(3), eps=eps)
+
+
+# ------------------------------------------------------------------ issue 35: Mamba-2 decoding
+@pytest.mark.parametrize("n_groups", [4, 2, 1])  # heads per B/C group 1, 2, 4: Mamba-2's GQA
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_mamba2_decoding_through_its_state_equals_the_transformers_full_forward(n_groups, form, monkeypatch):
+    """In float64 to 1e-10: transformers' gated norm (MambaRMSNormGated) casts to float32, so the test runs it with
+    the same formula in the input's dtype (what float64_reference does for the *RMSNorm classes)."""
+    from transformers import Mamba2Config
+
+    from attn_lib.course.hf_equal import float64_reference
+
+    from attn_lib.linear import Mamba2State, mamba2_mixer_decode
+
+    cfg = Mamba2Config(hidden_size=16, num_heads=4, head_dim=8, state_size=8, n_groups=n_groups, expand=2,
+                       chunk_size=8, num_hidden_layers=1)
+    torch.manual_seed(n_groups)
+    mixer = mamba.Mamba2Mixer(cfg, 0).double().eval()
+    with torch.no_grad():
+        mixer.norm.weight.normal_(1.0, 0.3)  # ones would hide a missing norm weight
+        mixer.D.normal_()
+    x = torch.randn(3, 19, 16, dtype=torch.float64)  # a batch of 3
+
+    def gated_norm64(self, hidden_states, gate=None):
+        h = hidden_states * F.silu(gate) if gate is not None else hidden_states
+        g = h.view(*h.shape[:-1], -1, self.group_size)
+        return self.weight * (g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)).view(h.shape)
+
+    with torch.no_grad():
+        ref32 = mixer(x)
+        with monkeypatch.context() as mp, float64_reference():
+            mp.setattr(mamba.MambaRMSNormGated, "forward", gated_norm64)
+            ref = mixer(x)
+        assert 1e-12 < (ref - ref32).abs().max() < 1e-5  # only the float32 round trip differed
+        ours_full = mamba2_mixer_forward(mixer, x, form="parallel")
+        torch.testing.assert_close(ours_full, ref, rtol=0, atol=1e-10)
+        for sizes in ([1] * 19, [5, 1, 7, 2, 4]):
+            state = Mamba2State()
+            out = torch.cat([mamba2_mixer_decode(mixer, piece, state, form=form, chunk_size=3)
+                             for piece in torch.split(x, sizes, dim=1)], 1)
+            torch.testing.assert_close(out, ref, rtol=0, atol=1e-10, msg=str(sizes))
+            assert state.seq_len == 19 and state.ssm.shape == (3, 4, 8, 8) and state.conv.shape == (3, mixer.conv_dim, 3)
+            assert state.nbytes() == (3 * mixer.conv_dim * 3 + 3 * 4 * 8 * 8) * 8  # constant in the length
+        # the carried state matters: decoding the second half from a fresh state differs
+        fresh = mamba2_mixer_decode(mixer, x[:, 10:], Mamba2State(), form=form)
+        assert (fresh - ref[:, 10:]).abs().max() > 1e-3
+
+
+def test_mamba2_decode_refuses_a_bad_state_or_form():
+    from attn_lib.linear import Mamba2State, mamba2_mixer_decode
+
+    mixer = _mamba2_mixer()
+    x = torch.randn(2, 3, 16)
+    with pytest.raises(TypeError, match="state must be an attn_lib.linear.Mamba2State, got dict"):
+        mamba2_mixer_decode(mixer, x, {})
+    with pytest.raises(ValueError, match="form must be 'recurrent' or 'chunked'"):
+        mamba2_mixer_decode(mixer, x, Mamba2State(), form="parallel")
+    state = Mamba2State()
+    mamba2_mixer_decode(mixer, x, state)
+    with pytest.raises(ValueError, match="state holds a batch of 2 sequences, got hidden_states of batch 1"):
+        mamba2_mixer_decode(mixer, x[:1], state)

@@ -182,3 +182,63 @@ def test_indexer_scores_refuse_non_finite_input_and_overflow(x, q, words):
     ix = LightningIndexer(8, 4, num_heads=2, head_dim=4, rope_dim=2, topk=2)
     with pytest.raises(ValueError, match=words):
         ix.scores(x, q)
+
+
+# ----------------------------------------------------------------- issue 35: decoding equals the full forward
+def _hf_dsa(kv_heads, seed):
+    from transformers import DeepseekV32Config
+    from transformers.models.deepseek_v32.modeling_deepseek_v32 import DeepseekV32Attention
+
+    torch.manual_seed(seed)
+    cfg = DeepseekV32Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=kv_heads, q_lora_rank=12,
+                            kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, rope_theta=1000.0,
+                            index_n_heads=8, index_head_dim=8, index_topk=TOPK, num_hidden_layers=1,
+                            attn_implementation="eager")
+    m = DeepseekV32Attention(cfg, 0).double().eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.3)
+    return m
+
+
+@pytest.mark.parametrize("gather", [True, False])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sparse_attention_decodes_through_its_cache_equal_to_the_transformers_full_forward(seed, gather):
+    """MLA has no KV heads to group (one latent per token serves all heads; transformers' DeepseekV32Attention
+    fails with num_key_value_heads != num_attention_heads), so there is no GQA ratio to vary: a batch of 3, two seeds."""
+    from attn_lib.sparse import SparseLatentCache
+
+    m = _hf_dsa(4, seed=seed)
+    Bt = 3
+    x = torch.randn(Bt, L, 32, dtype=torch.float64)
+    cos, sin = hf_cos_sin(torch.arange(L), 4, base=1000.0, batch=Bt)
+    mask = torch.zeros(Bt, 1, L, L, dtype=torch.float64).masked_fill(~causal_mask(L), torch.finfo(torch.float64).min)
+    with torch.no_grad(), float64_reference():
+        ref = m(x, (cos, sin), mask)[0]
+    ours = SparseLatentAttention.from_hf(m)
+    for sizes in ([1] * L, [3, 1, 5, 2, 1]):  # token by token, in chunks (past k = 4 keys: the top-k bites)
+        cache = SparseLatentCache()
+        with torch.no_grad():
+            out = torch.cat([ours(piece, cache=cache, gather=gather) for piece in torch.split(x, sizes, dim=1)], 1)
+        torch.testing.assert_close(out, ref, **TOL, msg=str(sizes))
+        assert cache.seq_len == L and cache.index_keys.shape == (Bt, L, 8)
+        assert cache.nbytes() == Bt * L * (16 + 4 + 8) * 8  # latent r + rotated key dr + indexer key d_I, float64
+    with torch.no_grad():  # the indexer's selection matters in decoding too: dense MLA over the cache differs
+        assert max_abs_diff(MultiHeadLatentAttention.from_hf(m)(x), ref) > 1e-3
+
+
+def test_sparse_latent_cache_refuses_a_wrong_cache_and_another_layers_cache():
+    from attn_lib.kv_cache import KVCache
+    from attn_lib.sparse import SparseLatentCache
+
+    m = _hf_dsa(4, seed=0)
+    a, b = SparseLatentAttention.from_hf(m), SparseLatentAttention.from_hf(m)
+    x = torch.randn(1, 3, 32, dtype=torch.float64)
+    with pytest.raises(TypeError, match="cache must be an attn_lib.sparse.SparseLatentCache, got KVCache"):
+        a(x, cache=KVCache())
+    cache = SparseLatentCache()
+    a(x, cache=cache)
+    with pytest.raises(ValueError, match="already holds the keys of another layer"):
+        b(x, cache=cache)
+    cache.reset()
+    assert cache.seq_len == 0 and cache.index_keys is None

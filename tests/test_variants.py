@@ -408,3 +408,133 @@ if given is not None:
 def test_variant_attention_refuses_a_norm_eps_that_gives_nan(norm_eps):
     with pytest.raises(ValueError, match="norm_eps must be"):  # was accepted; a zero head then gave NaN
         VariantAttention(8, 2, 1, 4, qk_norm=True, norm_eps=norm_eps)
+
+
+# ----------------------------------------------------------------- issue 35: Gemma 4 (k_eq_v, per-layer KV heads)
+G4_TYPES = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+
+
+def _gemma4(kv_heads, global_kv_heads, k_eq_v=True, seed=0):
+    """A tiny random Gemma 4 text model: 5 layers, the last 2 reuse the K/V of layers 1 (sliding) and 2 (full)."""
+    import transformers as T
+
+    cfg = T.Gemma4TextConfig(vocab_size=50, hidden_size=32, intermediate_size=32, num_hidden_layers=5,
+                             num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=8, global_head_dim=16,
+                             num_global_key_value_heads=global_kv_heads, attention_k_eq_v=k_eq_v,
+                             num_kv_shared_layers=2, sliding_window=3, layer_types=list(G4_TYPES),
+                             hidden_size_per_layer_input=4, vocab_size_per_layer_input=50,
+                             rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                                              "full_attention": {"rope_type": "proportional", "rope_theta": 1000.0,
+                                                                 "partial_rotary_factor": 0.5}},
+                             attn_implementation="eager", bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    assert cfg.kv_sharing_modes == [None, "store", "store", "reuse", "reuse"]
+    torch.manual_seed(seed)
+    model = T.Gemma4ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "self_attn" in n:
+                p.normal_(0, 0.4)  # the init (ones for the norms) would hide a missing norm weight
+    return model
+
+
+def _g4_cos_sin(layer_type, E, L, batch):
+    """The RoPE angles transformers' Gemma 4 feeds a layer, derived here in float64: the sliding layers' default
+    RoPE (base 100), the full layers' proportional RoPE (base 1000, half the pairs turn, denominator E)."""
+    if layer_type == "sliding_attention":
+        return hf_cos_sin(torch.arange(L), E, base=100.0, batch=batch)
+    i = torch.arange(E // 2, dtype=torch.float64)
+    theta = torch.where(i < E // 4, 1.0 / 1000.0 ** (2 * i / E), torch.zeros_like(i))
+    angles = torch.arange(L, dtype=torch.float64)[:, None] * theta
+    emb = torch.cat([angles, angles], -1).expand(batch, L, E)
+    return emb.cos(), emb.sin()
+
+
+@pytest.mark.parametrize("kv_heads,global_kv_heads,k_eq_v", [(4, 2, True), (2, 1, True), (1, 1, True), (2, 2, False)])
+def test_gemma4_attention_equals_transformers_in_full_and_decoding(kv_heads, global_kv_heads, k_eq_v):
+    """Every layer of a tiny Gemma 4 (windows, KV sharing, k_eq_v, per-layer head_dim and KV heads, proportional RoPE)
+    equals Gemma4TextAttention in float64, over the full sequence and decoded token by token and in chunks."""
+    from attn_lib.kv_cache import KVCache
+    from attn_lib.variants import Gemma4Attention
+    from attn_lib.windows import RingKVCache
+
+    model = _gemma4(kv_heads, global_kv_heads, k_eq_v)
+    masks = captured_attention_masks(model, torch.randint(0, 50, (3, 9)))  # the masks Gemma 4 builds itself
+    rotary = model.model.rotary_emb
+    model = model.double()
+    layers = [layer.self_attn for layer in model.model.layers]
+    ours = [Gemma4Attention.from_hf(hf) for hf in layers]
+    # what the forward applies, read from the module: per-layer E and Hkv, k_eq_v on the full layers only
+    expected_kv = {"sliding_attention": kv_heads, "full_attention": global_kv_heads if k_eq_v else kv_heads}
+    for m, hf in zip(ours, layers):
+        assert m.head_dim == (16 if hf.layer_type == "full_attention" else 8)
+        assert m.num_kv_heads == expected_kv[hf.layer_type]
+        assert m.k_eq_v == (k_eq_v and hf.layer_type == "full_attention" and not hf.is_kv_shared_layer)
+        assert (m.v_proj is m.k_proj) if m.k_eq_v else True
+        assert m.sliding_window == (3 if hf.layer_type == "sliding_attention" else None)
+        assert m.rotated_pairs == (4 if hf.layer_type == "full_attention" else None)
+    for layer_type, E in (("sliding_attention", 8), ("full_attention", 16)):  # our angles are transformers' angles
+        cos, _ = _g4_cos_sin(layer_type, E, 9, 1)
+        theirs, _ = rotary(torch.zeros(1, dtype=torch.float32), torch.arange(9)[None], layer_type)
+        torch.testing.assert_close(cos.float(), theirs, rtol=0, atol=1e-5)
+    x = torch.randn(3, 9, 32, dtype=torch.float64)  # a batch of 3
+    refs, theirs_shared, ours_shared = [], {}, {}
+    with torch.no_grad(), float64_reference():
+        for i, (m, hf) in enumerate(zip(ours, layers)):
+            refs.append(hf(x, _g4_cos_sin(hf.layer_type, m.head_dim, 9, 3), masks[i],
+                           shared_kv_states=theirs_shared)[0])
+            if m.kv_shared:
+                out = m(x, shared_kv=ours_shared[hf.layer_type])
+            else:
+                out, ours_shared[hf.layer_type] = m(x, return_kv=True)
+            torch.testing.assert_close(out, refs[-1], **TOL, msg=f"layer {i}, full sequence")
+    stores = [hf.store_full_length_kv for hf in layers]
+    for how, sizes in PIECES.items():
+        # the storing layers keep every token (their K/V serve the sharing layers); layer 0 needs only its window
+        caches = [None if m.kv_shared else KVCache() if stores[i] or m.sliding_window is None
+                  else RingKVCache(m.sliding_window) for i, m in enumerate(ours)]
+        outs = [[] for _ in ours]
+        with torch.no_grad():
+            for piece in _chunks(x, sizes):
+                shared = {}
+                for i, (m, hf) in enumerate(zip(ours, layers)):
+                    if m.kv_shared:
+                        outs[i].append(m(piece, shared_kv=shared[hf.layer_type]))
+                    else:
+                        out, shared[hf.layer_type] = m(piece, cache=caches[i], return_kv=True)
+                        outs[i].append(out)
+        for i, (out, ref) in enumerate(zip(outs, refs)):
+            torch.testing.assert_close(torch.cat(out, 1), ref, **TOL, msg=f"layer {i}, {how}")
+
+
+def test_gemma4_k_eq_v_and_proportional_rope_matter():
+    """Each Gemma 4 switch changes the answer: values from a separate v_proj, or RoPE on all pairs, differ."""
+    from attn_lib.variants import Gemma4Attention, proportional_rope
+
+    model = _gemma4(2, 1, True, seed=3).double()
+    hf = model.model.layers[2].self_attn  # a storing full-attention layer: k_eq_v and proportional RoPE
+    ours = Gemma4Attention.from_hf(hf)
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    mask = torch.zeros(1, 1, 9, 9, dtype=torch.float64).masked_fill(~causal_mask(9), torch.finfo(torch.float64).min)
+    with torch.no_grad(), float64_reference():
+        ref = hf(x, _g4_cos_sin("full_attention", 16, 9, 2), mask, shared_kv_states={})[0]
+        torch.testing.assert_close(ours(x), ref, **TOL)
+        ours.rotated_pairs = 8  # every pair turning
+        assert (ours(x) - ref).abs().max() > 1e-3
+        ours.rotated_pairs = 4
+        ours.v_proj = torch.nn.Linear(32, 16, bias=False, dtype=torch.float64)  # separate values
+        assert (ours(x) - ref).abs().max() > 1e-3
+    t = torch.randn(2, 5, 8, dtype=torch.float64)
+    same = proportional_rope(t, torch.arange(5), base=100.0, rotated_pairs=0)
+    torch.testing.assert_close(same, t, rtol=0, atol=0)  # no pair turns
+    full = proportional_rope(t, torch.arange(5), base=100.0, rotated_pairs=4)
+    from attn_lib.positional import apply_rope
+
+    torch.testing.assert_close(full, apply_rope(t, torch.arange(5), base=100.0), **TOL)  # every pair: plain RoPE
+    half = proportional_rope(t, torch.arange(5), base=100.0, rotated_pairs=2)
+    torch.testing.assert_close(half[..., [2, 3, 6, 7]], t[..., [2, 3, 6, 7]], rtol=0, atol=0)  # the top of each half
+    with pytest.raises(ValueError, match=r"rotated_pairs must be an int in \[0, head_dim/2=4\], got 5"):
+        proportional_rope(t, torch.arange(5), base=100.0, rotated_pairs=5)
+    with pytest.raises(ValueError, match="k_eq_v=True needs the layer's own k_proj"):
+        Gemma4Attention(16, 2, 1, 8, k_eq_v=True, kv_shared=True)
+    with pytest.raises(TypeError, match="Gemma4Attention.from_hf expects"):
+        Gemma4Attention.from_hf(torch.nn.Linear(2, 2))

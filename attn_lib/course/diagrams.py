@@ -697,3 +697,277 @@ def plot_groups(num_heads: int, num_kv_heads: int, *, ax=None):
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
     return ax
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Notebook 11: Gemma 4's layer stack (windows, KV sharing, keys reused as values).
+# ---------------------------------------------------------------------------------------------------------------
+
+__all__ += ["kv_sharing_figure"]
+
+#: One colour per design in notebook 11's figures (kv_table's bars too): window layers green, global GQA orange.
+_WINDOW, _GLOBAL = PALETTE[2], PALETTE[1]
+
+
+def kv_sharing_figure(layer_types=("sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
+                                   "full_attention"), num_kv_shared_layers: int = 2, *, k_eq_v: bool = True):
+    """Gemma 4's (and Gemma 3n's) layer stack: one box per layer, bottom to top, green for a window layer, orange for
+    a global one; each of the last ``num_kv_shared_layers`` layers is drawn dashed, with no K/V of its own, and an
+    arrow from the last earlier layer of its kind whose K and V it reuses. With ``k_eq_v``, the global layers that
+    own projections are labelled "V = K's projection" (Gemma 4's ``attention_k_eq_v``).
+
+    Args:
+        layer_types: a sequence of "sliding_attention" / "full_attention" (transformers' ``layer_types``).
+        num_kv_shared_layers: int in [0, len(layer_types) - 1]; every kind among the sharing layers must appear
+            among the earlier ones. k_eq_v: bool.
+
+    Returns:
+        the matplotlib Figure. No tensors: strs, ints and a bool in.
+
+    Raises:
+        TypeError: num_kv_shared_layers not an int; k_eq_v not a bool. ValueError: an unknown layer type; no
+            layer; num_kv_shared_layers out of range; a sharing layer with no earlier layer of its kind.
+
+    Source: transformers' ``Gemma4TextConfig.kv_sharing_modes`` (the same rule as Gemma 3n's).
+    """
+    from attn_lib._checks import check_bool
+
+    types = list(layer_types)
+    if not types or any(t not in ("sliding_attention", "full_attention") for t in types):
+        raise ValueError(f"layer_types must be a non-empty sequence of 'sliding_attention' / 'full_attention', "
+                         f"got {types}")
+    n = len(types)
+    shared = check_int("num_kv_shared_layers", num_kv_shared_layers, minimum=0)
+    if shared > n - 1:
+        raise ValueError(f"num_kv_shared_layers must be in [0, {n - 1}] (one layer at least computes K/V), got {shared}")
+    check_bool("k_eq_v", k_eq_v)
+    first = n - shared
+    source = {}
+    for i in range(first, n):
+        earlier = [j for j in range(first) if types[j] == types[i]]
+        if not earlier:
+            raise ValueError(f"layer {i} ({types[i]}) shares K/V but no earlier layer is of its kind")
+        source[i] = earlier[-1]
+    fig, ax = _inch_canvas(6.4, 0.62 * n + 0.5)
+    for i, kind in enumerate(types):
+        y = 0.45 + 0.62 * i
+        colour = _WINDOW if kind == "sliding_attention" else _GLOBAL
+        what = "window" if kind == "sliding_attention" else "global"
+        if i in source:
+            label = f"layer {i} · {what} · own queries, K and V of layer {source[i]}"
+        elif kind == "full_attention" and k_eq_v:
+            label = f"layer {i} · {what} · V from K's projection (k_eq_v)"
+        else:
+            label = f"layer {i} · {what} · own K, V"
+        _box(ax, 2.7, y, 4.6, 0.42, label, colour)
+        if i in source:
+            ax.patches[-1].set_linestyle("--")
+            ys = 0.45 + 0.62 * source[i]
+            x = 5.0 if kind == "sliding_attention" else 5.25
+            _arrow(ax, (x, ys), (x, y), colour=colour, connection="arc3,rad=-0.4")
+    if source:
+        ax.text(5.75, 0.45 + 0.62 * (n - 1), "K, V\nreused", fontsize=_FONT, ha="left", va="center",
+                color=PALETTE[7])
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Notebooks 11 and 12: MLA's two decodes, DeepSeek's sparse-attention pipeline, the delta rule, the chunked form,
+# the 3:1 hybrid stack. One colour per design, as in kv_table's bars: MLA blue, windows green, the linear-attention
+# family (Gated DeltaNet, KDA) reddish purple; DSA's indexer vermillion; gated softmax attention sky blue.
+# ---------------------------------------------------------------------------------------------------------------
+
+__all__ += ["mla_decode_figure", "dsa_pipeline_figure", "delta_rule_figure", "chunked_form_figure",
+            "hybrid_stack_figure"]
+
+_MLA, _INDEXER, _LINEAR, _GATED_ATTN, _NEUTRAL = PALETTE[0], PALETTE[5], PALETTE[3], PALETTE[4], PALETTE[7]
+
+
+def _row(ax, y, items, *, w=1.55, h=0.62, gap=0.42, x0=0.15, fontsize=_FONT):
+    """Boxes (text, colour) left to right at height y, joined by arrows; returns their centres' x."""
+    xs = []
+    for j, (text, colour) in enumerate(items):
+        cx = x0 + w / 2 + j * (w + gap)
+        _box(ax, cx, y, w, h, text, colour, fontsize=fontsize)
+        if j:
+            _arrow(ax, (xs[-1] + w / 2, y), (cx - w / 2, y))
+        xs.append(cx)
+    return xs
+
+
+def mla_decode_figure():
+    """MLA's plain decode (top) against its absorbed decode (bottom), for one new token over S cached latents.
+
+    Top: the cache c_KV (S × r) is expanded by W_UK and W_UV into H keys and values per token at every step, then
+    ordinary attention. Bottom: W_UK moves into the query (q_C W_UKᵀ, r features per head), the latents are the
+    keys and values of one shared head (MQA), and W_UV is applied after the softmax. Every box in MLA's blue.
+
+    Returns:
+        the matplotlib Figure. Takes no arguments (no tensors).
+
+    Raises:
+        nothing of its own (matplotlib's errors propagate).
+
+    Source: DeepSeek-V2 (2024), §2.1 and its appendix on absorbing W_UK and W_UV.
+    """
+    fig, ax = _inch_canvas(10.3, 3.3)
+    ax.text(0.15, 3.05, "plain: expand the cache at every step", fontsize=_TITLE, ha="left", va="center")
+    _row(ax, 2.35, [("cache c_KV\nS × r", _MLA), ("× W_UK, × W_UV\nS × H × (dn + dv)", _MLA),
+                    ("H keys, H values\nper cached token", _MLA), ("softmax(q kᵀ) v\nper head", _MLA),
+                    ("o_proj", _MLA)], w=1.62)
+    ax.text(0.15, 1.35, "absorbed: W_UK into the query, W_UV after the softmax", fontsize=_TITLE, ha="left",
+            va="center")
+    _row(ax, 0.6, [("query q_C\nH × dn", _MLA), ("× W_UKᵀ\nH × r", _MLA),
+                   ("attend to c_KV itself\none shared head (MQA)", _MLA), ("× W_UV\nH × dv", _MLA),
+                   ("o_proj", _MLA)], w=1.62)
+    return fig
+
+
+def dsa_pipeline_figure(topk: int = 2048):
+    """DeepSeek sparse attention for one query token: the indexer scores every earlier token (vermillion), the top-k
+    positions are kept, and MLA (blue) attends, absorbed, to the k gathered latents of the cache.
+
+    Args:
+        topk: k, the keys each query keeps (int >= 1; DeepSeek-V3.2: 2048).
+
+    Returns:
+        the matplotlib Figure. No tensors: an int in.
+
+    Raises:
+        TypeError: topk not an int. ValueError: topk < 1.
+
+    Source: DeepSeek-V3.2-Exp report, eq. 1 and its figure of the attention architecture.
+    """
+    k = check_int("topk", topk, minimum=1)
+    fig, ax = _inch_canvas(10.3, 2.5)
+    xs = _row(ax, 1.75, [("x_t", _NEUTRAL), ("lightning indexer\nI[t, s] for every s < t", _INDEXER),
+                         (f"top-k of I[t, :]\nk = {k} positions", _INDEXER), ("gather k latents", _MLA),
+                         ("MLA, absorbed\n→ output", _MLA)], w=1.62)
+    _box(ax, xs[3], 0.55, 1.62, 0.62, "cache: (c_KV, k_R)\nand k_I per token", _MLA)
+    _arrow(ax, (xs[3], 0.86), (xs[3], 1.44))
+    ax.text(xs[1], 0.55, "cheap: few heads, FP8,\nno softmax", fontsize=_FONT, ha="center", va="center",
+            color=_NEUTRAL)
+    return fig
+
+
+def delta_rule_figure():
+    """One token of the gated delta rule as an error-correcting write: decay the state, predict the value of the
+    key, compare with the true value, write β times the error, read with the query. Reddish purple (the
+    linear-attention family); the error is the box that makes it a correction, not a plain addition.
+
+    Returns:
+        the matplotlib Figure. Takes no arguments (no tensors).
+
+    Raises:
+        nothing of its own (matplotlib's errors propagate).
+
+    Source: Schlag, Irie & Schmidhuber 2021 (the delta rule for fast weights, after Widrow & Hoff 1960);
+    Yang et al. 2024 (parallel DeltaNet), 2025 (Gated DeltaNet).
+    """
+    fig, ax = _inch_canvas(10.4, 2.3)
+    xs = _row(ax, 1.45, [("state S\n(before token t)", _LINEAR), ("decay\nS ← exp(g_t) S", _LINEAR), ("predict\nv̂ = Sᵀ k_t", _LINEAR),
+                         ("error\nv_t − v̂", _LINEAR), ("write\nS + β_t k_t (v_t − v̂)ᵀ", _LINEAR),
+                         ("read\no_t = S_tᵀ q_t", _LINEAR)], w=1.45, gap=0.3)
+    ax.text(xs[3], 0.45, "a key already stored with the right value\nwrites nothing: the state corrects, "
+            "not only adds", fontsize=_FONT, ha="center", va="center", color=_NEUTRAL)
+    return fig
+
+
+def chunked_form_figure(seq_len: int = 12, chunk: int = 4):
+    """The chunked form of linear attention: inside each chunk a small causal (C × C) product, in parallel; between
+    chunks, the state S carried from one chunk to the next, read by every query of the next chunk.
+
+    Args:
+        seq_len: tokens drawn (int >= 1). chunk: C, tokens per chunk (int >= 1, <= seq_len).
+
+    Returns:
+        the matplotlib Figure. No tensors: two ints in.
+
+    Raises:
+        TypeError: a size not an int. ValueError: a size < 1, or chunk > seq_len.
+
+    Source: Yang et al. 2024 (Gated Linear Attention / DeltaNet's chunkwise form); Dao & Gu 2024 (Mamba-2's SSD).
+    """
+    L = check_int("seq_len", seq_len, minimum=1)
+    C = check_int("chunk", chunk, minimum=1)
+    if C > L:
+        raise ValueError(f"chunk must be <= seq_len={L}, got {C}")
+    n = -(-L // C)
+    cell = 0.26
+    fig, ax = _inch_canvas(1.0 + n * (C * cell + 1.0), C * cell + 1.9)
+    from matplotlib.patches import Rectangle
+
+    for c in range(n):
+        x0 = 0.5 + c * (C * cell + 1.0)
+        size = min(C, L - c * C)
+        for i in range(size):
+            for j in range(size):
+                colour = _LINEAR if j <= i else _BLOCKED
+                ax.add_patch(Rectangle((x0 + j * cell, 0.55 + (C - 1 - i) * cell), cell, cell, facecolor=colour,
+                                       alpha=0.75 if j <= i else 1.0, edgecolor="white"))
+        ax.text(x0 + size * cell / 2, 0.35, f"chunk {c}: tokens {c * C}–{c * C + size - 1}", fontsize=_FONT,
+                ha="center", va="center")
+        top = 0.55 + C * cell + 0.55
+        _box(ax, x0 + size * cell / 2, top, 0.75, 0.4, f"S after {c}", _LINEAR)
+        _arrow(ax, (x0 + size * cell / 2, 0.55 + C * cell), (x0 + size * cell / 2, top - 0.2))
+        if c + 1 < n:
+            nx = 0.5 + (c + 1) * (C * cell + 1.0)
+            _arrow(ax, (x0 + size * cell / 2 + 0.38, top), (nx - 0.05, 0.55 + C * cell), colour=_LINEAR)
+    ax.text(0.5, C * cell + 1.75, "inside a chunk: causal products in parallel;  between chunks: the state",
+            fontsize=_FONT, ha="left", va="center")
+    return fig
+
+
+def hybrid_stack_figure(groups: int = 12, linear_per_group: int = 3):
+    """A 3:1 hybrid stack (Qwen3-Next, Qwen3.5, Kimi Linear): ``linear_per_group`` linear-attention layers (reddish
+    purple, a fixed-size state each) then one gated softmax-attention layer (sky blue, a KV cache that grows), the
+    group repeated ``groups`` times.
+
+    Args:
+        groups: int >= 1. linear_per_group: int >= 1.
+
+    Returns:
+        the matplotlib Figure. No tensors: two ints in.
+
+    Raises:
+        TypeError: not ints. ValueError: < 1.
+
+    Source: Qwen3-Next's config (``layer_types``: 3 ``linear_attention`` then 1 ``full_attention``, 48 layers);
+    Kimi Linear (3 KDA : 1 MLA).
+    """
+    g = check_int("groups", groups, minimum=1)
+    r = check_int("linear_per_group", linear_per_group, minimum=1)
+    items = [("linear attention\n(Gated DeltaNet)\nstate: fixed", _LINEAR)] * r
+    items = items + [("gated softmax\nattention\nKV cache: grows", _GATED_ATTN)]
+    fig, ax = _inch_canvas(0.6 + (r + 1) * 1.95 + 1.4, 2.0)
+    xs = _row(ax, 1.0, items, w=1.6, h=0.95, gap=0.35, x0=0.3)
+    ax.text(xs[-1] + 1.0, 1.0, f"× {g}\n= {g * (r + 1)} layers", fontsize=_TITLE, ha="left", va="center")
+    ax.text(0.3, 1.75, f"one group of {r + 1} layers ({r}:1)", fontsize=_FONT, ha="left", va="center")
+    return fig
+
+
+__all__ += ["gated_attention_figure"]
+
+
+def gated_attention_figure():
+    """Qwen3-Next's gated attention: q_proj gives each head a query and as many gate logits; the query goes through
+    q_norm, partial RoPE and attention; the gate logits through a sigmoid, which multiplies the head's output
+    channel by channel before o_proj. All in gated attention's sky blue (not plain GQA's orange).
+
+    Returns:
+        the matplotlib Figure. Takes no arguments (no tensors).
+
+    Raises:
+        nothing of its own (matplotlib's errors propagate).
+
+    Source: Qiu et al. 2025, "Gated Attention for Large Language Models" (position G1); transformers'
+    ``Qwen3NextAttention``.
+    """
+    fig, ax = _inch_canvas(10.55, 2.6)
+    xs = _row(ax, 1.85, [("x", _NEUTRAL), ("q_proj: per head\nquery | gate logits", _GATED_ATTN),
+                         ("query: q_norm,\nRoPE on first E/4", _GATED_ATTN), ("attention\nwith K, V", _GATED_ATTN),
+                         ("× σ(gate)\nper channel", _GATED_ATTN), ("o_proj", _GATED_ATTN)], w=1.45, gap=0.3)
+    _box(ax, xs[3], 0.55, 1.45, 0.55, "σ(gate logits)", _GATED_ATTN)
+    _arrow(ax, (xs[1], 1.54), (xs[3] - 0.73, 0.55), connection="arc3,rad=0.2")
+    _arrow(ax, (xs[3] + 0.73, 0.55), (xs[4], 1.54), connection="arc3,rad=0.2")
+    return fig

@@ -26,12 +26,12 @@ import torch.nn.functional as F
 
 from attn_lib._checks import (_got, check_bool, check_choice, check_generator, check_head_dim, check_int, check_number,
                               check_on_device, check_token_ids, shape_of)
-from attn_lib.deltanet import gated_delta_rule, l2_normalize
+from attn_lib.deltanet import gated_delta_rule, kimi_delta_rule, l2_normalize
 from attn_lib.linear import linear_attention
 
 __all__ = ["KINDS", "make_recall_batch", "RecallModel", "train_recall", "recall_accuracy", "run_recall_curve"]
 
-KINDS = ("softmax", "linear", "deltanet", "hybrid")
+KINDS = ("softmax", "linear", "deltanet", "hybrid", "kda")
 PAIR_COUNTS = (4, 8, 16, 32, 64)
 NUM_KEYS, NUM_VALUES = 128, 64
 MAX_DRAWS = 2 ** 28  # make_recall_batch's (batch_size, num_keys) table of float32 draws: 1 GiB at most
@@ -85,6 +85,10 @@ class _Mixer(nn.Module):
         self.out = nn.Linear(d_model, d_model, bias=False)
         if kind == "deltanet":
             self.beta_gate = nn.Linear(d_model, 2 * num_heads, bias=True)
+        if kind == "kda":  # Kimi Delta Attention: one beta per head; a decay gate per head and key channel, made by
+            # a low-rank map (rank 4) as Kimi Linear's f_a_proj / f_b_proj, so the parameter count stays that of deltanet
+            self.beta = nn.Linear(d_model, num_heads, bias=True)
+            self.gate = nn.Sequential(nn.Linear(d_model, 4, bias=False), nn.Linear(4, d_model, bias=True))
 
     def forward(self, x):
         Bt, L, D = x.shape
@@ -93,6 +97,11 @@ class _Mixer(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif self.kind == "linear":
             y = linear_attention(q, k, v, form="parallel")
+        elif self.kind == "kda":
+            b, a = self.beta(x), self.gate(x)  # (B, L, H), (B, L, H·E)
+            a = a.view(Bt, L, self.h, -1).transpose(1, 2)  # (B, H, L, E): a decay per key channel
+            y, _ = kimi_delta_rule(l2_normalize(q), l2_normalize(k), v, F.logsigmoid(a + 4.0),
+                                   b.sigmoid().transpose(1, 2), form="chunked", chunk_size=64)
         else:
             b, a = self.beta_gate(x).transpose(1, 2).chunk(2, dim=1)  # (B, H, L) each
             y, _ = gated_delta_rule(l2_normalize(q), l2_normalize(k), v, F.logsigmoid(a + 4.0), b.sigmoid(),
@@ -104,7 +113,8 @@ class RecallModel(nn.Module):
     """Embeddings, ``num_layers`` pre-norm residual mixers, a readout of the last position over the values.
 
     Args:
-        kind: ``"softmax"``, ``"linear"``, ``"deltanet"`` or ``"hybrid"`` (deltanet layers, every fourth softmax).
+        kind: ``"softmax"``, ``"linear"``, ``"deltanet"``, ``"hybrid"`` (deltanet layers, every fourth softmax) or
+            ``"kda"`` (Kimi Delta Attention: the deltanet mixer with a decay per key channel).
         d_model, num_heads, num_layers: width (head_dim = d_model / num_heads), heads, depth.
         num_keys, num_values: the vocabularies of :func:`make_recall_batch` (the values get one more id, the
             "no value" one at the query).
@@ -112,7 +122,8 @@ class RecallModel(nn.Module):
     The parameters are float32 (torch's default dtype). The mixers: ``"softmax"`` torch's
     ``scaled_dot_product_attention`` (causal), ``"linear"`` :func:`attn_lib.linear.linear_attention` (elu + 1,
     normalised), ``"deltanet"`` :func:`attn_lib.deltanet.gated_delta_rule` (chunked, q and k L2-normalised,
-    β = sigmoid, g = logsigmoid(a + 4)).
+    β = sigmoid, g = logsigmoid(a + 4)), ``"kda"`` :func:`attn_lib.deltanet.kimi_delta_rule` (the same, with g one per
+    head and key channel).
 
     Raises:
         TypeError: kind not a str; num_layers, d_model, num_heads, num_keys or num_values not an int.
@@ -267,7 +278,7 @@ def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAI
 
 
 def run_recall_curve(steps: int = 600, out=None) -> dict:
-    """Train the four kinds and measure accuracy at every pair count; write the JSON to ``out`` if given.
+    """Train the five kinds and measure accuracy at every pair count; write the JSON to ``out`` if given.
 
     Args:
         steps: int >= 1, training steps per kind (600 for ``data/recall_curve.json``).

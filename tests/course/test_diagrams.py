@@ -264,3 +264,65 @@ def test_plot_groups_draws_one_line_per_query_head():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+# ----------------------------------------------------------------------------- notebook 11: Gemma 4's stack
+def test_nb11_kv_sharing_figure_draws_who_reuses_whose_keys():
+    fig = diagrams.kv_sharing_figure()
+    text = _strings(fig)
+    assert "layer 3 · window · own queries, K and V of layer 1" in text  # the last earlier window layer
+    assert "layer 4 · global · own queries, K and V of layer 2" in text
+    assert "layer 2 · global · V from K's projection (k_eq_v)" in text
+    assert "layer 0 · window · own K, V" in text
+    _assert_readable(fig)
+    _assert_palette_colours(fig)
+    plain = _strings(diagrams.kv_sharing_figure(["sliding_attention", "full_attention"], 0, k_eq_v=False))
+    assert "reused" not in plain and "k_eq_v" not in plain
+
+
+@pytest.mark.parametrize("args,kwargs,error,words", [
+    ((["full"],), {}, ValueError, "layer_types must be"),
+    ((["full_attention"], 1), {}, ValueError, r"num_kv_shared_layers must be in \[0, 0\]"),
+    ((["sliding_attention", "full_attention"], 1), {}, ValueError, "layer 1 \\(full_attention\\) shares K/V but no earlier"),
+    ((["full_attention"], 0), dict(k_eq_v=1), TypeError, "k_eq_v"),
+])
+def test_nb11_kv_sharing_figure_bad_arguments(args, kwargs, error, words):
+    with pytest.raises(error, match=words):
+        diagrams.kv_sharing_figure(*args, **kwargs)
+
+
+# ----------------------------------------------------------------- notebooks 11 and 12: the drawn pipelines
+@pytest.mark.parametrize("name,words", [
+    ("mla_decode_figure", ["cache c_KV\nS × r", "× W_UKᵀ\nH × r", "attend to c_KV itself\none shared head (MQA)",
+                           "× W_UV\nH × dv"]),
+    ("dsa_pipeline_figure", ["lightning indexer", "k = 2048 positions", "gather k latents", "k_I per token"]),
+    ("delta_rule_figure", ["predict\nv̂ = Sᵀ k_t", "error\nv_t − v̂", "write\nS + β_t k_t (v_t − v̂)ᵀ"]),
+    ("chunked_form_figure", ["chunk 0: tokens 0–3", "chunk 2: tokens 8–11", "S after 1"]),
+    ("hybrid_stack_figure", ["× 12\n= 48 layers", "one group of 4 layers (3:1)", "KV cache: grows"]),
+    ("gated_attention_figure", ["q_proj: per head\nquery | gate logits", "σ(gate logits)", "× σ(gate)\nper channel"]),
+])
+def test_nb11_nb12_pipeline_figures_say_what_they_draw_and_are_readable(name, words):
+    fig = getattr(diagrams, name)()
+    text = _strings(fig)
+    for w in words:
+        assert w in text, (name, w)
+    _assert_readable(fig)
+    _assert_palette_colours(fig)
+
+
+def test_nb11_nb12_one_colour_per_design():
+    """MLA's boxes are blue in both MLA figures; the linear family reddish purple; gated attention not GQA's orange."""
+    def edge_colours(fig):
+        return {mcolors.to_hex(p.get_edgecolor()[:3]) for p in fig.findobj(matplotlib.patches.FancyBboxPatch)
+                if p.get_facecolor()[3] == 0}
+    blue, orange, purple, sky = (mcolors.to_hex(PALETTE[i]) for i in (0, 1, 3, 4))
+    assert edge_colours(diagrams.mla_decode_figure()) == {blue}
+    assert blue in edge_colours(diagrams.dsa_pipeline_figure())
+    assert edge_colours(diagrams.delta_rule_figure()) == {purple}
+    assert edge_colours(diagrams.hybrid_stack_figure()) == {purple, sky}  # not orange, the plain-GQA colour
+    assert orange not in edge_colours(diagrams.hybrid_stack_figure())
+    assert edge_colours(diagrams.gated_attention_figure()) == {sky, mcolors.to_hex(PALETTE[7])}  # x in black
+    with pytest.raises(ValueError, match="chunk must be <= seq_len=3, got 4"):
+        diagrams.chunked_form_figure(3, 4)
+    with pytest.raises(TypeError, match="topk"):
+        diagrams.dsa_pipeline_figure(2.5)

@@ -437,6 +437,22 @@ def kda_b(state, query, key, value, log_decay, beta):
     return (query[..., None] * s).sum(-2), s
 
 
+def absorbed_a(q_c, q_r, c_kv, k_r, w_uk, w_uv, *, scale):  # W_UK into the query, W_UV after the softmax
+    q = torch.cat([torch.einsum("bhld,hdr->bhlr", q_c, w_uk), q_r], -1)
+    s = q @ torch.cat([c_kv, k_r], -1).transpose(-1, -2) * scale
+    L, S = s.shape[-2:]
+    p = torch.softmax(s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(S - L), float("-inf")), -1)
+    return torch.einsum("bhlr,hvr->bhlv", p @ c_kv, w_uv)
+
+
+def absorbed_b(q_c, q_r, c_kv, k_r, w_uk, w_uv, *, scale):  # the expanded per-head keys and values: the same
+    k = torch.einsum("bxsr,hdr->bhsd", c_kv, w_uk)
+    v = torch.einsum("bxsr,hvr->bhsv", c_kv, w_uv)
+    s = (q_c @ k.transpose(-1, -2) + q_r @ k_r.transpose(-1, -2)) * scale
+    L, S = s.shape[-2:]
+    return torch.softmax(s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(S - L), float("-inf")), -1) @ v
+
+
 RIGHT = {
     "check_softmax": (softmax_a, softmax_b),
     "check_apply_merges": (merges_a, merges_b),
@@ -488,6 +504,7 @@ RIGHT = {
     "check_gated_output": (lambda heads, x, w_gate: heads * torch.sigmoid(x @ w_gate.T),
                            lambda heads, x, w_gate: heads * 0.5 * (1 + torch.tanh(0.5 * (x @ w_gate.mT)))),
     "check_kda_step": (kda_a, kda_b),
+    "check_absorbed_attention": (absorbed_a, absorbed_b),
 }
 ALL_CHECKS = sorted(RIGHT)
 
@@ -620,6 +637,10 @@ WRONG = [
     ("check_causal_tiles", "all tiles", lambda q, k, bq, bk: [(i, j) for i in range(-(-q // bq)) for j in range(-(-k // bk))],
      ["all the tiles"]),
     ("check_mla_cache_bytes", "per head", lambda L, H, r, dn, dr, s, e: H * L * s * (r + dr) * e, ["num_heads"]),
+    ("check_absorbed_attention", "no causal mask", lambda *a, scale: absorbed_a(*a, scale=scale) if a[0].shape[2] == 1
+     else torch.einsum("bhlr,hvr->bhlv", torch.softmax(torch.cat([torch.einsum("bhld,hdr->bhlr", a[0], a[4]), a[1]], -1)
+                                                       @ torch.cat([a[2], a[3]], -1).transpose(-1, -2) * scale, -1)
+                       @ a[2], a[5]), ["mask the future keys"]),
     ("check_ring_slot_positions", "in time order", lambda n, w: list(range(max(0, n - w), n)) + [-1] * max(0, w - n),
      ["p % window"]),
 ]

@@ -52,3 +52,26 @@ def test_recall_accuracy_uses_the_models_own_vocabularies():
     assert 0.15 < acc < 0.35  # untrained: chance is 1/4 (binomial sd ~0.01 at n = 2000)
     with pytest.raises(ValueError, match="num_pairs must be <= num_keys=8"):
         recall_accuracy(m, 9)
+
+
+def test_kda_recall_mixer_is_deltanets_with_a_decay_per_channel():
+    """With the same decay in every key channel, the "kda" mixer is the "deltanet" one; with different ones it is not."""
+    import torch
+
+    from attn_lib.course.recall import _Mixer
+
+    torch.manual_seed(0)
+    kda, gdn = _Mixer("kda", 16, 2), _Mixer("deltanet", 16, 2)
+    with torch.no_grad():
+        kda.qkv.load_state_dict(gdn.qkv.state_dict())
+        kda.out.load_state_dict(gdn.out.state_dict())
+        b, c = torch.tensor([0.3, -0.2]), torch.tensor([-1.0, 0.5])
+        for lin in (kda.beta, kda.gate[0], kda.gate[1], gdn.beta_gate):
+            lin.weight.zero_()
+        kda.beta.bias.copy_(b)
+        kda.gate[1].bias.copy_(c.repeat_interleave(8))  # head h's 8 channels share its decay
+        gdn.beta_gate.bias.copy_(torch.cat([b, c]))
+        x = torch.randn(2, 7, 16)
+        torch.testing.assert_close(kda(x), gdn(x), rtol=1e-5, atol=1e-6)
+        kda.gate[1].bias.copy_(torch.linspace(-2, 2, 16))  # a decay per channel: another layer
+        assert (kda(x) - gdn(x)).abs().max() > 1e-4

@@ -3,6 +3,8 @@
 - :func:`check_mla_cache_bytes`: the bytes DeepSeek's multi-head latent attention caches for a sequence.
 - :func:`check_ring_slot_positions`: which position each slot of a sliding-window ring-buffer cache holds.
 - :func:`check_gated_output`: gated attention's output gate (Qwen3-Next), before the output projection.
+- :func:`check_absorbed_attention`: MLA's absorbed attention (W_UK in the query, W_UV after the softmax), the piece
+  ``my_attn.mla.absorbed_attention`` of the learner's stack.
 
 Each compares with attn_lib (:func:`attn_lib.mla.mla_cache_bytes_per_token`, proven on the real latent cache by
 tests/test_mla.py; :func:`attn_lib.windows.ring_slot_positions`, equal to :class:`attn_lib.windows.RingKVCache`'s slots
@@ -17,7 +19,7 @@ from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_
 from attn_lib.mla import mla_cache_bytes_per_token
 from attn_lib.windows import ring_slot_positions
 
-__all__ = ["check_mla_cache_bytes", "check_ring_slot_positions", "check_gated_output"]
+__all__ = ["check_mla_cache_bytes", "check_ring_slot_positions", "check_gated_output", "check_absorbed_attention"]
 
 HINT_MLA_TWO = ("you multiplied by 2 for keys AND values; MLA caches ONE latent c_KV per token (the keys and the "
                 "values are both up-projected from it), plus the shared RoPE key: (kv_lora_rank + qk_rope_head_dim).")
@@ -123,3 +125,26 @@ def check_gated_output(gated_output_fn) -> CheckResult:
         return len(cases)
 
     return run_check(name, trials)
+
+
+def check_absorbed_attention(absorbed_attention_fn) -> CheckResult:
+    """Check ``absorbed_attention(q_c, q_r, c_kv, k_r, w_uk, w_uv, *, scale)``: MLA's attention in the latent space,
+    notebook 11's exercise 1 and the piece ``my_attn.mla.absorbed_attention`` of the learner's stack.
+
+    The same trials as ``make check-mine``'s (:func:`attn_lib.course.exercises.pieces_modern.check_piece_absorbed_attention`):
+    q_c (B, H, L, dn), q_r (B, H, L, dr), c_kv (B, 1, S, r), k_r (B, 1, S, dr), w_uk (H, dn, r), w_uv (H, dv, r)
+    float64, one decode step and a chunk of 3 queries over 7 cached positions, against the expanded keys and values
+    and the course's SDPA; a missing RoPE part, a missing causal mask and the wrong scale get their own hints.
+
+    Returns:
+        a CheckResult. Raises: nothing; a wrong answer is a failed CheckResult with a hint.
+
+    Source: DeepSeek-V2 report (2024), §2.1.2-2.1.3 (absorbing W_UK and W_UV); attn_lib.mla.MultiHeadLatentAttention.
+    """
+    from attn_lib.course.exercises.pieces_modern import check_piece_absorbed_attention
+
+    result = check_piece_absorbed_attention(absorbed_attention_fn)
+    inner = result.name
+    # the same trials, reported under this exercise's name (the piece reports as "absorbed_attention")
+    message = result.message.replace(f"{inner}:", "check_absorbed_attention:", 1)
+    return CheckResult("check_absorbed_attention", result.passed, message)
