@@ -157,18 +157,16 @@ def not_needed(cells: list[dict], exercises: dict[str, dict]) -> set[int]:
     """The indices of the locked cells that nothing graded needs: no student cell, no check's arguments and no
     needed cell after it reads a name it defines or changes, and it sets no global state. Empty (every cell runs)
     when a student's cell hides what it reads (see :data:`DYNAMIC_NAMES`) or :data:`EVERY_CELL` is set."""
+    import builtins
     import os
 
     if os.environ.get(EVERY_CELL) == "1":
         return set()
     names = [cell_names(c["source"]) if c["kind"] == "code" else None for c in cells]
-    import builtins
-
     defined = set().union(*(n.defines for n in names if n))
     ignore = set(dir(builtins)) - defined  # print, len: never wanted unless a cell rebinds them
     imported = set().union(*(n.imports for n in names if n))
-    modules = imported - set().union(
-        *(n.defines - n.imports for n in names if n))  # bound by imports only, never assigned
+    modules = imported - set().union(*(n.defines - n.imports for n in names if n))  # bound by imports only
     wanted: set[str] = set()
     skipped: set[int] = set()
     for i in range(len(cells) - 1, -1, -1):

@@ -81,6 +81,8 @@ class _watch_reference_calls:
         if event != "call" or self.lib is None or not frame.f_code.co_filename.startswith(self.lib):
             return
         up = frame.f_back
+        if up is not None and up.f_code.co_filename.startswith("<frozen importlib"):
+            return  # the import machinery calling a finder or loader (attn_lib.setup installs one)
         while up is not None and up is not self.top:
             if up.f_code.co_filename.startswith(self.lib):
                 return  # attn_lib's own inner call
