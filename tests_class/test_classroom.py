@@ -1567,3 +1567,45 @@ def test_a_link_to_the_source_gets_no_solution_back_through_feedback(course, tmp
         for s in solutions:
             assert s not in text, (page, s[:80])
     subprocess_run(["rm", "-rf", str(tmp_path / "exchange"), str(tmp_path / "course")])
+
+
+def test_only_the_cells_a_check_needs_run():
+    """Issue 39 §4: the grader skips the locked cells that no student cell and no check's arguments need, by the
+    names each cell defines and reads (Python's own scopes: a function's parameters and locals are its own); a
+    locked cell that changes a needed object or sets global state runs; a student cell whose names cannot be told
+    from its syntax, or ATTN_GRADE_EVERY_CELL=1, runs every cell."""
+    from classroom.grade import EVERY_CELL, not_needed
+
+    def plan(*cells):
+        out = []
+        for kind, source in cells:
+            out.append({"kind": "graded", "grade_id": source, "source": ""} if kind == "graded" else
+                       {"kind": "code", "source": source, "grade_id": None, "students": kind == "student"})
+        return out
+
+    cells = plan(
+        ("locked", "import attn_lib\nattn_lib.setup()"),                           # 0: global state
+        ("locked", "import math\nimport torch\nimport matplotlib.pyplot as plt"),   # 1: defines torch, math
+        ("locked", "d_k = 4\nquery = torch.randn(3, d_k)"),                         # 2: a global the student reads
+        ("locked", "fig, ax = plt.subplots()\nax.plot([1, 2])\nax.set_title('demo')"),  # 3: a plot: skipped
+        ("locked", "scale = 1 / math.sqrt(d_k)"),                                   # 4: defines scale: needed
+        ("locked", "cache = []"),                                                   # 5
+        ("locked", "cache.append(2)"),                                             # 6: changes cache
+        ("locked", "torch.set_default_dtype(torch.float64)"),                      # 7: global state
+        ("locked", "out = [query for query in range(3)]\nprint(len(out))"),         # 8: its own query: skipped
+        ("student", "def attention(query, key):\n    w = torch.softmax(query @ key.T * scale, -1)\n"
+                    "    return w, cache"),
+        ("graded", "check_attention"),
+        ("locked", "print(attention(query, query))"),                              # 11: after every check: skipped
+    )
+    exercises = {"check_attention": {"points": 1.0, "checks": [("check_attention", "attention")]}}
+    assert not_needed(cells, exercises) == {3, 8, 11}
+    cells[9]["source"] += "\nprint(globals()['d_k'])"  # names the syntax does not tell: every cell runs
+    assert not_needed(cells, exercises) == set()
+    cells[9]["source"] = "def attention(query, key):\n    return query"
+    assert not_needed(cells, exercises) == {2, 3, 4, 5, 6, 8, 11}
+    os.environ[EVERY_CELL] = "1"
+    try:
+        assert not_needed(cells, exercises) == set()
+    finally:
+        del os.environ[EVERY_CELL]
