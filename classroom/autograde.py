@@ -7,8 +7,10 @@ either as nbgrader collects them (``<student>/<notebook>/<notebook>.ipynb``) or 
 a notebook is recognised by its file name (``03_scaled_dot_product_attention.ipynb``). Run ``make release`` first:
 grading compares against the release recorded in ``<course-dir>/gradebook.db``.
 
-Each submitted notebook is graded in a process of its own (:mod:`classroom.grade`) that runs the student's code in
-a bubblewrap sandbox (:mod:`classroom.sandbox`) and the checks in its own process; ``--jobs n`` grades n at once.
+Each submitted notebook runs in a bubblewrap sandbox of its own (:mod:`classroom.sandbox`), started by a grade
+worker (:mod:`classroom.grade`, one per job, reused from one submission to the next: :class:`GradeWorker`) that runs
+the checks in its own process; ``--jobs n`` grades n at once. Only the cells the checks need run
+(:func:`classroom.grade.not_needed`).
 Student ids are the folder names (:func:`student_id`); invalid or colliding ids and two copies of one notebook are
 errors, listed in ``summary.txt`` (and the exit status is 1). Each result is kept in ``--out/.state`` as it comes:
 a run that is stopped and started again grades only what is left (or what changed).
