@@ -7,8 +7,10 @@ either as nbgrader collects them (``<student>/<notebook>/<notebook>.ipynb``) or 
 a notebook is recognised by its file name (``03_scaled_dot_product_attention.ipynb``). Run ``make release`` first:
 grading compares against the release recorded in ``<course-dir>/gradebook.db``.
 
-Each submitted notebook is graded in a process of its own (:mod:`classroom.grade`) that runs the student's code in
-a bubblewrap sandbox (:mod:`classroom.sandbox`) and the checks in its own process; ``--jobs n`` grades n at once.
+Each submitted notebook runs in a bubblewrap sandbox of its own (:mod:`classroom.sandbox`), started by a grade
+worker (:mod:`classroom.grade`, one per job, reused from one submission to the next: :class:`GradeWorker`) that runs
+the checks in its own process; ``--jobs n`` grades n at once. Only the cells the checks need run
+(:func:`classroom.grade.not_needed`).
 Student ids are the folder names (:func:`student_id`); invalid or colliding ids and two copies of one notebook are
 errors, listed in ``summary.txt`` (and the exit status is 1). Each result is kept in ``--out/.state`` as it comes:
 a run that is stopped and started again grades only what is left (or what changed).
@@ -366,15 +368,13 @@ def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Pat
             env = dict(os.environ)
             env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
             try:
-                proc = _run_grader([sys.executable, "-m", "classroom.grade", str(job), str(res)], env,
-                                   timeout=budget_s + 120)
-                if proc.returncode == 0 and res.exists():
+                status = _worker(env).grade(job, res, timeout=budget_s + 120)
+                if status == 0 and res.exists():
                     result = json.loads(res.read_text())
                     result["status"] = "graded"
                 else:
-                    sys.stderr.write(proc.stderr[-3000:])
                     result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
-                              "flags": [f"could not grade: the grader stopped (exit status {proc.returncode})"]}
+                              "flags": [f"could not grade: the grader stopped (exit status {status})"]}
             except subprocess.TimeoutExpired:
                 result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
                           "flags": [f"could not grade: grading ran past {budget_s:g} s"]}
@@ -384,31 +384,88 @@ def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Pat
     return result
 
 
-def _run_grader(cmd: list[str], env: dict, *, timeout: float) -> subprocess.CompletedProcess:
-    """``subprocess.run`` of one grade process, registered so that a stopped run kills it (and its sandbox)."""
-    if _STOPPING.is_set():
-        raise KeyboardInterrupt
-    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, errors="replace", start_new_session=True)
-    with _LIVE_LOCK:
-        _LIVE.add(proc)
-    try:
+class GradeWorker:
+    """A grade process (``python -m classroom.grade --serve``) that grades the submissions of one autograde job one
+    after another: Python, torch and the checks start once per job, not once per submission (issue 39 §4). Each
+    submission still runs in a sandbox of its own; the worker never runs a student's code. It is registered so that
+    a stopped run kills it (and its sandbox); one that runs past a submission's budget, stops or fails is killed and
+    the next submission starts a new one."""
+
+    def __init__(self, env: dict):
+        if _STOPPING.is_set():
+            raise KeyboardInterrupt
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-m", "classroom.grade", "--serve"], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(self.proc)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def grade(self, job: Path, res: Path, *, timeout: float) -> int:
+        """0 when the worker wrote ``res``; else the worker's exit status (it is then stopped). TimeoutExpired
+        when it ran past ``timeout`` (it is killed, with its sandbox)."""
+        import select
+
+        if _STOPPING.is_set():
+            raise KeyboardInterrupt
         try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.communicate()
-            raise
-        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-    finally:
-        if proc.poll() is None:
+            self.proc.stdin.write(f"{job}\t{res}\n".encode())
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            if not ready:
+                self.close(kill=True)
+                raise subprocess.TimeoutExpired(self.proc.args, timeout)
+            line = self.proc.stdout.readline()
+        except OSError:
+            line = b""
+        if line == b"done\n":
+            return 0
+        self.close(kill=True)
+        self.log.seek(0)
+        sys.stderr.write(self.log.read()[-3000:].decode(errors="replace"))
+        return self.proc.returncode if self.proc.returncode not in (None, 0) else 1
+
+    def close(self, *, kill: bool = False) -> None:
+        if kill and self.proc.poll() is None:
             try:
-                os.killpg(proc.pid, 9)
+                os.killpg(self.proc.pid, 9)
             except ProcessLookupError:
                 pass
-            proc.wait()
+        try:
+            self.proc.stdin.close()  # the worker's loop ends
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait()
         with _LIVE_LOCK:
-            _LIVE.discard(proc)
+            _LIVE.discard(self.proc)
+
+
+_WORKERS = __import__("threading").local()  # one GradeWorker per autograde job (thread)
+_ALL_WORKERS: list = []
+
+
+def _worker(env: dict) -> GradeWorker:
+    w = getattr(_WORKERS, "worker", None)
+    if w is None or not w.alive():
+        w = _WORKERS.worker = GradeWorker(env)
+        with _LIVE_LOCK:
+            _ALL_WORKERS.append(w)
+    return w
+
+
+def close_workers() -> None:
+    with _LIVE_LOCK:
+        workers = list(_ALL_WORKERS)
+        _ALL_WORKERS.clear()
+    for w in workers:
+        w.close()
 
 
 def grade_digest(*parts: bytes) -> str:
@@ -485,7 +542,9 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
     rows: list[Row] = []
     timeout = cell_timeout()
 
-    def publish() -> None:  # after every submission: what is graded is written, a killed run loses nothing
+    published = [0.0]  # when the reports were last written
+
+    def publish() -> None:  # what is graded is written (each result is also kept in out/.state as it comes)
         from classroom.gradebook import write_reports
 
         write_csv(rows, out / "gradebook.csv")
@@ -527,8 +586,10 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
                 record_in_gradebook(gb, row)
             rows.append(row)
             write_feedback([r for r in rows if r.student == student], out / "feedback")
-            publish()
-        print(f"graded {student} / {notebook} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+            if time.monotonic() - published[0] >= PUBLISH_EVERY_S:  # not after every row: 14,000 rows would
+                publish()                                            # rewrite the CSVs 14,000 times
+                published[0] = time.monotonic()
+        print(f"graded {student} / {notebook} in {time.monotonic() - started:.1f} s", file=sys.stderr)
 
     items = [(s, nb, p) for s, nbs in found.items() for nb, p in nbs.items()]
     items += [(s, pieces.ASSIGNMENT, p) for s, p in packages.items()]
@@ -539,9 +600,12 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
     except BaseException:  # Ctrl-C, SIGTERM (main), an error: no grade process and no sandbox outlives the run
         kill_live_graders()
         pool.shutdown(wait=True, cancel_futures=True)
+        with lock:
+            publish()  # what was graded before the stop
         raise
     finally:
         pool.shutdown(wait=True)
+        close_workers()
         shutil.rmtree(library.parent, ignore_errors=True)
     publish()
     return rows
@@ -575,6 +639,7 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
+PUBLISH_EVERY_S = 20  # the CSVs and summary.txt are rewritten at most this often while grading, and at the end
 FEEDBACK_CAP = 200_000  # characters of one student's page
 TEXT_CAP = 4_000  # characters of one message, cell or output
 

@@ -23,6 +23,7 @@ import hashlib
 import json
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from classroom import sandbox as sb_mod
@@ -70,10 +71,124 @@ def plan_cells(submitted: dict, released: dict) -> tuple[list[dict], dict[str, d
             cells.append({"kind": "graded", "grade_id": gid, "source": ""})
         elif c.get("cell_type") == "code":
             source = _text(answers[gid]) if meta.get("solution") and gid in answers else _text(c)
-            cells.append({"kind": "code", "source": source, "grade_id": gid})
+            cells.append({"kind": "code", "source": source, "grade_id": gid, "students": bool(meta.get("solution"))})
         for s in extras.get(gid, []):
             cells.append({"kind": "code", "source": s, "grade_id": None})
     return cells, exercises
+
+
+# ------------------------------------------------------------------------------------- what the checks need
+# A submission is graded by its checks, not by the notebook's demonstrations: the locked cells that no student cell
+# and no check argument depends on (plots, the pretrained model's tour, timing tables) are not run. What a cell
+# defines and reads is read from its syntax; anything the syntax cannot tell (a star import, exec, globals(), a
+# magic, a cell that does not parse) in a student's cell means every cell runs, as before.
+DYNAMIC_NAMES = frozenset({"globals", "locals", "vars", "eval", "exec", "execfile", "get_ipython", "__import__",
+                           "__builtins__", "builtins", "dir", "importlib", "runpy", "sys", "inspect", "__main__"})
+DYNAMIC_ATTRS = frozenset({"__dict__", "__globals__", "__builtins__", "f_globals", "f_locals", "user_ns"})
+# a statement such as ``attn_lib.setup()`` or ``torch.set_default_dtype(...)``: global state the student's code sees
+STATE_CALL = re.compile(r"(set|setup|seed|manual_seed|use_|enable|disable|_set|install|register|patch|config)")
+EVERY_CELL = "ATTN_GRADE_EVERY_CELL"  # set to 1: run every cell of the notebook, needed or not
+
+
+@dataclass(frozen=True)
+class CellNames:
+    defines: frozenset
+    reads: frozenset
+    imports: frozenset  # names bound by an import statement
+    state: frozenset  # the roots of top-level calls that may set global state (``torch`` of torch.manual_seed(0))
+    dynamic: bool  # what it defines or reads cannot be told from its syntax
+
+
+def cell_names(source: str) -> CellNames:
+    """What a cell defines and reads at the notebook's level, by name, from its syntax after IPython's own
+    transforms (magics become calls): Python's own scopes (:mod:`symtable`) say which names a function reads from
+    the notebook (its parameters and locals are its own); over-approximated where unsure (``x += 1`` reads x)."""
+    import ast
+    import symtable
+
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        code = TransformerManager().transform_cell(source)
+        tree = ast.parse(code)
+        top = symtable.symtable(code, "<cell>", "exec")
+    except Exception:  # noqa: BLE001 - a cell that does not parse: its names are unknown
+        return CellNames(frozenset(), frozenset(), frozenset(), frozenset(), True)
+    defines, reads, imports, dynamic, state = set(), set(), set(), False, set()
+    for sym in top.get_symbols():
+        if sym.is_referenced():
+            reads.add(sym.get_name())
+        if sym.is_assigned() or sym.is_imported() or sym.is_namespace():
+            defines.add(sym.get_name())
+    stack = list(top.get_children())
+    while stack:  # functions, classes, comprehensions: what they read from, or bind in, the notebook
+        table = stack.pop()
+        stack += table.get_children()
+        for sym in table.get_symbols():
+            if sym.is_global() or (table.get_type() == "class" and not sym.is_assigned() and not sym.is_free()):
+                if sym.is_referenced():
+                    reads.add(sym.get_name())
+                if sym.is_declared_global() and (sym.is_assigned() or sym.is_imported() or sym.is_namespace()):
+                    defines.add(sym.get_name())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in DYNAMIC_NAMES:
+            dynamic = True
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    dynamic = True
+                imports.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            reads.add(node.target.id)  # x += 1 reads x
+        if isinstance(node, ast.Attribute) and node.attr in DYNAMIC_ATTRS:
+            dynamic = True  # f.__globals__, get_ipython().user_ns, ...
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+                and isinstance(stmt.value.func, ast.Attribute) and STATE_CALL.match(stmt.value.func.attr):
+            root = stmt.value.func
+            while isinstance(root, (ast.Attribute, ast.Call)):
+                root = root.value if isinstance(root, ast.Attribute) else root.func
+            if isinstance(root, ast.Name):
+                state.add(root.id)
+    return CellNames(frozenset(defines), frozenset(reads), frozenset(imports), frozenset(state), dynamic)
+
+
+def not_needed(cells: list[dict], exercises: dict[str, dict]) -> set[int]:
+    """The indices of the locked cells that nothing graded needs: no student cell, no check's arguments and no
+    needed cell after it reads a name it defines or changes, and it sets no global state. Empty (every cell runs)
+    when a student's cell hides what it reads (see :data:`DYNAMIC_NAMES`) or :data:`EVERY_CELL` is set."""
+    import builtins
+    import os
+
+    if os.environ.get(EVERY_CELL) == "1":
+        return set()
+    names = [cell_names(c["source"]) if c["kind"] == "code" else None for c in cells]
+    defined = set().union(*(n.defines for n in names if n))
+    ignore = set(dir(builtins)) - defined  # print, len: never wanted unless a cell rebinds them
+    imported = set().union(*(n.imports for n in names if n))
+    modules = imported - set().union(*(n.defines - n.imports for n in names if n))  # bound by imports only
+    wanted: set[str] = set()
+    skipped: set[int] = set()
+    for i in range(len(cells) - 1, -1, -1):
+        cell, n = cells[i], names[i]
+        if cell["kind"] == "graded":
+            for _, args in exercises.get(cell["grade_id"], {}).get("checks", []):
+                a = cell_names(f"__check__({args})")
+                if a.dynamic:
+                    return set()
+                wanted |= a.reads - {"__check__"} - ignore
+            continue
+        if cell.get("students", True):
+            if n.dynamic:
+                return set()
+            wanted |= n.reads - ignore
+            continue
+        needed = n.dynamic or bool(n.state & imported) or bool(n.defines & wanted) or bool((n.reads & wanted) - modules)
+        if needed:
+            wanted |= n.reads - ignore
+        else:
+            skipped.add(i)
+    return skipped
 
 
 def _split_args(args: str) -> list[str]:
@@ -122,7 +237,65 @@ def _references(check_name: str) -> set[str]:
     return out
 
 
-REFERENCE_NAME = re.compile(r"attn_lib(\.[A-Za-z_][A-Za-z0-9_]{0,60}){1,4}")
+REFERENCE_NAME = re.compile(r"attn_lib(\.[A-Za-z_][A-Za-z0-9_]{0,60}){1,6}")
+# attn_lib's code that a graded function may run by itself (the runner reports every entry into attn_lib's code,
+# classroom.runner._watch_reference_calls): the package's lazy attributes and argument checks, always; and, for the
+# checks that hand the student attn_lib's own objects, their parts: notebook 10's decoder_block uses block.attn,
+# block.norm1, block.ffn (never block(x), LMBlock.forward, the reference), train_step and sample call the model
+# and the course's copy_loss. Every other entry is flagged: the reference of a graded piece is somewhere in attn_lib.
+ALWAYS_ALLOWED = re.compile(r"attn_lib(\.\w+)*\.__getattr__|attn_lib\._checks\.\w+")
+ALLOWED = {
+    "check_decoder_block": re.compile(r"attn_lib\.(mha|models\.blocks|models\.lm\.(?!LMBlock\.forward$)|variants|"
+                                      r"positional|attention|gqa|kv_cache)\.[\w.]+"),
+    "check_train_step": re.compile(r"attn_lib\.(models\.lm\.DecoderLM\.(forward|_run|_mask|blocks|head_dim|num_\w+)|"
+                                   r"course\.capstone\.(copy_loss|_check_batch))"),
+    "check_sample": re.compile(r"attn_lib\.models\.lm\.DecoderLM\.(forward|_run|_mask)"),
+}
+
+
+_KNOWN: dict[str, bool] = {}
+
+
+def is_library_code(name: str) -> bool:
+    """Whether ``name`` (``attn_lib.attention.scaled_dot_product_attention``, ``attn_lib.models.lm.LMBlock.forward``)
+    names a function or class of attn_lib's own source: the longest prefix that is a module file of attn_lib, then
+    the definitions in it (read with :mod:`ast`, nothing imported). A name the student made up is not, so no
+    student text reaches a flag."""
+    import ast
+
+    if name in _KNOWN:
+        return _KNOWN[name]
+    ok = False
+    parts = name.split(".")
+    lib = Path(__file__).resolve().parent.parent
+    for cut in range(len(parts) - 1, 0, -1):
+        base = lib.joinpath(*parts[:cut])
+        path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if not path.is_file():
+            continue
+        try:
+            body = ast.parse(path.read_text()).body
+        except (OSError, SyntaxError, ValueError):
+            break
+        for i, part in enumerate(parts[cut:]):
+            within = body if i == 0 else [n for n in ast.walk(node) if n is not node]  # nested: any depth
+            node = next((n for n in within if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                         and n.name == part), None)
+            if node is None:
+                break
+        else:
+            ok = True
+        break
+    if len(_KNOWN) < 10_000:
+        _KNOWN[name] = ok
+    return ok
+
+
+def unexpected_library_calls(check_name: str, calls: set[str]) -> list[str]:
+    """The entries into attn_lib's code that a graded function made (as the runner reported them, names checked
+    by :data:`REFERENCE_NAME`) and its check does not allow (:data:`ALLOWED`), sorted."""
+    allowed = ALLOWED.get(check_name)
+    return sorted(n for n in calls if not ALWAYS_ALLOWED.fullmatch(n) and not (allowed and allowed.fullmatch(n)))
 
 
 class SandboxGone(Exception):
@@ -169,15 +342,16 @@ class RemoteFunction:
             raise _core._TimeLimit() from None
         except wire.WireError as e:
             raise SandboxGone(f"your function stopped the notebook's process ({e})") from None
-        if not reply.get("ok"):
-            raise _remote_error(reply)
         used = reply.get("used", [])
         for name in used if isinstance(used, list) else []:
             name = str(name)
-            if REFERENCE_NAME.fullmatch(name) or name == "(the grader's watch was turned off)":
+            if (REFERENCE_NAME.fullmatch(name) and is_library_code(name)) \
+                    or name == "(the grader's watch was turned off)":
                 self.box.reference_calls.add(name)  # checked names only: no student text reaches a flag
             else:
                 self.box.reference_calls.add("(a malformed report)")
+        if not reply.get("ok"):
+            raise _remote_error(reply)
         try:
             result = wire.decode(reply.get("result"), data)
             after = [wire.decode(a, data) for a in reply.get("after", [])]
@@ -284,7 +458,7 @@ def grade_notebook(submitted: dict, released: dict, library: Path, *, cell_timeo
     results: dict[str, tuple[float, str]] = {}
     outputs: dict[int, dict] = {}
     flags: list[str] = []
-    skip: set[int] = set()
+    skip: set[int] = not_needed(cells, exercises)  # the demonstrations no check needs are not run
     deadline = time.monotonic() + budget_s
     restarts = 0
     while len(results) < len(exercises):
@@ -332,11 +506,17 @@ def grade_notebook(submitted: dict, released: dict, library: Path, *, cell_timeo
                             box.reference_calls = set()
                             ok, message = grade_check(box, name, args)
                             ok_all, messages = ok_all and ok, messages + [message]
-                            hits = (box.reference_calls & _references(name)) | (
-                                box.reference_calls - {n for n in box.reference_calls if n.startswith("attn_lib")})
-                            if hits:
+                            unexpected = unexpected_library_calls(name, box.reference_calls)
+                            own = sorted(set(unexpected) & _references(name))
+                            others = [n for n in unexpected if n not in own and not n.startswith("(")]
+                            for note in (n for n in unexpected if n.startswith("(")):
+                                flags.append(f"{key}: {note[1:-1]}")  # the watch turned off, a malformed report
+                            if own:
                                 flags.append(f"{key}: the graded function called the check's own reference, "
-                                             f"{', '.join(sorted(hits)[:5])}")
+                                             f"{', '.join(own[:5])}")
+                            if others:
+                                flags.append(f"{key}: the graded function ran attn_lib's own code (the library's "
+                                             f"implementation of a graded piece?): {', '.join(others[:5])}")
                             if box.dead:
                                 break
                         results[key] = (exercises[key]["points"] if ok_all else 0.0, " ".join(messages))
@@ -413,19 +593,54 @@ def _limit_self() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY, hard))
 
 
-def main(argv=None) -> int:
-    """python -m classroom.grade JOB.json RESULT.json: grade one notebook (a process of its own per submission)."""
-    import sys
-
-    argv = sys.argv[1:] if argv is None else argv
-    job = load_json(Path(argv[0]))
-    _limit_self()
+def _grade_job(job_path: str, result_path: str) -> None:
+    job = load_json(Path(job_path))
     result = grade_notebook(job["submitted"], job["released"], Path(job["library"]),
                             cell_timeout=float(job["cell_timeout"]), budget_s=float(job["budget_s"]),
                             salt=str(job.get("salt", SALT)))
-    tmp = Path(argv[1]).with_suffix(".tmp")
+    tmp = Path(result_path).with_suffix(".tmp")
     tmp.write_text(json.dumps(result))  # ASCII: a lone surrogate a student printed is escaped, not an error
-    tmp.replace(argv[1])
+    tmp.replace(result_path)
+
+
+def serve() -> int:
+    """``python -m classroom.grade --serve``: grade one submission after another, each a line ``JOB\tRESULT`` on
+    stdin, answered ``done`` (or ``failed``) on stdout. Python, torch and the checks are imported once per worker,
+    not once per submission (issue 39 §4); each submission still gets a sandbox of its own. The worker holds no
+    student's data between two lines: the job and the result are files of autograde's own temporary folder."""
+    import sys
+    import traceback
+
+    for line in sys.stdin:
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) != 2:
+            continue
+        try:
+            _grade_job(*parts)
+            reply = "done"
+        except MemoryError:
+            return 1  # a process that ran out of memory may be broken: autograde starts another
+        except Exception:  # noqa: BLE001 - a grader-side failure: this submission only
+            traceback.print_exc()
+            reply = "failed"
+        sys.stdout.write(reply + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+def main(argv=None) -> int:
+    """python -m classroom.grade JOB.json RESULT.json: grade one notebook; python -m classroom.grade --serve:
+    grade one after another (:func:`serve`, what autograde runs)."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    _limit_self()
+    if argv[:1] == ["--serve"]:
+        import torch  # noqa: F401 - imported once, before the first submission
+        import attn_lib.course.exercises  # noqa: F401
+
+        return serve()
+    _grade_job(argv[0], argv[1])
     return 0
 
 

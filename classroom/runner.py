@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import sys
 import traceback
@@ -55,16 +56,15 @@ class _Capped(io.TextIOBase):
         return out + (f"\n[... {self.dropped} more characters not kept]" if self.dropped else "")
 
 
-# attn_lib's core modules: the reference implementations of what the exercises ask for (issue 41 §5)
-CORE = ("tokenization", "positional", "attention", "masks", "mha", "kv_cache", "quantization", "gqa", "tiled",
-        "_tiling", "flash", "flash_kernels", "mla", "windows", "variants", "sparse", "linear", "deltanet", "models")
-
-
 class _watch_reference_calls:
-    """While a graded function runs: every call that the student's own code makes straight into a module-level
-    function of attn_lib's core (``attn_lib.attention.scaled_dot_product_attention``, the reference of the
-    exercise) is noted, and the grader flags it. A best effort (the student's process can turn it off; the
-    grader flags that too): the points come from the grader's comparison either way."""
+    """While a graded function runs: every entry into attn_lib's code (issue 41 §5: the reference of every graded
+    piece lives there, ``attn_lib.attention.scaled_dot_product_attention`` for notebook 03's) is noted by its
+    qualified name, and the grader flags the ones its check does not allow (:data:`classroom.grade.ALLOWED`). An
+    entry is a frame of attn_lib's code with no frame of attn_lib's code above it on the stack, whoever called it:
+    the student's code, a lambda, ``functools.partial``, ``torch.func.vmap`` or a module's ``__call__`` (so
+    ``block(x)`` is seen as ``attn_lib.models.lm.LMBlock.forward``); what attn_lib calls inside is not listed. A
+    best effort (the student's process can turn it off; the grader flags that too): the points come from the
+    grader's comparison either way."""
 
     def __init__(self, used: list):
         self.used = used
@@ -74,33 +74,46 @@ class _watch_reference_calls:
             root = os.path.dirname(attn_lib.__file__)
         except Exception:  # noqa: BLE001
             root = None
-        self.roots = tuple(os.path.join(root, m) for m in CORE) if root else ()
-        self.lib = root
+        self.lib = root + os.sep if root else None
+        self.top = None
 
     def hook(self, frame, event, arg):
-        if event != "call" or not self.roots:
+        if event != "call" or self.lib is None or not frame.f_code.co_filename.startswith(self.lib):
             return
+        up = frame.f_back
+        if up is not None and up.f_code.co_filename.startswith("<frozen importlib"):
+            return  # the import machinery calling a finder or loader (attn_lib.setup installs one)
+        while up is not None and up is not self.top:
+            if up.f_code.co_filename.startswith(self.lib):
+                return  # attn_lib's own inner call
+            up = up.f_back
         code = frame.f_code
-        if not code.co_filename.startswith(self.roots) or "." in getattr(code, "co_qualname", code.co_name) \
-                or code.co_name.startswith("_"):
-            return
-        caller = frame.f_back
-        if caller is None or caller.f_code.co_filename.startswith((self.lib, os.path.dirname(os.__file__))) \
-                or "site-packages" in caller.f_code.co_filename:
-            return
-        module = os.path.relpath(code.co_filename, os.path.dirname(self.lib))[:-3].replace(os.sep, ".")
-        self.used.append(f"{module}.{code.co_name}")
+        module = os.path.relpath(code.co_filename, os.path.dirname(self.lib.rstrip(os.sep)))[:-3]
+        module = module[: -len("/__init__")] if module.endswith("/__init__") else module
+        if code.co_name == "<module>":
+            return  # an import of one of attn_lib's modules, not a call
+        qualname = ".".join(p for p in getattr(code, "co_qualname", code.co_name).split(".") if "<" not in p)
+        name = re.sub(r"[^\w.]", "", f"{module.replace(os.sep, '.')}.{qualname}")
+        if len(self.used) < 1000 and name not in self.used:
+            self.used.append(name)
 
     def __enter__(self):
+        import threading
+
+        self.top = sys._getframe(1)
         self.previous = sys.getprofile()
         self.installed = self.hook  # one bound method, compared by identity below
+        threading.setprofile(self.installed)  # a thread the function starts is watched too
         sys.setprofile(self.installed)
         return self
 
     def __exit__(self, *exc):
+        import threading
+
         if sys.getprofile() is not self.installed:
             self.used.append("(the grader's watch was turned off)")
         sys.setprofile(self.previous)
+        threading.setprofile(None)
         return False
 
 
@@ -202,7 +215,7 @@ class Runner:
                     reply = {"ok": True, "used": sorted(set(used))[:20], "result": wire.encode(result, reply_arrays),
                              "after": [wire.encode(a, reply_arrays, memo=after_memo) for a in args]}
                 except BaseException as e:  # noqa: BLE001 - the student's function raised
-                    reply, reply_arrays = _error_reply(e), []
+                    reply, reply_arrays = dict(_error_reply(e), used=sorted(set(used))[:20]), []
                 finally:
                     sys.stdout, sys.stderr = saved
                 self.send(reply, reply_arrays)

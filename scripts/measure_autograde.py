@@ -1,17 +1,19 @@
 """Measure `make autograde` for a class: N synthetic students of notebook 03, graded with JOBS at once.
 
-    python scripts/measure_autograde.py [--students 30] [--jobs 2] [--work build/measure]
+    .venv-class/bin/python scripts/measure_autograde.py [--students 30] [--jobs 2] [--work build/measure]
+                                                        [--course-dir build/class]
 
-Not part of CI (it takes minutes). It needs `make release` done (build/class/, release/). It writes
-N submissions into WORK/submissions (mostly correct answers, some wrong, some left empty, so that the
-run looks like a class), runs
+Not part of CI (it takes minutes). It needs `make release` done (``--course-dir``, build/class/, with its
+release/). Run it with the Python that `make autograde` uses (``.venv-class/bin/python``). It writes N
+submissions into WORK/submissions (mostly correct answers, some wrong, some left empty, so that the run looks
+like a class), runs what `make autograde` runs:
 
-    /usr/bin/time -v make autograde SUBMISSIONS=WORK/submissions GRADES=WORK/grades JOBS=n COURSE_DIR=WORK/class
+    /usr/bin/time -v python -m classroom.autograde WORK/submissions --course-dir WORK/class --out WORK/grades --jobs n
 
-(a copy of build/class, so the teacher's gradebook is not touched), samples the memory of the whole process
-tree every 0.5 s (grader, sandboxes, kernels: the sum of RSS and of PSS), and prints the figures that
-docs/teaching.md gives: wall time, time per student, the per-submission times the grader prints, peak memory,
-and the load average before and after.
+(OMP_NUM_THREADS=1 and PYTHONPATH=the course, as the Makefile sets them; WORK/class is a copy of the course
+directory, so the teacher's gradebook is not touched), samples the memory of the whole process tree every 0.5 s
+(grader, sandboxes: the sum of RSS and of PSS), and prints the figures that docs/teaching.md gives: wall time, time
+per student, the per-submission times the grader prints, peak memory, and the load average before and after.
 """
 
 from __future__ import annotations
@@ -42,14 +44,14 @@ WRONG = {  # a typical wrong answer per exercise
 }
 
 
-def make_submissions(dest: Path, students: int) -> dict[str, int]:
+def make_submissions(dest: Path, students: int, release_dir: Path) -> dict[str, int]:
     """dest/<student>/NB/NB.ipynb: every 5th student partly wrong, every 10th left empty, the rest correct."""
     sys.path.insert(0, str(ROOT))
     from classroom.source import course_assignments
 
     a = next(a for a in course_assignments(ROOT / "notebooks") if a.name == NB)
     solutions = {f"answer_{e.key}": e.solution for e in a.exercises}
-    released = json.loads((ROOT / "release" / NB / f"{NB}.ipynb").read_text())
+    released = json.loads((release_dir / NB / f"{NB}.ipynb").read_text())
     shutil.rmtree(dest, ignore_errors=True)
     kinds = {"correct": 0, "partial": 0, "empty": 0}
     for i in range(students):
@@ -99,20 +101,24 @@ def main(argv=None) -> int:
     p.add_argument("--students", type=int, default=30)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--work", type=Path, default=ROOT / "build" / "measure")
+    p.add_argument("--course-dir", type=Path, default=ROOT / "build" / "class")
     args = p.parse_args(argv)
-    if not (ROOT / "build" / "class" / "gradebook.db").exists() or not (ROOT / "release" / NB).is_dir():
+    course_dir = args.course_dir.resolve()
+    if not (course_dir / "gradebook.db").exists() or not (course_dir / "release" / NB).is_dir():
         sys.exit("run `make release` first")
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    kinds = make_submissions(work / "submissions", args.students)
+    kinds = make_submissions(work / "submissions", args.students, course_dir / "release")
     shutil.rmtree(work / "class", ignore_errors=True)
     shutil.rmtree(work / "grades", ignore_errors=True)
-    shutil.copytree(ROOT / "build" / "class", work / "class")
-    cmd = ["/usr/bin/time", "-v", "make", "-C", str(ROOT), "autograde", f"SUBMISSIONS={work / 'submissions'}",
-           f"GRADES={work / 'grades'}", f"COURSE_DIR={work / 'class'}", f"JOBS={args.jobs}"]
+    shutil.copytree(course_dir, work / "class")
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "classroom.autograde", str(work / "submissions"),
+           "--course-dir", str(work / "class"), "--out", str(work / "grades"), "--jobs", str(args.jobs)]
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     load_before = os.getloadavg()
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
     sampler = Sampler(proc.pid)
     sampler.start()
     out, _ = proc.communicate()
@@ -121,11 +127,11 @@ def main(argv=None) -> int:
     sampler.join()
     load_after = os.getloadavg()
     (work / "autograde.log").write_text(out)
-    per = [int(s) for s in re.findall(r"graded \S+ / \S+ in (\d+) s", out)]
+    per = [float(s) for s in re.findall(r"graded \S+ / \S+ in ([\d.]+) s", out)]
     max_rss_kb = re.search(r"Maximum resident set size \(kbytes\): (\d+)", out)
     result = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join(cmd[2:]),
+        "command": " ".join(["python"] + cmd[3:]),
         "students": args.students, "kinds": kinds, "jobs": args.jobs, "exit_status": proc.returncode,
         "cpus": os.cpu_count(), "load_before": [round(x, 1) for x in load_before],
         "load_after": [round(x, 1) for x in load_after],

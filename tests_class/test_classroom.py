@@ -532,7 +532,9 @@ def graded(course):
     # x4: 100 MB of output, script in its output and in a markdown cell
     _submission(tmp, "x4_flood", solutions, edit=_edits(_add_cell_after("check_attention", FLOOD),
                                                         _add_cell_after("check_attention", HIDDEN_SCRIPT_MD, "markdown")))
-    _submission(tmp, "-z_correct_last é", solutions)
+    # its own first cell waits 8 s (an honest, slow cell): its checks then run while the hog beside it spins at full
+    # speed (the grader runs only the cells the checks need, so an honest notebook 03 takes 5-10 s to grade)
+    _submission(tmp, "-z_correct_last é", solutions, edit=_add_cell_first("import time\ntime.sleep(8)\n"))
     # x5: the CPU hog; its name sorts first, so it is graded from the start beside "-z_correct_last é" (JOBS=2),
     # and the classmates after that one on the other job while it lasts
     hog = HOG.format(hard_end=round(time.time() + 60), name=HOG_NAME)
@@ -735,7 +737,8 @@ def test_cpu_hog_is_held_to_its_sandbox_and_the_classmate_beside_it_keeps_full_p
           f"{100 * share:.0f} % of that; the hog graded in {spans['-x5_hog'][1] - t0:.0f} s; flags "
           f"{table['-x5_hog']['flags']!r}; timeline (s, running, cgroups): "
           f"{[(round(t - t0), n, sorted(g)) for t, n, g in watch.timeline[::10]]}")
-    assert share >= 0.5 and during[-1] >= 50, (share, during)  # its last checks, at least, beside the hog
+    # its checks, after its 8-second cell, beside the spinning hog: at least 2 s of samples, its end among them
+    assert during[-1] >= 50 and sum(n >= 50 for n in during) >= 4, (share, during)
     # every child, when first seen running, was in its sandbox's cgroup in each hierarchy (v1) or in v2
     for pid, groups in watch.first.items():
         assert set(groups) in ({"cpu", "memory", "pids"}, {"cpu", "memory"}, {""}), (pid, groups)
@@ -1281,3 +1284,328 @@ def test_forged_records_are_not_believed(course):
     assert result["scores"]["check_attention_weights"] == source.IMPLEMENTATION_POINTS
     assert "check_attention_weights: the graded function called the check's own reference, " \
            "attn_lib.attention.scaled_dot_product_attention" in result["flags"], result["flags"]
+
+
+# ---- issue 41 §5, the last items: every graded function that runs attn_lib's reference is flagged, however it calls
+# it; student text never reaches the teacher's flags; a bomb on the wire is refused before it inflates.
+WRAPS_EVERY_WAY = '''\
+import functools, importlib, threading
+import attn_lib
+
+
+def attention_weights(query, key):               # form 1: through functools.partial (a library frame between)
+    return functools.partial(attn_lib.scaled_dot_product_attention, query, key)(key)[1]
+
+
+def attention(query, key, value, scale=None, bias=None):   # form 2: in a thread of its own
+    out = []
+    t = threading.Thread(target=lambda: out.append(attn_lib.attention.scaled_dot_product_attention(
+        query, key, value, attn_mask=bias, scale=scale)[0]))
+    t.start()
+    t.join()
+    return out[0]
+
+
+def self_attention(x, w_q, w_k, w_v):            # form 3: a name put together at run time
+    ref = getattr(importlib.import_module("attn_lib." + "atten" + "tion"), "scaled_dot_" + "product_attention")
+    return ref(x @ w_q, x @ w_k, x @ w_v)[0]
+'''
+
+
+def test_every_way_of_wrapping_the_reference_is_flagged(course):
+    """A student whose three graded functions each return attn_lib's reference (through functools.partial, in a
+    thread, by a name built at run time) gets the points the comparison gives, and a flag per function naming
+    the reference, for the teacher to look at."""
+    from classroom.grade import grade_notebook
+    from classroom.sandbox import library_dir
+
+    tmp, _ = course
+    released = json.loads((tmp / "release" / NB / f"{NB}.ipynb").read_text())
+    nb = json.loads(json.dumps(released))
+    cells = _cells_by_id(nb)
+    cells["answer_check_attention_weights"]["source"] = WRAPS_EVERY_WAY
+    for key in ("answer_check_attention", "answer_check_self_attention"):
+        cells[key]["source"] = "pass\n"
+    lib = library_dir(Path(tempfile.mkdtemp(prefix="attn-wraps-")))
+    try:
+        result = grade_notebook(nb, released, lib, cell_timeout=30, budget_s=300)
+    finally:
+        shutil.rmtree(lib.parent, ignore_errors=True)
+    ref = "attn_lib.attention.scaled_dot_product_attention"
+    for key in KEYS[1:]:
+        assert f"{key}: the graded function called the check's own reference, {ref}" in result["flags"], \
+            (key, result["flags"], result["messages"][key])
+
+
+FORGES_FLAGS = '''\
+import os, sys
+import torch
+from classroom import wire
+
+print("ERROR: could not grade FORGED-a; locked cell check_attention edited")   # flag-like text, printed
+
+
+def attention_weights(query, key):
+    # a reply of its own to the grader's call: the right weights, and made-up "calls" meant to become flags
+    w = torch.softmax(query @ key.transpose(-2, -1) / query.shape[-1] ** 0.5, dim=-1)
+    arrays = []
+    wire.send(int(sys.argv[-1]), {"ok": True, "result": wire.encode(w, arrays), "after": [],
+                                  "used": ["attn_lib.FORGED_b", "FORGED-c; own code uses setattr",
+                                           "(FORGED-d)", "attn_lib.attention.FORGED_e"]}, arrays)
+    os._exit(0)
+
+
+raise RuntimeError("locked cell check_self_attention deleted; FORGED-f")     # flag-like text, raised
+'''
+
+
+def test_student_text_never_becomes_a_flag(course, tmp_path):
+    """Text a student controls (printed, raised, or sent to the grader as made-up names of library calls in a
+    forged reply) is in the feedback page as escaped data only: the teacher's flags (gradebook.csv, students.csv,
+    summary.txt) hold the grader's own words, here "a malformed report", and no word of the student's."""
+    tmp, _ = course
+    subs = tmp_path / "submissions"
+    released = json.loads((tmp / "release" / NB / f"{NB}.ipynb").read_text())
+    nb = json.loads(json.dumps(released))
+    _cells_by_id(nb)["answer_check_attention_weights"]["source"] = FORGES_FLAGS
+    (subs / "x8_forges_flags" / NB).mkdir(parents=True)
+    (subs / "x8_forges_flags" / NB / f"{NB}.ipynb").write_text(json.dumps(nb))
+    course_dir = tmp_path / "course"
+    shutil.copytree(tmp / "course", course_dir, ignore=shutil.ignore_patterns("submitted", "autograded"))
+    rows = autograde(subs, course_dir, tmp_path / "grades", student_timeout=300, jobs=1)
+    (row,) = rows
+    assert row.points["check_attention_weights"] == 0  # its forged reply gained nothing
+    assert "check_attention_weights: a malformed report" in row.flags, row.flags
+    for name in ("gradebook.csv", "students.csv", "summary.txt"):
+        text = (tmp_path / "grades" / name).read_text()
+        assert "FORGED" not in text, (name, text)
+    page = html_unescape((tmp_path / "grades" / "feedback" / "x8_forges_flags" / "index.html").read_text())
+    assert "FORGED-a" in page and "FORGED-f" in page  # the student's own cells and what they printed: data
+    notes = re.findall(r"Notes for your teacher: (.*?)</p>", page)
+    assert notes and not any("FORGED" in n for n in notes), notes
+
+
+BOMBS_THE_WIRE = '''\
+import io, os, struct, sys, time, zipfile, zlib
+import numpy as np
+
+
+def _frame(entries):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data, method in entries:
+            z.writestr(name, data, compress_type=method)
+    body = buf.getvalue()
+    return struct.pack("!Q", len(body)) + body
+
+
+def _npy(shape):
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "|u1", "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def _zip(entries):                               # (name, data, method, size, crc) -> a zip archive, by hand
+    local, central = b"", b""
+    for name, data, method, size, crc in entries:
+        n = name.encode()
+        head = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0, crc, len(data), size, len(n), 0)
+        central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0, crc, len(data), size,
+                               len(n), 0, 0, 0, 0, 0, len(local)) + n
+        local += head + n + data
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries), len(central), len(local), 0)
+    return local + central + end
+
+
+def attention_weights(query, key):              # 2 GiB of zeros, deflated into a 2 MB message
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    zeros = bytes(1 << 24)
+    first = c.compress(_npy((2 << 30,)) + zeros) + c.flush(zlib.Z_SYNC_FLUSH)
+    again = c.compress(zeros) + c.flush(zlib.Z_SYNC_FLUSH)   # the same block, again and again: 16 MiB each
+    data = first + again * ((2 << 30 >> 24) - 2) + c.flush(zlib.Z_FINISH)
+    meta = io.BytesIO()
+    np.lib.format.write_array(meta, np.frombuffer(b'{"ok": true, "result": null, "after": []}', np.uint8))
+    body = _zip([("meta.npy", meta.getvalue(), 0, len(meta.getvalue()), zlib.crc32(meta.getvalue())),
+                 ("a0.npy", data, 8, (2 << 30) - (1 << 24) + len(_npy((2 << 30,))), 0)])
+    os.write(int(sys.argv[-1]), struct.pack("!Q", len(body)) + body)
+    time.sleep(60)
+
+
+def attention(query, key, value, scale=None, bias=None):   # stored, but its header claims 2**40 bytes
+    meta = io.BytesIO()
+    np.lib.format.write_array(meta, np.frombuffer(b'{"ok": true, "result": null, "after": []}', np.uint8))
+    frame = _frame([("meta.npy", meta.getvalue(), zipfile.ZIP_STORED),
+                    ("a0.npy", _npy((1 << 40,)) + bytes(100), zipfile.ZIP_STORED)])
+    os.write(int(sys.argv[-1]), frame)
+    time.sleep(60)
+'''
+
+
+def test_a_bomb_on_the_wire_is_refused_before_it_inflates(course, tmp_path):
+    """Issue 41 §5, the grader's own memory: a graded function that answers the grader's call with a decompression
+    bomb (2 GiB of zeros deflated into a 2 MB message) or with a stored array whose header claims 2**40 bytes. The
+    grade process (as autograde runs it, with its own memory limit) refuses both before numpy allocates: both
+    checks fail with the protocol error, the student's other answer is still graded, and the grade process never
+    grows past a few hundred MB."""
+    import subprocess
+    import sys
+
+    from classroom.sandbox import library_dir
+
+    tmp, _ = course
+    released = json.loads((tmp / "release" / NB / f"{NB}.ipynb").read_text())
+    nb = json.loads(json.dumps(released))
+    cells = _cells_by_id(nb)
+    cells["answer_check_attention_weights"]["source"] = BOMBS_THE_WIRE
+    cells["answer_check_attention"]["source"] = "pass\n"  # the stub would define attention again
+    cells["answer_check_self_attention"]["source"] = IMPORTS + SOLVED_SELF  # stands alone (not on attention)
+    lib = library_dir(Path(tempfile.mkdtemp(prefix="attn-bomb-")))
+    job, res = tmp_path / "job.json", tmp_path / "result.json"
+    job.write_text(json.dumps({"submitted": nb, "released": released, "library": str(lib), "cell_timeout": 60,
+                               "budget_s": 300, "salt": "bomb"}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ATTN_GRADER_MEMORY=str(3 * 1024 ** 3))
+    proc = subprocess.Popen([sys.executable, "-m", "classroom.grade", str(job), str(res)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    err = proc.stderr.read().decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, err[-3000:]
+    result = json.loads(res.read_text())
+    assert usage.ru_maxrss < 1024 ** 2, usage.ru_maxrss  # KiB: under 1 GiB (the bomb alone would be 2 GiB)
+    assert result["scores"]["check_attention_weights"] == 0 and result["scores"]["check_attention"] == 0
+    assert "compressed entry" in result["messages"]["check_attention_weights"], result["messages"]
+    assert "header does not match" in result["messages"]["check_attention"], result["messages"]
+    assert result["scores"]["check_self_attention"] == source.IMPLEMENTATION_POINTS, result["messages"]
+    shutil.rmtree(lib.parent, ignore_errors=True)
+
+
+def _exchange_config(tmp: Path, assignment: str, student: str | None = None):
+    from traitlets.config import Config
+
+    c = Config()
+    c.CourseDirectory.root = str(tmp / "course")
+    c.CourseDirectory.course_id = "attn"
+    c.CourseDirectory.assignment_id = assignment
+    if student:
+        c.CourseDirectory.student_id = student
+        c.Exchange.cache = str(tmp / f"cache-{student}")
+        c.Exchange.assignment_dir = str(tmp / f"home-{student}")
+    c.Exchange.root = str(tmp / "exchange")
+    return c
+
+
+def _fetch_feedback(tmp: Path, assignment: str, student: str) -> list[Path]:
+    """nbgrader fetch_feedback as ``student`` (their cache of what they submitted): the pages it fetched."""
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.exchange.default.fetch_feedback import ExchangeFetchFeedback
+
+    c = _exchange_config(tmp, assignment, student)
+    fetch = ExchangeFetchFeedback(coursedir=CourseDirectory(config=c), authenticator=Authenticator(config=c), config=c)
+    fetch.start()
+    return sorted((tmp / f"home-{student}").rglob("*.html"))
+
+
+def test_a_link_to_the_source_gets_no_solution_back_through_feedback(course, tmp_path):
+    """Issue 41 §2, the whole round trip: bin submits notebook 03 as a link to the teacher's source notebook (with
+    the solutions) and a link to the source of 04, not released yet; daemon submits the release as it is. The
+    course's collect refuses the links, autograde grades what was collected, return_feedback and nbgrader's
+    release_feedback publish the pages, and each student fetches theirs (fetch_feedback, from their own cache of
+    the submission, links and all): bin gets no page, daemon gets theirs, and no page holds a solution cell."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to own folders as the students' accounts (CI runs as root)")
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
+
+    from classroom.return_feedback import return_feedback
+
+    tmp, assignments = course
+    later = "04_masking"
+    shutil.copytree(tmp / "course", tmp_path / "course", ignore=shutil.ignore_patterns("submitted", "autograded",
+                                                                                        "feedback"))
+    sources = {nb: tmp_path / "course" / "source" / nb / f"{nb}.ipynb" for nb in (NB, later)}
+    solutions = [e.solution.strip() for a in assignments if a.name in (NB, later) for e in a.exercises if e.solution]
+    in_sources = "".join(_text(c) for p in sources.values() for c in json.loads(p.read_text())["cells"])
+    assert solutions and all(s in in_sources for s in solutions)  # the sources do hold the solutions
+    ids = {n: __import__("pwd").getpwnam(n).pw_uid for n in ("daemon", "bin")}
+    inbound = tmp_path / "exchange" / "attn" / "inbound"
+    inbound.mkdir(parents=True)
+    os.chmod(inbound, 0o1733)
+    ts = "2026-12-03 10:00:00.000000 UTC"
+    released = (tmp_path / "course" / "release" / NB / f"{NB}.ipynb").read_text()
+    for student, files in (("daemon", {f"{NB}.ipynb": released}),
+                           ("bin", {f"{NB}.ipynb": sources[NB], f"{later}.ipynb": sources[later]})):
+        for top in (inbound, tmp_path / f"cache-{student}" / "attn"):  # the exchange, and the student's own cache
+            d = top / f"{student}+{NB}+{ts}+r1" if top == inbound else top / f"{student}+{NB}+{ts}"
+            d.mkdir(parents=True)
+            (d / "timestamp.txt").write_text(ts)
+            (d / "submission_secret.txt").write_text(f"secret-of-{student}")
+            for name, what in files.items():
+                if isinstance(what, Path):
+                    (d / name).symlink_to(what)  # the attack: the teacher's source, through a link
+                else:
+                    (d / name).write_text(what)
+            for p in [d, *d.rglob("*")]:
+                os.lchown(p, ids[student], ids[student])
+    collected, log = _collect(tmp_path, NB)
+    assert collected == ["bin", "daemon"], log
+    assert f"{NB}.ipynb': a symbolic link" in log and f"{later}.ipynb': a symbolic link" in log, log
+    rows = autograde(tmp_path / "course" / "submitted", tmp_path / "course", tmp_path / "grades",
+                     student_timeout=300, jobs=1)
+    assert [(r.student, r.notebook) for r in rows] == [("daemon", NB)]
+    assert return_feedback(NB, tmp_path / "course", tmp_path / "grades") == ["daemon"]
+    c = _exchange_config(tmp_path, NB)
+    ExchangeReleaseFeedback(coursedir=CourseDirectory(config=c), authenticator=Authenticator(config=c),
+                            config=c).start()
+    pages = {s: _fetch_feedback(tmp_path, NB, s) for s in ("daemon", "bin")}
+    assert pages["bin"] == [] and len(pages["daemon"]) == 1, pages
+    published = list((tmp_path / "exchange" / "attn" / "feedback").glob("*.html"))
+    assert len(published) == 1
+    for page in [*pages["daemon"], *published, *(tmp_path / "grades").rglob("*.html")]:
+        text = html_unescape(page.read_text())
+        assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text, page
+        for s in solutions:
+            assert s not in text, (page, s[:80])
+    subprocess_run(["rm", "-rf", str(tmp_path / "exchange"), str(tmp_path / "course")])
+
+
+def test_only_the_cells_a_check_needs_run():
+    """Issue 39 §4: the grader skips the locked cells that no student cell and no check's arguments need, by the
+    names each cell defines and reads (Python's own scopes: a function's parameters and locals are its own); a
+    locked cell that changes a needed object or sets global state runs; a student cell whose names cannot be told
+    from its syntax, or ATTN_GRADE_EVERY_CELL=1, runs every cell."""
+    from classroom.grade import EVERY_CELL, not_needed
+
+    def plan(*cells):
+        out = []
+        for kind, source in cells:
+            out.append({"kind": "graded", "grade_id": source, "source": ""} if kind == "graded" else
+                       {"kind": "code", "source": source, "grade_id": None, "students": kind == "student"})
+        return out
+
+    cells = plan(
+        ("locked", "import attn_lib\nattn_lib.setup()"),                           # 0: global state
+        ("locked", "import math\nimport torch\nimport matplotlib.pyplot as plt"),   # 1: defines torch, math
+        ("locked", "d_k = 4\nquery = torch.randn(3, d_k)"),                         # 2: a global the student reads
+        ("locked", "fig, ax = plt.subplots()\nax.plot([1, 2])\nax.set_title('demo')"),  # 3: a plot: skipped
+        ("locked", "scale = 1 / math.sqrt(d_k)"),                                   # 4: defines scale: needed
+        ("locked", "cache = []"),                                                   # 5
+        ("locked", "cache.append(2)"),                                             # 6: changes cache
+        ("locked", "torch.set_default_dtype(torch.float64)"),                      # 7: global state
+        ("locked", "out = [query for query in range(3)]\nprint(len(out))"),         # 8: its own query: skipped
+        ("student", "def attention(query, key):\n    w = torch.softmax(query @ key.T * scale, -1)\n"
+                    "    return w, cache"),
+        ("graded", "check_attention"),
+        ("locked", "print(attention(query, query))"),                              # 11: after every check: skipped
+    )
+    exercises = {"check_attention": {"points": 1.0, "checks": [("check_attention", "attention")]}}
+    assert not_needed(cells, exercises) == {3, 8, 11}
+    cells[9]["source"] += "\nprint(globals()['d_k'])"  # names the syntax does not tell: every cell runs
+    assert not_needed(cells, exercises) == set()
+    cells[9]["source"] = "def attention(query, key):\n    return query"
+    assert not_needed(cells, exercises) == {2, 3, 4, 5, 6, 8, 11}
+    os.environ[EVERY_CELL] = "1"
+    try:
+        assert not_needed(cells, exercises) == set()
+    finally:
+        del os.environ[EVERY_CELL]
