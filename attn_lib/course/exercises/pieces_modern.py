@@ -23,6 +23,7 @@ import attn_lib.linear
 import attn_lib.masks
 import attn_lib.variants
 import attn_lib.windows
+from attn_lib._checks import check_callable
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.course.exercises.pieces import Piece
 from attn_lib.mla import MultiHeadLatentAttention
@@ -280,6 +281,10 @@ def check_piece_absorbed_attention(fn) -> CheckResult:
     attn_lib.mla.MultiHeadLatentAttention.forward.
     """
     def trials():
+        try:  # call() below sees a lambda around fn (to pass scale by keyword): check fn itself first
+            check_callable("the argument of the check", fn)
+        except TypeError as e:
+            raise Mismatch(f"{e}.") from None
         for t, (B, H, L, S, dn, dr, dv, r) in enumerate(((1, 2, 1, 5, 4, 2, 3, 6), (2, 3, 3, 7, 4, 2, 5, 8))):
             g = fresh_generator("absorbed_attention", t)
             q_c, q_r = _randn(g, B, H, L, dn), _randn(g, B, H, L, dr)
