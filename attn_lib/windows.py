@@ -190,9 +190,18 @@ class RingKVCache:
         _check_chunk("RingKVCache", key, value, cached)
         B, Hkv, S_new, _ = key.shape
         if self.keys is None:
-            self.keys = key.new_zeros(B, Hkv, self.window, key.shape[-1])
-            self.values = value.new_zeros(B, Hkv, self.window, value.shape[-1])
-            self.positions = torch.full((self.window,), -1, dtype=torch.long, device=key.device)
+            try:  # the whole window is reserved at the first update (the cache's size never changes afterwards)
+                self.keys = key.new_zeros(B, Hkv, self.window, key.shape[-1])
+                self.values = value.new_zeros(B, Hkv, self.window, value.shape[-1])
+                self.positions = torch.full((self.window,), -1, dtype=torch.long, device=key.device)
+            except (RuntimeError, MemoryError) as e:
+                if not isinstance(e, MemoryError) and "alloc" not in str(e).lower():
+                    raise
+                self.keys = self.values = self.positions = None
+                need = B * Hkv * self.window * (key.shape[-1] + value.shape[-1]) * key.element_size()
+                raise ValueError(f"window: a ring cache of {self.window} slots for keys {tuple(key.shape)} and "
+                                 f"values {tuple(value.shape)} needs {need / 2**30:.3g} GiB, which cannot be "
+                                 "allocated; expected a window the memory holds (the layer's own window)") from None
         new_pos = torch.arange(self._seen, self._seen + S_new, device=key.device)
         out = (torch.cat([self.keys, key], 2), torch.cat([self.values, value], 2), torch.cat([self.positions, new_pos]))
         keep = min(S_new, self.window)  # only the last `window` tokens of the chunk can ever be seen again

@@ -524,3 +524,14 @@ def test_copy_batch_refuses_a_batch_too_large_to_allocate():
         capstone.copy_batch(2, max_words=10**9)  # allocated 2 x 241 million ids (a random n up to 1e9) before
     inputs, _ = capstone.copy_batch(2, torch.Generator().manual_seed(0), min_words=5, max_words=5)
     assert inputs.shape == (2, 10)
+
+
+def test_a_ring_cache_too_large_for_memory_is_refused_by_name():
+    # the last case of issue 38's third pass: window=2**30 reserved 4,096 GiB and torch's allocator raised
+    from attn_lib.windows import RingKVCache
+
+    cache = RingKVCache(2**30)
+    key = torch.randn(2, 4, 3, 64)
+    with pytest.raises(ValueError, match=r"window: a ring cache of 1073741824 slots .* 4\.1e\+03 GiB"):
+        cache.update(key, key)
+    assert cache.keys is None  # nothing half-allocated is kept: a later update with a fitting cache starts clean
