@@ -245,12 +245,15 @@ REFERENCE_NAME = re.compile(r"attn_lib(\.[A-Za-z_][A-Za-z0-9_]{0,60}){1,6}")
 # and the course's copy_loss. Every other entry is flagged: the reference of a graded piece is somewhere in attn_lib.
 ALWAYS_ALLOWED = re.compile(r"attn_lib(\.\w+)*\.__getattr__|attn_lib\._checks\.\w+")
 ALLOWED = {
-    "check_decoder_block": re.compile(r"attn_lib\.(mha|models\.blocks|models\.lm\.(?!LMBlock\.forward$)|variants|"
-                                      r"positional|attention|gqa|kv_cache)\.[\w.]+"),
+    "check_decoder_block": re.compile(r"attn_lib\.(?!models\.lm\.LMBlock\.forward$)(mha|models\.blocks|models\.lm|"
+                                      r"variants|positional|attention|gqa|kv_cache)\.[\w.]+"),
     "check_train_step": re.compile(r"attn_lib\.(models\.lm\.DecoderLM\.(forward|_run|_mask|blocks|head_dim|num_\w+)|"
                                    r"course\.capstone\.(copy_loss|_check_batch))"),
     "check_sample": re.compile(r"attn_lib\.models\.lm\.DecoderLM\.(forward|_run|_mask)"),
 }
+# the my_attn package's decoder (classroom/pieces.py): attn_lib's DecoderLM runs the student's LMBlock, whose
+# parts may be attn_lib's, as in check_decoder_block; attn_lib's LMBlock.forward stays flagged
+ALLOWED["check_piece_decoder_training"] = ALLOWED["check_decoder_block"]
 
 
 _KNOWN: dict[str, bool] = {}

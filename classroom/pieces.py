@@ -361,7 +361,6 @@ def grade_package(student: str, folder: Path, library: Path, out: Path, *, cell_
     ``out/.state`` under the digest of the package, so a new run reuses it."""
     import os
     import subprocess
-    import sys
     import tempfile
 
     from classroom import autograde as ag
@@ -385,14 +384,13 @@ def grade_package(student: str, folder: Path, library: Path, out: Path, *, cell_
         env["PYTHONPATH"] = os.pathsep.join([str(ag.ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                                               if p])
         try:
-            proc = ag._run_grader([sys.executable, "-m", "classroom.grade", str(job), str(res)], env,
-                                  timeout=budget_s + 120)
-            if proc.returncode == 0 and res.exists():
+            status = ag._worker(env).grade(job, res, timeout=budget_s + 120)  # the job's reused grade process
+            if status == 0 and res.exists():
                 result = json.loads(res.read_text())
                 result["status"] = "graded"
             else:
                 result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
-                          "flags": [f"could not grade: the grader stopped (exit status {proc.returncode})"]}
+                          "flags": [f"could not grade: the grader stopped (exit status {status})"]}
         except subprocess.TimeoutExpired:
             result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
                       "flags": [f"could not grade: grading ran past {budget_s:g} s"]}
