@@ -10,10 +10,18 @@ in tests/test_block_sparse.py) on fresh inputs and names the typical mistake it 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
-from attn_lib.block_sparse import keys_read_per_query, moba_block_choice
+import attn_lib.block_sparse
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
+
+# attn_lib's own functions, held in a namespace: when the course runs on the learner's stack (ATTN_MINE), the
+# learner's moba_block_choice replaces attn_lib's module-level references, never these, so the checks still compare
+# with attn_lib.
+_lib = SimpleNamespace(moba_block_choice=attn_lib.block_sparse.moba_block_choice,
+                       keys_read_per_query=attn_lib.block_sparse.keys_read_per_query)
 
 __all__ = ["check_moba_block_choice", "check_nsa_combine", "check_nsa_keys_read"]
 
@@ -50,14 +58,19 @@ def _moba_wrong(query, key, block_size, topk):
     not_forced = top(gate.masked_fill(future, float("-inf")), topk)
     with_future = top(gate.masked_fill(j == own[:, None], float("inf")), topk)
     return [(not_forced, HINT_NOT_FORCED), (with_future, HINT_FUTURE),
-            (moba_block_choice(query, key, block_size=block_size, topk=topk + 1), HINT_K_PLUS_ONE)]
+            (_lib.moba_block_choice(query, key, block_size=block_size, topk=topk + 1), HINT_K_PLUS_ONE)]
 
 
-def check_moba_block_choice(moba_block_choice_fn) -> CheckResult:
+def check_moba_block_choice(moba_block_choice_fn, *, name: str = "check_moba_block_choice",
+                            keywords: bool = False) -> CheckResult:
     """Check ``moba_block_choice(query, key, block_size, topk)``: query (B, H, L, E), the last L of the S positions
     of key (B, H, S, E), float64 -> bool (B, H, L, ceil(S / block_size)), the blocks each query reads, against
-    :func:`attn_lib.block_sparse.moba_block_choice` (Lu et al. 2025, MoBA, §2.2)."""
-    name = "check_moba_block_choice"
+    :func:`attn_lib.block_sparse.moba_block_choice` (Lu et al. 2025, MoBA, §2.2). ``keywords``: pass block_size
+    and topk by keyword (attn_lib's signature, the learner's ``my_attn.block_sparse`` piece)."""
+    fn = moba_block_choice_fn
+    if keywords:
+        def fn(query, key, block_size, topk):
+            return moba_block_choice_fn(query, key, block_size=block_size, topk=topk)
     cases = [(1, 2, 9, 9, 3, 2), (2, 1, 3, 14, 4, 3), (1, 3, 12, 12, 2, 1), (1, 1, 1, 17, 4, 8)]
 
     def trials():
@@ -65,8 +78,8 @@ def check_moba_block_choice(moba_block_choice_fn) -> CheckResult:
             g = fresh_generator(name, trial)
             q = torch.randn(B, H, L, 4, generator=g, dtype=torch.float64)
             kk = torch.randn(B, H, S, 4, generator=g, dtype=torch.float64)
-            want = moba_block_choice(q, kk, block_size=bs, topk=k)
-            got = call(moba_block_choice_fn, {"query": q, "key": kk, "block_size": bs, "topk": k})
+            want = _lib.moba_block_choice(q, kk, block_size=bs, topk=k)
+            got = call(fn, {"query": q, "key": kk, "block_size": bs, "topk": k})
             expect_close(got, want, what=f"the blocks chosen for {L} queries over {S} keys, blocks of {bs}, top-{k}",
                          wrong_answers=_moba_wrong(q, kk, bs, k))
         return len(cases)
@@ -107,7 +120,7 @@ def check_nsa_keys_read(nsa_keys_read_fn) -> CheckResult:
 
     def trials():
         for S, l, d, ls, n, w in cases:
-            want = keys_read_per_query("nsa", S, block_len=l, stride=d, select_size=ls, num_select=n, window=w)
+            want = _lib.keys_read_per_query("nsa", S, block_len=l, stride=d, select_size=ls, num_select=n, window=w)
             got = call(nsa_keys_read_fn, {"seq_len": S, "block_len": l, "stride": d, "select_size": ls,
                                           "num_select": n, "window": w})
             try:
