@@ -83,6 +83,7 @@ _SUBMODULES = {
     "models", "paged", "positional", "quantization", "ring", "serving", "sparse", "speculative", "tiled",
     "tokenization", "variants", "windows",
 }
+_SUBMODULES |= {"compressed"}  # issue 36 (notebook 13); its own line, for parallel branches
 
 __all__ = ["setup", "load_pretrained", "DATA_DIR", "REPO_ROOT", *_LAZY]
 

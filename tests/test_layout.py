@@ -139,6 +139,7 @@ CORE = {"tokenization", "positional", "attention", "masks", "mha", "kv_cache", "
         "block_sparse",
         "flash", "flash_kernels", "_triton_interp", "mla", "windows", "variants", "sparse", "linear", "deltanet",
         "_checks", "paged", "serving", "speculative", "ring"}
+CORE |= {"compressed"}  # issue 36: DeepSeek-V4's CSA / HCA (notebook 13); its own line, for parallel branches
 FORBIDDEN = ("attn_lib.course", "matplotlib", "ipywidgets", "bertviz", "nbgrader")
 
 
