@@ -31,6 +31,7 @@ The core (one idea each):
 - ``attn_lib.sparse``         DeepSeek-V3.2's sparse attention: the lightning indexer, top-k, its FLOPs and bytes (11);
                                GLM-5's selection shared across layers, the DSA cache (13)
 - ``attn_lib.block_sparse``   block-sparse attention: MoBA's routing, NSA's compressed/selected/window branches (13)
+- ``attn_lib.compressed``     DeepSeek-V4's compressed attention: CSA and HCA, their decoding cache and cost (13)
 - ``attn_lib.linear``         linear attention (parallel, recurrent, chunked), Mamba-2's SSD, FFT long convolutions (12)
 - ``attn_lib.deltanet``       the gated delta rule and a Qwen3-Next Gated DeltaNet layer, recomputed (12)
 - ``attn_lib.paged``          a paged KV cache: blocks, block tables, prefix sharing with copy-on-write (14)

@@ -30,7 +30,8 @@ forward."""),
 >   position, by a block's mean key, by a learned indexer, mixed by gates
 > - MoBA's routing of a query to blocks and NSA's three gated branches, each equal to a reference written from its
 >   paper, in full and in decoding
-> - GLM-5's DSA, whose top-k choice is computed on some layers and reused by the next, equal to `transformers`
+> - GLM-5's DSA, whose top-k choice is computed on some layers and reused by the next, and DeepSeek-V4's
+>   compressed attention (CSA and HCA), each equal to `transformers`
 > - the keys each design reads per query and the bytes it caches per token, from 4 096 to 1 048 576 tokens; what
 >   a sparse model recalls against a dense one trained alike
 >
@@ -88,7 +89,8 @@ The figure draws the subset for a 24-token sequence with random queries and keys
 computed by attn_lib's implementation: row $t$ is query $t$, column $s$ key $s$, a coloured cell a key the query
 reads (grey: not read). Dense fills the lower triangle; the window is a diagonal band; MoBA reads whole blocks (its
 own, on the diagonal, and one chosen earlier block); NSA reads chosen blocks (blue) and a window (orange), plus the
-compressed entries, which are not single keys and are not drawn; DSA picks single tokens, scattered."""),
+compressed entries, which are not single keys and are not drawn; DSA picks single tokens, scattered (here by
+$q \cdot k$, standing in for the indexer's scores)."""),
 (CODE, r"""g = torch.Generator().manual_seed(0)
 T, E = 24, 8
 q, k, v = (torch.randn(1, 1, T, E, generator=g, dtype=f64) for _ in range(3))
@@ -115,8 +117,7 @@ fig = key_reads_figure(panels, labels=["read (chosen, or all)", "read by NSA's w
 plt.show()
 for (title, codes) in panels:
     print(f"{title:32s} keys read by the last query: {int((codes[-1] > 0).sum()):2d} of {T}")"""),
-(MD, r"""DeepSeek-V4's compressed attention would be the sixth panel; it reads compressed entries rather than keys
-(section 5).
+(MD, r"""DeepSeek-V4 reads compressed entries rather than single keys; section 5 draws what its layers read.
 
 ## 2 · MoBA: route each query to a few blocks
 
@@ -259,8 +260,8 @@ assert cache.compressed.keys.shape[-2] == (S - 4) // 2 + 1"""),
 **The idea.** GLM-5 runs DeepSeek-V3.2's sparse attention (notebook 11): a small **lightning indexer** scores every
 earlier token, the query keeps the top $k$, and MLA attends to those only. The indexer is cheap per key but it
 still reads every key, on every layer. GLM-5 runs it on some layers only ("full" layers); each "shared" layer
-attends to the tokens the full layer before it chose. Neighbouring layers tend to look at the same tokens, so the
-indexer's cost is paid once for several layers. Two details differ from V3.2 in `transformers`: the indexer rotates
+attends to the tokens the full layer before it chose. The bet is that neighbouring layers look at much the same
+tokens; if so, the indexer's cost is paid once for several layers. Two details differ from V3.2 in `transformers`: the indexer rotates
 **interleaved** pairs of features with RoPE, and a shared layer has no indexer at all.
 
 **The equations.** With $w_{t,j}$, $q^I_{t,j}$ and $k^I_s$ the indexer's weights, queries and keys (notebook 11):
@@ -344,14 +345,7 @@ for cuts in ([(t, t + 1) for t in range(L)], [(0, 5), (5, 6), (6, L)]):
     assert diff < 1e-12
 print("indexer keys cached per layer:", [c.index.seq_len for c in caches])
 assert [c.index.seq_len for c in caches] == [L, 0, 0]"""),
-(MD, r"""## 5 · DeepSeek-V4: compressed blocks (CSA and HCA)
-
-*This section is a placeholder: the implementation (`attn_lib.compressed`) is being built in parallel and will be
-added here with its proof against `transformers`' `deepseek_v4`.*
-
-DeepSeek-V4 reads **compressed** entries instead of single keys. Compressed sparse attention (CSA) compresses every
-4 tokens into one entry and lets an indexer pick among the entries; heavily compressed attention (HCA) compresses
-128 tokens into one and reads all of them. Each sits beside a sliding window and a learned sink."""),
+"V4",
 (MD, r"""## 6 · Keys read and bytes cached, from 4 096 to 1 048 576 tokens
 
 What a decoding query reads grows with the context in dense attention; the designs above cap it, or slow it down.
@@ -363,24 +357,29 @@ blocks of 512), NSA (compressed blocks of 32 every 16, 16 selected blocks of 64,
 2 048): (**a**) MoBA; (**b**) NSA; (**c**) DSA."""),
 (CODE, r"""answer = ...  # your prediction: "a", "b" or "c"
 attn_lib.course.exercises.check_prediction("13.fewest_keys", answer)"""),
+"V4_READS",
 (CODE, r"""lengths = [4096, 16384, 65536, 262144, 1048576]
 designs = ["dense", "window", "moba", "nsa", "dsa"]
 reads = {d: [keys_read_per_query(d, n) for n in lengths] for d in designs}
+reads.update({d: [v4_reads(d, n) for n in lengths] for d in v4_designs})
+designs += v4_designs
 print(f"{'keys read per query':>25}" + "".join(f"{n:>10,}" for n in lengths))
 for d in designs:
     print(f"{d:>25}" + "".join(f"{r:>10,}" for r in reads[d]))
 print(f"{'DSA indexer: keys scored':>25}" + "".join(f"{n:>10,}" for n in lengths))
 fig, ax = plt.subplots(figsize=(6, 3.4))
 for i, d in enumerate(designs):
-    ax.loglog(lengths, reads[d], marker="os^vD"[i], color=attn_lib.course.style.PALETTE[i], label=d)
+    ax.loglog(lengths, reads[d], marker="os^vD<>"[i], color=attn_lib.course.style.PALETTE[i], label=d)
 ax.set_xlabel("context length (tokens)")
 ax.set_ylabel("keys read per query")
 ax.legend(fontsize=8)
 ax.set_title("keys one decoding query reads, per head", fontsize=10)
 plt.show()"""),
 (MD, r"""Dense grows with the context; the window, MoBA and DSA stop growing at their budget; NSA keeps growing, at a
-sixteenth of the context, because its compressed branch reads one entry per 16 tokens. DSA attends to the fewest
-keys but its indexer scores every one of them (the last row): small keys, no softmax, yet a full pass.
+sixteenth of the context, because its compressed branch reads one entry per 16 tokens. Of the designs that read
+single tokens, DSA reads the fewest, but its indexer scores every one of them (the last row): small keys, no
+softmax, yet a full pass. DeepSeek-V4's CSA reads fewer entries still (128 window keys and 512 entries, each standing
+for 4 tokens; its indexer scores one entry per 4 tokens), and HCA grows at 1/128 of the context.
 
 **Bytes per token.** What the cache holds per token and per layer, for one model shape so the designs compare: 8
 key/value heads of 128 features in bf16 (2 bytes) for the first four, and DeepSeek-V3.2's MLA latent (512 + 64
@@ -401,7 +400,9 @@ assert caches[0].nbytes() == 2 * L * (16 + 4 + 8) * 8 and caches[1].nbytes() == 
 print(f"{'design':>18} {'bytes per token per layer':>26}  {'a window of 4 096: at most':>28}")
 for d in ["dense", "window", "moba", "nsa", "dsa", "glm5 shared layer"]:
     cap = f"{4096 * bytes_per_token(d) / 2**20:.0f} MiB per layer" if d == "window" else "grows with the context"
-    print(f"{d:>18} {bytes_per_token(d):>26,.1f}  {cap:>28}")"""),
+    print(f"{d:>18} {bytes_per_token(d):>26,.1f}  {cap:>28}")
+for d in v4_designs:
+    print(f"{d + ' at 1M':>18} {v4_bytes(d, 1 << 20):>26,.1f}  {'grows, 1/m as fast':>28}")"""),
 (MD, r"""Sparsity in *reading* is not sparsity in *storing*: MoBA, NSA and DSA keep every key, because any of them
 may be chosen later; only the window forgets. The bytes saved come from elsewhere: MLA's latent in DSA and GLM-5,
 and, on GLM-5's shared layers, no indexer key at all. DeepSeek-V4 stores compressed entries instead of keys, which
@@ -422,14 +423,13 @@ elapsed = time.perf_counter() - start"""),
 (CODE, r"""# NBVAL_IGNORE_OUTPUT
 print(f"recall of 12 pairs after 400 steps: dense {acc['softmax']:.0%}, MoBA {acc['moba']:.0%} "
       f"(chance {1 / 64:.0%}); trained in {elapsed:.1f} s")"""),
-(CODE, r"""assert acc["softmax"] > acc["moba"]
-print("dense recalls more than MoBA at equal training compute:", acc["softmax"] > acc["moba"])"""),
-(MD, r"""Dense attention learns the task; MoBA, trained alike, lags far behind. The reason is the routing: the query
+(CODE, r"""assert acc["softmax"] > 0.4 and acc["softmax"] - acc["moba"] > 0.2
+print("dense recalls well above chance (over 40 %), MoBA more than 20 points below it:", True)"""),
+(MD, r"""Dense attention learns the task; MoBA, trained alike, lags far behind (the assert: by more than 20 points). The reason is the routing: the query
 must route to the block that holds its pair, but the choice is a `topk`, which passes no gradient. The model learns
 to route only through the keys and queries that attention itself trains, and a block's mean blurs the one key that
-matters with three others. The MoBA paper trains far longer and mixes in dense layers (its last layers, and a
-hybrid schedule), which is what makes the routing work at scale; at this size and budget, the cost of choosing
-badly shows.
+matters with three others. Lu et al. (2025) train on billions of tokens and switch some layers, or the last stretch of
+training, to full attention; at this size and budget, the cost of choosing badly shows.
 
 ## Exercises
 
@@ -494,8 +494,9 @@ attn_lib.course.exercises.check_nsa_keys_read(nsa_keys_read)"""),
 - MoBA routes each query to its own block and the blocks whose mean key matches it best; NSA mixes a compressed, a
   selected and a window branch by gates, the compressed branch's attention choosing the blocks. Both equal a float64
   reference written from their papers, in full and in decoding.
-- GLM-5 computes DSA's top-k on some layers and reuses it on the next ones; equal to `transformers`' `glm_moe_dsa`,
-  in full and in decoding.
+- GLM-5 computes DSA's top-k on some layers and reuses it on the next ones; DeepSeek-V4 pools blocks of 4 (CSA, an
+  indexer picks among them) or 128 tokens (HCA, all read) beside a window and a sink. Both equal `transformers`'
+  `glm_moe_dsa` and `deepseek_v4`, in full and in decoding.
 - Reading few keys is not storing few: every design that chooses keeps them all; only windows and compression
   shrink the cache. A choice made by `topk` passes no gradient, and a small model trained briefly shows the price.
 
@@ -506,8 +507,152 @@ Back to the course map: [00 Welcome](00_welcome.ipynb); next, [14 Attention at s
 - Lu et al. (2025), [MoBA: Mixture of Block Attention for Long-Context LLMs](https://arxiv.org/abs/2502.13189), §2.2
 - Yuan et al. (2025), [Native Sparse Attention: Hardware-Aligned and Natively Trainable Sparse Attention](https://arxiv.org/abs/2502.11089), §3
 - DeepSeek-AI (2025), [DeepSeek-V3.2-Exp: Boosting Long-Context Efficiency with DeepSeek Sparse Attention](https://github.com/deepseek-ai/DeepSeek-V3.2-Exp)
+- DeepSeek-V4 in `transformers`: [`deepseek_v4`](https://github.com/huggingface/transformers/tree/main/src/transformers/models/deepseek_v4) (the V4 report, §2.3: CSA and HCA)
 - GLM-5 in `transformers`: [`glm_moe_dsa`](https://github.com/huggingface/transformers/tree/main/src/transformers/models/glm_moe_dsa)
 - Arora et al. (2023), [Zoology: Measuring and Improving Recall in Efficient Language Models](https://arxiv.org/abs/2312.04927)"""),
+]
+
+V4_CELLS = [
+(MD, r"""## 5 · DeepSeek-V4: compressed blocks (CSA and HCA)
+
+**The idea.** DeepSeek-V4 reads **compressed entries** instead of single keys. Every $m$ consecutive tokens are
+pooled into one entry by a learned, gated softmax, and a query attends, in one softmax, to three things: the raw
+keys of a sliding window of the last $W$ tokens, the compressed entries, and a learned **sink** per head (a logit
+with no value, notebook 11). Two layer types alternate: **CSA** (compressed sparse attention) pools every 4 tokens
+(each entry is 8 tokens wide, the blocks overlap by half) and lets a lightning indexer pick the top $k$ entries;
+**HCA** (heavily compressed attention) pools every 128 tokens and reads every entry. Each layer has one key/value
+head shared by all query heads, and the key is also the value.
+
+**The equations** (DeepSeek-AI 2026, the V4 report §2.3, as `transformers`' `deepseek_v4` computes it). With
+$C = xW^C$ and $Z = xW^Z$ per token, and a learned bias $B_j$ per slot of a block:
+
+$$ \tilde C_i = \sum_{j \in \text{block } i} \operatorname{softmax}_j(Z_j + B_j) \odot C_j \quad(\text{per feature}),
+   \qquad K^{\text{comp}}_i = \operatorname{RoPE}_{im}(\operatorname{RMSNorm}(\tilde C_i)) $$
+
+$$ o_t = \sum_{s} \operatorname{softmax}\big([\,q_t \cdot k_s \;(t - W < s \le t) \;\big|\; q_t \cdot K^{\text{comp}}_i \;(i \in \mathcal{I}_t) \;\big|\; \text{sink}_h\,]\big)\, v_s,
+   \qquad \mathcal{I}_t = \begin{cases} \operatorname{top-}k \text{ by the indexer} & \text{CSA} \\
+   \text{every complete block} & \text{HCA} \end{cases} $$
+
+A block is visible to query $t$ once complete: $(i + 1)\,m \le t + 1$.
+
+**The code.** attn_lib's `compress_blocks` (in `attn_lib.compressed`): a softmax over each block's slots, per
+feature, and for CSA the overlap of two neighbouring blocks:"""),
+(CODE, r"""from attn_lib.compressed import (CompressedAttention, CompressedKVCache, compress_blocks, compressed_attention_cost,
+                                 select_blocks, visible_blocks)
+
+show(compress_blocks)"""),
+(MD, r"""The drawing: a tiny DeepSeek-V4 with a CSA layer ($m = 3$, top-2 entries) and an HCA layer ($m = 4$, every
+entry), a window of 5, over 24 tokens. Orange: the window's raw keys; blue: the tokens whose compressed entry the
+query reads (drawn at their own $m$ positions; a CSA entry also pools the $m$ tokens before them). HCA's blue grows
+by one block every 4 tokens; CSA's stays at 2 blocks, chosen per query."""),
+(CODE, r"""from transformers import DeepseekV4Config
+from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Attention
+
+from attn_lib.course.hf_equal import deepseek_v4_float64
+from attn_lib.windows import window_mask_from_positions
+
+layer_kinds = {"csa": "compressed_sparse_attention", "hca": "heavily_compressed_attention"}
+v4_config = DeepseekV4Config(hidden_size=32, num_attention_heads=4, head_dim=16, q_lora_rank=12,
+                             partial_rotary_factor=0.5, sliding_window=5, o_groups=2, o_lora_rank=6, index_n_heads=4,
+                             index_head_dim=8, index_topk=2, compress_rates={layer_kinds["csa"]: 3,
+                                                                             layer_kinds["hca"]: 4},
+                             num_hidden_layers=3, layer_types=["sliding_attention", *layer_kinds.values()],
+                             compress_rope_theta=1000.0, attn_implementation="eager")
+torch.manual_seed(0)
+hf_v4 = {}
+for i, kind in ((1, "csa"), (2, "hca")):
+    hf_v4[kind] = DeepseekV4Attention(v4_config, i).double().eval()
+    with torch.no_grad():
+        for p in hf_v4[kind].parameters():
+            p.normal_(0, 0.3)  # norms, sinks and biases too
+v4_layers = {kind: CompressedAttention.from_hf(m) for kind, m in hf_v4.items()}
+
+T24 = 24
+x24 = torch.randn(1, T24, 32, dtype=f64)
+pos24 = torch.arange(T24)
+near = window_mask_from_positions(pos24, pos24, window=5)  # (24, 24)
+grids = []
+with torch.no_grad():
+    for kind, layer in v4_layers.items():
+        m = layer.compress_ratio
+        chosen = visible_blocks(pos24, T24 // m, m)  # (24 queries, blocks): every complete one (HCA)
+        if kind == "csa":
+            ix = layer.compressor.indexer
+            scores = ix.scores(x24, layer.q_a_norm(layer.q_a_proj(x24)), pos24, ix(x24))
+            chosen = select_blocks(scores, chosen, layer.index_topk)[0]
+        block_of = (pos24 // m).clamp(max=chosen.shape[-1] - 1)
+        via_block = chosen[:, block_of] & (pos24[None, :] < chosen.shape[-1] * m)
+        grids.append((f"{kind.upper()}: m = {m}" + (", top-2" if kind == "csa" else ", every block"),
+                      torch.where(near, 2, via_block.long())))
+fig = key_reads_figure(grids, labels=["via a compressed entry", "window (raw keys)"], columns=2, cell=0.16)
+plt.show()"""),
+(MD, r"""**The proof.** `transformers`' `DeepseekV4Attention` runs both layer types; we feed it the sliding-window mask
+its model builds and the compressed branch's RoPE angles, in float64 (`deepseek_v4_float64` also lifts its
+compressors' float32 softmax and float32 angles), and compare `CompressedAttention.from_hf`'s output; then decode
+through a `CompressedKVCache` (the last $W$ raw keys, the compressed entries, and the tokens of the block still
+filling), token by token and in chunks."""),
+(CODE, r"""def hf_v4_forward(m, x):
+    B, L, _ = x.shape
+    pos = torch.arange(L)
+    mask = torch.zeros(B, 1, L, L, dtype=x.dtype).masked_fill(~window_mask_from_positions(pos, pos, window=5),
+                                                              float("-inf"))
+    ids = pos[None].expand(B, -1)
+    with torch.no_grad(), deepseek_v4_float64():
+        return m(x, {"compress": m.compressor.rotary_emb(x, ids, layer_type="compress")}, ids, mask)[0]
+
+
+x14 = torch.randn(2, 14, 32, dtype=f64)  # 14 tokens: neither m = 3 nor m = 4 divides it
+for kind, layer in v4_layers.items():
+    with torch.no_grad():
+        full = layer(x14)
+        diff = max_abs_diff(full, hf_v4_forward(hf_v4[kind], x14))
+        print(f"{kind.upper()} == DeepseekV4Attention (float64), max difference below 1e-12:", diff < 1e-12)
+        assert diff < 1e-12
+        for cuts in ([(t, t + 1) for t in range(14)], [(0, 4), (4, 5), (5, 14)]):
+            v4_cache, parts = CompressedKVCache(layer.sliding_window), []
+            for a, b in cuts:
+                parts.append(layer(x14[:, a:b], cache=v4_cache))
+            diff = max_abs_diff(torch.cat(parts, 1), full)
+            print(f"   decoding in {len(cuts):2d} steps == the full forward, max difference below 1e-12:", diff < 1e-12)
+            assert diff < 1e-12"""),
+]
+
+V4_READS = [(CODE, r"""# DeepSeek-V4's layers at its own sizes: a window of 128, top-512 entries (CSA, m = 4), m = 128 (HCA), entries of
+# 512 features (one K = V head), bf16
+v4_designs = ["v4 csa", "v4 hca"]
+
+
+def v4_cost(design, n):
+    kind = design.split()[1]
+    return compressed_attention_cost(n, kind=kind, compress_ratio=4 if kind == "csa" else 128)
+
+
+def v4_reads(design, n):
+    return int(v4_cost(design, n)["keys_read"])
+
+
+def v4_bytes(design, n):
+    return v4_cost(design, n)["kv_bytes_per_token"]
+
+
+# the count is the layer's own: at 14 tokens the tiny CSA and HCA layers of section 5 read what the helper says
+for kind, layer in v4_layers.items():
+    counted = compressed_attention_cost(14, kind=kind, compress_ratio=layer.compress_ratio, sliding_window=5,
+                                        index_topk=2)["keys_read"]
+    assert int(layer.keys_read(x14)[0, -1]) == counted
+print("keys read by the last of 14 queries, layer and formula agree:", True)""")]
+
+V4_READS_PLACEHOLDER = [(CODE, r"""v4_designs = []  # DeepSeek-V4 not built yet (section 5)""")]
+
+V4_PLACEHOLDER = [
+(MD, r"""## 5 · DeepSeek-V4: compressed blocks (CSA and HCA)
+
+*This section is a placeholder: the implementation (`attn_lib.compressed`) is being built in parallel and will be
+added here with its proof against `transformers`' `deepseek_v4`.*
+
+DeepSeek-V4 reads **compressed** entries instead of single keys. Compressed sparse attention (CSA) compresses every
+4 tokens into one entry and lets an indexer pick among the entries; heavily compressed attention (HCA) compresses
+128 tokens into one and reads all of them. Each sits beside a sliding window and a learned sink."""),
 ]
 
 SOLUTIONS = [
@@ -578,6 +723,9 @@ attn_lib.course.exercises.check_nsa_keys_read(nsa_keys_read)"""),
 
 
 def build(cells, path: Path) -> None:
+    v4 = V4_CELLS if (ROOT / "attn_lib" / "compressed.py").exists() else V4_PLACEHOLDER
+    reads = V4_READS if v4 is V4_CELLS else V4_READS_PLACEHOLDER
+    cells = [c for cell in cells for c in {"V4": v4, "V4_READS": reads}.get(cell, [cell])]
     nb = new_notebook()
     nb.metadata = {"kernelspec": {"display_name": "Attention course (.venv)", "language": "python",
                                   "name": "attn-course"},

@@ -228,3 +228,23 @@ def test_dsa_selection_and_cache_refuse_bad_input(glm_layers):
         ours(x, selection=(torch.full((B, L, 2), 12), torch.ones(B, L, 2, dtype=torch.bool)))
     with pytest.raises(ValueError, match="shape \\(B=2, L=12, k\\)"):
         ours(x, selection=(torch.zeros(B, 3, 2, dtype=torch.long), torch.ones(B, 3, 2, dtype=torch.bool)))
+
+
+# ------------------------------------------------------------------------------------------------------------ V4 float64
+def test_deepseek_v4_float64_lifts_the_two_float32_steps_and_restores_them():
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as v4
+
+    from attn_lib.course.hf_equal import deepseek_v4_float64
+
+    rotary = v4.DeepseekV4RotaryEmbedding.forward
+    x = torch.randn(3, 4, dtype=f64)
+    assert "softmax" not in torch.Tensor.__dict__  # inherited from the C base class
+    with deepseek_v4_float64():
+        assert x.softmax(-1, dtype=torch.float32).dtype == f64  # the compressors' cast, lifted
+        assert x.float().dtype == f64  # float64_reference is active too
+        assert x.float().softmax(-1, dtype=torch.float32).dtype == f64
+    assert "softmax" not in torch.Tensor.__dict__ and v4.DeepseekV4RotaryEmbedding.forward is rotary
+    assert x.softmax(-1, dtype=torch.float32).dtype == torch.float32
+    with pytest.raises(RuntimeError, match="inside"), deepseek_v4_float64():
+        raise RuntimeError("inside")
+    assert "softmax" not in torch.Tensor.__dict__ and v4.DeepseekV4RotaryEmbedding.forward is rotary
