@@ -142,7 +142,8 @@ class LightningIndexer(nn.Module):
         check_finite("x", x)
         check_finite("q_resid", q_resid)
         if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be an attn_lib.kv_cache.KVCache (the indexer keys), got {type(cache).__name__}")
+            raise TypeError(f"cache must be an attn_lib.kv_cache.KVCache (the indexer keys), got "
+                            f"{type(cache).__name__}")
         B, L, _ = x.shape
         past = 0 if cache is None else cache.seq_len
         pos = torch.arange(past, past + L, device=x.device)
@@ -250,8 +251,9 @@ class SparseLatentAttention(MultiHeadLatentAttention):
         scores = self.indexer.scores(x, self.q_a_norm(self.q_a_proj(x)), cache=None if cache is None else cache.index)
         return self.indexer.select(scores)
 
-    def forward(self, x: torch.Tensor, *, gather: bool = True, selection: tuple[torch.Tensor, torch.Tensor] | None = None,
-                cache: "DSACache | None" = None, return_selection: bool = False):
+    def forward(self, x: torch.Tensor, *, gather: bool = True,
+                selection: tuple[torch.Tensor, torch.Tensor] | None = None, cache: "DSACache | None" = None,
+                return_selection: bool = False):
         """Causal DSA over x: each query attends to its top-k keys by the indexer's scores.
 
         Args:

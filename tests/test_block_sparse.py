@@ -230,7 +230,7 @@ def test_dsa_selection_and_cache_refuse_bad_input(glm_layers):
         ours(x, selection=(torch.zeros(B, 3, 2, dtype=torch.long), torch.ones(B, 3, 2, dtype=torch.bool)))
 
 
-# ------------------------------------------------------------------------------------------------------------ V4 float64
+# ------------------------------------------------------------------------------------------------------- V4 float64
 def test_deepseek_v4_float64_lifts_the_two_float32_steps_and_restores_them():
     from transformers.models.deepseek_v4 import modeling_deepseek_v4 as v4
 

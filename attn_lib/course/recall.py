@@ -30,7 +30,8 @@ from attn_lib.block_sparse import moba_attention
 from attn_lib.deltanet import gated_delta_rule, l2_normalize
 from attn_lib.linear import linear_attention
 
-__all__ = ["KINDS", "SPARSE_KINDS", "make_recall_batch", "RecallModel", "train_recall", "recall_accuracy", "run_recall_curve"]
+__all__ = ["KINDS", "SPARSE_KINDS", "make_recall_batch", "RecallModel", "train_recall", "recall_accuracy",
+           "run_recall_curve"]
 
 KINDS = ("softmax", "linear", "deltanet", "hybrid")
 SPARSE_KINDS = ("moba", "window")  # notebook 13: MoBA (blocks of 4, 2 read) and a window of the same 8 keys

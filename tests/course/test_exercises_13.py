@@ -50,8 +50,8 @@ def test_nsa_combine_check():
     assert check_nsa_combine(right)
     assert check_nsa_combine(lambda a, b, c, gl: (torch.stack([a, b, c], -1) * gl.sigmoid()[..., None, :]).sum(-1))
     assert "not written yet" in repr(check_nsa_combine(_stub))
-    fails_with(check_nsa_combine(lambda a, b, c, gl: (torch.stack([a, b, c], -1) * gl.softmax(-1)[..., None, :]).sum(-1)),
-               ex.HINT_SOFTMAX_GATES)
+    fails_with(check_nsa_combine(
+        lambda a, b, c, gl: (torch.stack([a, b, c], -1) * gl.softmax(-1)[..., None, :]).sum(-1)), ex.HINT_SOFTMAX_GATES)
     fails_with(check_nsa_combine(lambda a, b, c, gl: (torch.stack([a, b, c], -1) * gl[..., None, :]).sum(-1)),
                ex.HINT_NO_SIGMOID)
 

@@ -503,7 +503,8 @@ RIGHT = {
                            lambda heads, x, w_gate: heads * 0.5 * (1 + torch.tanh(0.5 * (x @ w_gate.mT)))),
     "check_kda_step": (kda_a, kda_b),
     "check_moba_block_choice": (moba_a, moba_b),
-    "check_nsa_combine": (lambda a, b, c, g: g.sigmoid()[..., :1] * a + g.sigmoid()[..., 1:2] * b + g.sigmoid()[..., 2:] * c,
+    "check_nsa_combine": (lambda a, b, c, g: (g.sigmoid()[..., :1] * a + g.sigmoid()[..., 1:2] * b
+                                              + g.sigmoid()[..., 2:] * c),
                           lambda a, b, c, g: torch.einsum("...ec,...c->...e", torch.stack([a, b, c], -1),
                                                           1 / (1 + torch.exp(-g)))),
     "check_nsa_keys_read": (lambda S, l, d, ls, n, w: max(0, (S - l) // d + 1) + min(S, n * ls) + min(S, w),
