@@ -410,7 +410,8 @@ def keys_read_per_query(design: str, seq_len: int, **sizes) -> int:
     """Keys (or compressed entries) one decoding query at position seq_len - 1 reads, per head, in each design.
 
     - ``"dense"``: S. ``"window"``: min(S, window).
-    - ``"moba"``: the tokens of min(topk, blocks) blocks: min(S, topk·block_size) (default 8 of 512: Kimi's setting).
+    - ``"moba"``: the tokens of min(topk, blocks) blocks: min(S, topk·block_size) (default 8 of 512, an illustrative
+      setting: the MoBA paper varies block size and top-k).
     - ``"nsa"``: compressed entries (S - l) // d + 1, plus num_select blocks of select_size, plus the window (the
       paper's l 32, d 16, l' 64, n 16, w 512), overlaps not subtracted.
     - ``"dsa"``: the top-k tokens, min(S, topk) (default 2048); the indexer also scores all S keys, d_I features

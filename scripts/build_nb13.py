@@ -349,8 +349,9 @@ assert [c.index.seq_len for c in caches] == [L, 0, 0]"""),
 (MD, r"""## 6 · Keys read and bytes cached, from 4 096 to 1 048 576 tokens
 
 What a decoding query reads grows with the context in dense attention; the designs above cap it, or slow it down.
-The sizes are each paper's: MoBA 8 blocks of 512 keys (Kimi's long-context setting), NSA blocks of $l = 32$ every
-$d = 16$, 16 selected blocks of 64 and a window of 512, DSA and GLM-5 the top 2 048 tokens, a window of 4 096.
+The sizes: MoBA 8 blocks of 512 keys (an illustrative setting; the paper varies block size and top-k), NSA blocks of
+$l = 32$ every $d = 16$, 16 selected blocks of 64 and a window of 512 (the NSA paper's), DSA and GLM-5 the top
+2 048 tokens (DeepSeek-V3.2's), a window of 4 096.
 
 **Predict, then check.** At 1 048 576 tokens, which design reads the fewest keys per query (per head)? MoBA (8
 blocks of 512), NSA (compressed blocks of 32 every 16, 16 selected blocks of 64, a window of 512) or DSA (top
