@@ -103,14 +103,14 @@ def test_readme_times_list_every_notebook_and_the_quoted_times_agree():
     seconds = _readme_seconds()
     assert sorted(seconds) == NUMBERS, "README's table of run times must list every notebook"
     assert max(seconds.values()) < 60, "every notebook runs in under a minute (README's measured times)"
-    live = {"07", "10", "11", "13"}  # the four that train a model live
+    live = {"07", "10", "11"}  # the three that train a model live
     others = [s for n, s in seconds.items() if n not in live]
     welcome = _markdown(ROOT / "notebooks" / "00_welcome.ipynb")
     teaching = (ROOT / "docs" / "teaching.md").read_text()
     quotes = [
-        (welcome[0], r"most in (\d+)–(\d+) s, the four that train a model live\s+\(07, 10, 11 and 13\) in about (\d+)–(\d+) s"),
-        ("\n".join(welcome), r"(\d+)–(\d+) s for most, about (\d+)–(\d+) s for 07, 10, 11 and 13"),
-        (teaching, r"run in (\d+)-(\d+) s on a laptop CPU, 07, 10, 11 and 13 \(which train models live[^)]*\)\s+in about (\d+)-(\d+) s"),
+        (welcome[0], r"most in (\d+)–(\d+) s, the three that train a model live\s+\(07, 10 and 11\) in about (\d+)–(\d+) s"),
+        ("\n".join(welcome), r"(\d+)–(\d+) s for most, about (\d+)–(\d+) s for 07, 10 and 11"),
+        (teaching, r"run in (\d+)-(\d+) s on a laptop CPU, 07, 10 and 11 \(which train models live[^)]*\)\s+in about (\d+)-(\d+) s"),
     ]
     for text, pattern in quotes:
         m = re.search(pattern, text)
