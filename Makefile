@@ -95,7 +95,7 @@ test-portable: install
 MINE ?=
 MINE_NB ?= notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb notebooks/04_*.ipynb notebooks/05_*.ipynb \
 	notebooks/06_*.ipynb notebooks/07_*.ipynb notebooks/08_*.ipynb notebooks/09_*.ipynb notebooks/10_*.ipynb \
-	notebooks/11_*.ipynb notebooks/12_*.ipynb
+	notebooks/11_*.ipynb notebooks/12_*.ipynb notebooks/13_*.ipynb
 .PHONY: check-mine test-mine
 check-mine: install
 	@$(BIN)/python -m attn_lib.course.mine $(MINE)

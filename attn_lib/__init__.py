@@ -28,7 +28,10 @@ The core (one idea each):
 - ``attn_lib.mla``            DeepSeek's multi-head latent attention, its latent cache and absorbed decode (11)
 - ``attn_lib.windows``        sliding-window masks, the ring-buffer KV cache, StreamingLLM sinks, local:global (11)
 - ``attn_lib.variants``       QK-norm, logit soft-capping, learned sinks, KV sharing: Qwen3/Gemma/gpt-oss layers (11)
-- ``attn_lib.sparse``         DeepSeek-V3.2's sparse attention: the lightning indexer, top-k, its FLOPs and bytes (11)
+- ``attn_lib.sparse``         DeepSeek-V3.2's sparse attention: the lightning indexer, top-k, its FLOPs and bytes (11);
+                               GLM-5's selection shared across layers, the DSA cache (13)
+- ``attn_lib.block_sparse``   block-sparse attention: MoBA's routing, NSA's compressed/selected/window branches (13)
+- ``attn_lib.compressed``     DeepSeek-V4's compressed attention: CSA and HCA, their decoding cache and cost (13)
 - ``attn_lib.linear``         linear attention (parallel, recurrent, chunked), Mamba-2's SSD, FFT long convolutions (12)
 - ``attn_lib.deltanet``       the gated delta rule and a Qwen3-Next Gated DeltaNet layer, recomputed (12)
 - ``attn_lib.paged``          a paged KV cache: blocks, block tables, prefix sharing with copy-on-write (14)
@@ -77,7 +80,7 @@ _LAZY = {
 # No submodule shares a name with an entry of _LAZY (a submodule import would overwrite the attribute:
 # the old tiled_attention/flash_attention clash); tests/test_layout.py checks this.
 _SUBMODULES = {
-    "attention", "course", "deltanet", "flash", "flash_kernels", "gqa", "kv_cache", "linear", "masks", "mha", "mla",
+    "attention", "block_sparse", "course", "deltanet", "flash", "flash_kernels", "gqa", "kv_cache", "linear", "masks", "mha", "mla",
     "models", "paged", "positional", "quantization", "ring", "serving", "sparse", "speculative", "tiled",
     "tokenization", "variants", "windows",
 }

@@ -1,5 +1,5 @@
 """DeepSeek sparse attention (DSA) of DeepSeek-V3.2: a lightning indexer picks the top-k keys, MLA attends to them only
-(notebook 11).
+(notebook 11); GLM-5's DSA, whose choice is shared by the layers that follow (notebook 13).
 
 DeepSeek-V3.2 (DeepSeek-AI 2025, "DeepSeek-V3.2-Exp: Boosting Long-Context Efficiency with DeepSeek Sparse
 Attention", the report in github.com/deepseek-ai/DeepSeek-V3.2-Exp) adds to MLA (:mod:`attn_lib.mla`) a small
@@ -25,8 +25,16 @@ all heads): :meth:`SparseLatentAttention.forward` gathers the chosen latents, so
 O(L·S). The indexer itself is still O(L·S) but small (64 heads of 128 FP8 features, no softmax).
 :func:`dsa_decode_cost` counts both against dense MLA attention.
 
+**GLM-5** (Zhipu AI 2026, transformers' ``glm_moe_dsa``; the shared-index idea in arXiv 2603.12201) runs the same
+DSA with two changes: the indexer rotates interleaved pairs (``rope_interleave=True`` here), and only some layers
+run an indexer ("full" layers); each "shared" layer reuses the top-k of the full layer before it. Pass the
+``selection`` of :meth:`SparseLatentAttention.select` to the next layers' ``forward``; a layer built by ``from_hf``
+from a shared layer has ``indexer = None``. :class:`DSACache` holds a layer's latent cache and its indexer keys, so
+decoding token by token equals the full forward.
+
 tests/test_sparse.py proves :class:`LightningIndexer` and :class:`SparseLatentAttention` equal to transformers'
-``DeepseekV32Indexer`` (scores and top-k) and ``DeepseekV32Attention`` in float64. Shapes use the legend of
+``DeepseekV32Indexer`` (scores and top-k) and ``DeepseekV32Attention`` in float64; tests/test_block_sparse.py the
+shared selection to ``GlmMoeDsaAttention``, in full and in decoding. Shapes use the legend of
 :mod:`attn_lib.attention` plus r = kv_lora_rank, dr = qk_rope_head_dim, k = topk, H_I / d_I = the indexer's heads
 and head dim.
 """
@@ -39,11 +47,12 @@ from torch import nn
 from attn_lib._checks import (check_bool, check_dtype, check_finite, check_int, check_number, check_rope_base,
                               check_same_device, check_tensor, claim_cache, shape_of)
 from attn_lib.attention import scaled_dot_product_attention
+from attn_lib.kv_cache import KVCache
 from attn_lib.masks import causal_mask
 from attn_lib.mla import MultiHeadLatentAttention
 from attn_lib.positional import apply_rope
 
-__all__ = ["LightningIndexer", "SparseLatentAttention", "SparseLatentCache", "dsa_decode_cost"]
+__all__ = ["LightningIndexer", "SparseLatentAttention", "DSACache", "dsa_decode_cost"]
 
 
 def _pos(name, v):
@@ -57,6 +66,7 @@ class LightningIndexer(nn.Module):
         d_model: model width. q_lora_rank: the width of the compressed query c_Q it reads.
         num_heads: H_I. head_dim: d_I. rope_dim: dr, the first features of q_I and k_I rotated (half-split RoPE).
         topk: k, the keys each query keeps. rope_base: RoPE's theta.
+        rope_interleave: rotate pairs (x[2i], x[2i+1]) (GLM-5) instead of the half-split pairs (DeepSeek-V3.2).
         dtype: the weights' torch.dtype (None: torch's default, float32); the inputs must have it.
 
     Submodules (transformers' names): ``wq_b`` (q_lora_rank -> H_I·d_I), ``wk`` (d_model -> d_I), ``k_norm``
@@ -76,8 +86,9 @@ class LightningIndexer(nn.Module):
     """
 
     def __init__(self, d_model: int, q_lora_rank: int, *, num_heads: int, head_dim: int, rope_dim: int, topk: int,
-                 rope_base: float = 10000.0, dtype: torch.dtype | None = None) -> None:
+                 rope_base: float = 10000.0, dtype: torch.dtype | None = None, rope_interleave: bool = False) -> None:
         super().__init__()
+        self.rope_interleave = check_bool("rope_interleave", rope_interleave)
         d, r_q, H, D, dr = (_pos(n, v) for n, v in (("d_model", d_model), ("q_lora_rank", q_lora_rank),
                                                      ("num_heads", num_heads), ("head_dim", head_dim),
                                                      ("rope_dim", rope_dim)))
@@ -97,20 +108,25 @@ class LightningIndexer(nn.Module):
 
     def _rope_first(self, t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         rot, rest = t.split([self.rope_dim, self.head_dim - self.rope_dim], dim=-1)
-        return torch.cat([apply_rope(rot, positions, base=self.rope_base, interleaved=False), rest], dim=-1)
+        return torch.cat([apply_rope(rot, positions, base=self.rope_base, interleaved=self.rope_interleave), rest],
+                         dim=-1)
 
-    def scores(self, x: torch.Tensor, q_resid: torch.Tensor) -> torch.Tensor:
-        """The index scores I[t, s] of x's L tokens over themselves, causal: -inf where s > t.
+    def scores(self, x: torch.Tensor, q_resid: torch.Tensor, *, cache: KVCache | None = None) -> torch.Tensor:
+        """The index scores I[t, s] of x's L tokens over themselves (and the cached ones), causal: -inf where s > t.
 
         Args:
             x: (B, L, d_model) floating. q_resid: (B, L, q_lora_rank), the MLA's c_Q = RMSNorm(x W_DQ).
+            cache: a :class:`~attn_lib.kv_cache.KVCache` of the indexer keys k_I (as keys; the values are empty):
+                x's tokens sit at positions cache.seq_len .. cache.seq_len + L - 1 and their k_I are appended.
 
         Returns:
-            (B, L, L) in x's dtype (transformers: float32 for a float32 model; see tests/test_sparse.py).
+            (B, L, S) in x's dtype, S = the cached tokens + L (transformers: float32 for a float32 model; see
+            tests/test_sparse.py).
 
         Raises:
-            TypeError: not floating tensors, or not of the weights' dtype. ValueError: shapes that do not fit the sizes;
-            x and q_resid on different devices; NaN or inf in them; index scores that overflow the dtype.
+            TypeError: not floating tensors, or not of the weights' dtype; cache not a KVCache. ValueError: shapes
+            that do not fit the sizes; x and q_resid on different devices; NaN or inf in them; index scores that
+            overflow the dtype.
         """
         check_tensor("x", x, floating=True, ndim=3)
         check_tensor("q_resid", q_resid, floating=True, ndim=3)
@@ -125,51 +141,26 @@ class LightningIndexer(nn.Module):
         check_same_device(x=x, q_resid=q_resid)
         check_finite("x", x)
         check_finite("q_resid", q_resid)
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be an attn_lib.kv_cache.KVCache (the indexer keys), got "
+                            f"{type(cache).__name__}")
         B, L, _ = x.shape
-        pos = torch.arange(L, device=x.device)
+        past = 0 if cache is None else cache.seq_len
+        pos = torch.arange(past, past + L, device=x.device)
         q = self.wq_b(q_resid).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H_I, L, d_I)
         q = self._rope_first(q, pos)
         k = self._rope_first(self.k_norm(self.wk(x)), pos)  # (B, L, d_I): one key for all indexer heads
+        if cache is not None:
+            k = cache.update(k[:, None], k[:, None, :, :0])[0][:, 0]  # (B, S, d_I): the cached keys too
         dots = torch.relu(q @ k[:, None].transpose(-1, -2) * self.head_dim ** -0.5)  # (B, H_I, L, L)
         w = self.weights_proj(x) * self.num_heads ** -0.5  # (B, L, H_I)
         index = (w.unsqueeze(-2) @ dots.transpose(1, 2)).squeeze(-2)  # (B, L, 1, H_I) @ (B, L, H_I, L) -> (B, L, L)
-        keep = causal_mask(L, device=x.device)
+        keep = causal_mask(L, k.shape[1], align="bottom_right", device=x.device)
         if not bool(torch.isfinite(index.detach()[..., keep]).all()):
             raise ValueError(f"the index scores overflow {index.dtype} (max {torch.finfo(index.dtype).max:.3g}) on "
                              f"finite x and q_resid (largest |x| {float(x.detach().abs().amax()):.3g}); expected "
                              f"inputs of a moderate scale -- normalise them or compute in float64")
         return index.masked_fill(~keep, float("-inf"))
-
-    def keys(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The indexer's keys k_I = RoPE(LayerNorm(x W_k)) of x (B, L, d_model) at ``positions`` (L,): (B, L, d_I),
-        one per token for all indexer heads; what a decoding cache keeps next to MLA's latents."""
-        return self._rope_first(self.k_norm(self.wk(x)), positions)
-
-    def scores_over(self, x: torch.Tensor, q_resid: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """Index scores of x's L new tokens over all S = cached + L keys (the new tokens are the last L of them).
-
-        Args:
-            x: (B, L, d_model). q_resid: (B, L, q_lora_rank). keys: (B, S, d_I) from :meth:`keys`, S >= L, the
-                tokens at positions 0..S-1.
-
-        Returns:
-            (B, L, S) in x's dtype, -inf where key s lies after query t (causal, aligned bottom-right): row t of
-            :meth:`scores` over the same S tokens.
-
-        Raises:
-            ValueError: keys not (B, S >= L, d_I).
-        """
-        B, L, _ = x.shape
-        S = keys.shape[1]
-        if keys.dim() != 3 or keys.shape[0] != B or S < L or keys.shape[-1] != self.head_dim:
-            raise ValueError(f"keys must be (B, S >= L, d_I) = ({B}, S >= {L}, {self.head_dim}), got {shape_of(keys)}")
-        pos = torch.arange(S - L, S, device=x.device)
-        q = self.wq_b(q_resid).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H_I, L, d_I)
-        q = self._rope_first(q, pos)
-        dots = torch.relu(q @ keys[:, None].transpose(-1, -2) * self.head_dim ** -0.5)  # (B, H_I, L, S)
-        w = self.weights_proj(x) * self.num_heads ** -0.5  # (B, L, H_I)
-        index = (w.unsqueeze(-2) @ dots.transpose(1, 2)).squeeze(-2)  # (B, L, S)
-        return index.masked_fill(~causal_mask(L, S, align="bottom_right", device=x.device), float("-inf"))
 
     def select(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k keys of each query: ``(indices, valid)``, each (B, L, min(k, S)).
@@ -193,7 +184,7 @@ class LightningIndexer(nn.Module):
 
     @classmethod
     def from_hf(cls, module: nn.Module) -> "LightningIndexer":
-        """A copy of transformers' ``DeepseekV32Indexer`` (``model.model.layers[i].self_attn.indexer``).
+        """A copy of transformers' ``DeepseekV32Indexer`` or ``GlmMoeDsaIndexer`` (``layers[i].self_attn.indexer``).
 
         Raises:
             TypeError: module has no wq_b / wk / k_norm / weights_proj.
@@ -206,7 +197,8 @@ class LightningIndexer(nn.Module):
         new = cls(module.hidden_size, module.q_lora_rank, num_heads=module.n_heads, head_dim=module.head_dim,
                   rope_dim=module.qk_rope_head_dim, topk=module.index_topk,
                   rope_base=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))),
-                  dtype=module.wk.weight.dtype)
+                  dtype=module.wk.weight.dtype,
+                  rope_interleave=type(module).__name__.startswith("GlmMoeDsa"))  # GLM-5 rotates interleaved pairs
         if module.k_norm.eps != new.k_norm.eps:
             new.k_norm.eps = module.k_norm.eps
         new.load_state_dict(module.state_dict())
@@ -242,7 +234,28 @@ class SparseLatentAttention(MultiHeadLatentAttention):
                                         rope_dim=self.qk_rope_head_dim, topk=topk, rope_base=self.rope_base,
                                         dtype=self.o_proj.weight.dtype)
 
-    def forward(self, x: torch.Tensor, *, gather: bool = True, cache: "SparseLatentCache | None" = None) -> torch.Tensor:
+    def select(self, x: torch.Tensor, *, cache: "DSACache | None" = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The indexer's choice for x's tokens: ``(indices, valid)``, each (B, L, min(k, S)) (see
+        :meth:`LightningIndexer.select`); with a cache, over its S tokens, and x's indexer keys are appended to
+        ``cache.index``. Hand it to the next layers' ``forward(selection=...)`` to share it (GLM-5).
+
+        Raises:
+            TypeError / ValueError: as :meth:`forward`; ValueError: a layer without an indexer (a shared one).
+        """
+        self._check_x(x)
+        if self.indexer is None:
+            raise ValueError("this layer has no indexer (a GLM-5 'shared' layer): pass the selection of the full "
+                             "layer before it, forward(x, selection=...)")
+        if cache is not None and not isinstance(cache, DSACache):
+            raise TypeError(f"cache must be an attn_lib.sparse.DSACache, got {type(cache).__name__}")
+        if cache is not None:
+            claim_cache(cache.latent, self)
+        scores = self.indexer.scores(x, self.q_a_norm(self.q_a_proj(x)), cache=None if cache is None else cache.index)
+        return self.indexer.select(scores)
+
+    def forward(self, x: torch.Tensor, *, gather: bool = True,
+                selection: tuple[torch.Tensor, torch.Tensor] | None = None, cache: "DSACache | None" = None,
+                return_selection: bool = False):
         """Causal DSA over x: each query attends to its top-k keys by the indexer's scores.
 
         Args:
@@ -250,37 +263,53 @@ class SparseLatentAttention(MultiHeadLatentAttention):
             gather: attend over the k gathered latents per query, in MLA's absorbed (MQA) form: the sparse
                 computation, O(L·k). False: dense MLA with every unchosen key masked (transformers' eager path).
                 The same result.
-            cache: a :class:`SparseLatentCache` (MLA's latents and the indexer's keys); the new tokens sit at
-                positions cache.seq_len ... and are appended. Decoding token by token or in chunks through it
-                equals the full forward (tests/test_sparse.py).
+            selection: ``(indices, valid)`` of another layer's :meth:`select` over the same tokens (GLM-5's shared
+                layers); None: this layer's indexer chooses.
+            cache: a :class:`DSACache`: x's tokens continue the cached ones (the latents and the indexer keys are
+                appended); decoding token by token equals the full forward.
+            return_selection: also return the ``(indices, valid)`` used, for the next (shared) layers.
 
         Returns:
-            (B, L, d_model); empty when L = 0 or B = 0.
+            (B, L, d_model) (and the selection with ``return_selection``); empty when L = 0 or B = 0.
 
         Raises:
-            TypeError: x not floating or not of the weights' dtype, gather not a bool. ValueError: x not
-                (B, L, d_model).
+            TypeError: x not floating or not of the weights' dtype, gather not a bool, cache not a DSACache.
+            ValueError: x not (B, L, d_model); a selection of the wrong shape or indices out of range; no selection
+                for a layer without an indexer.
         """
         self._check_x(x)
         check_bool("gather", gather)
+        check_bool("return_selection", return_selection)
+        if cache is not None and not isinstance(cache, DSACache):
+            raise TypeError(f"cache must be an attn_lib.sparse.DSACache, got {type(cache).__name__}")
+        if cache is not None:  # before the indexer appends its keys: another layer's cache is refused unchanged
+            claim_cache(cache.latent, self)
         B, L, _ = x.shape
         if x.numel() == 0:  # no token or no sequence: an empty output
-            return self.o_proj(x.new_zeros(B, L, self.num_heads * self.v_head_dim))
-        if cache is not None:
-            return self._decode(x, cache, gather)
-        pos = torch.arange(L, device=x.device)
-        scores = self.indexer.scores(x, self.q_a_norm(self.q_a_proj(x)))  # (B, L, L)
+            out = self.o_proj(x.new_zeros(B, L, self.num_heads * self.v_head_dim))
+            return (out, selection) if return_selection else out
+        past = 0 if cache is None else cache.latent.seq_len
+        if selection is None:
+            selection = self.select(x, cache=cache)
+        elif cache is not None and self.indexer is not None:
+            self.indexer.scores(x, self.q_a_norm(self.q_a_proj(x)), cache=cache.index)  # keep its keys in step
+        pos = torch.arange(past, past + L, device=x.device)
         q_c, q_r = self.queries(x, pos)  # (B, H, L, dn), (B, H, L, dr)
         c, k_r = self.latents(x, pos)  # (B, 1, L, r), (B, 1, L, dr)
+        if cache is not None:
+            claim_cache(cache.latent, self)
+            c, k_r = cache.latent.update(c, k_r)  # (B, 1, S, r), (B, 1, S, dr)
+        S = c.shape[-2]
+        idx, valid = self._check_selection(selection, B, L, S)
         w_uk, w_uv = self.up_projections()
         if not gather:
-            keep = self.indexer.selected_mask(scores)[:, None]  # (B, 1, L, S): chosen and causal
+            keep = torch.zeros(B, L, S, dtype=torch.bool, device=x.device).scatter(-1, idx, valid)[:, None]
             k_c = torch.einsum("bxsr,hdr->bhsd", c, w_uk)
             v = torch.einsum("bxsr,hvr->bhsv", c, w_uv)
-            key = torch.cat([k_c, k_r.expand(B, self.num_heads, L, self.qk_rope_head_dim)], dim=-1)
+            key = torch.cat([k_c, k_r.expand(B, self.num_heads, S, self.qk_rope_head_dim)], dim=-1)
             heads, _ = scaled_dot_product_attention(torch.cat([q_c, q_r], -1), key, v, keep, scale=self.scale)
-            return self.o_proj(heads.transpose(1, 2).reshape(B, L, -1))
-        idx, valid = self.indexer.select(scores)  # (B, L, k) each
+            out = self.o_proj(heads.transpose(1, 2).reshape(B, L, -1))
+            return (out, (idx, valid)) if return_selection else out
         latent = torch.cat([c, k_r], dim=-1)[:, 0]  # (B, S, r + dr): what the cache holds
         chosen = latent[torch.arange(B, device=x.device)[:, None, None], idx]  # (B, L, k, r + dr)
         q_lat = torch.einsum("bhld,hdr->blhr", q_c, w_uk)  # W_UK absorbed into the query: (B, L, H, r)
@@ -288,97 +317,70 @@ class SparseLatentAttention(MultiHeadLatentAttention):
         out_lat, _ = scaled_dot_product_attention(query, chosen, chosen[..., : self.kv_lora_rank], valid[:, :, None],
                                                   scale=self.scale)  # (B, L, H, r): one MQA per query token
         heads = torch.einsum("blhr,hvr->blhv", out_lat, w_uv)  # W_UV after the softmax
-        return self.o_proj(heads.reshape(B, L, -1))
+        out = self.o_proj(heads.reshape(B, L, -1))
+        return (out, (idx, valid)) if return_selection else out
 
-    def _decode(self, x: torch.Tensor, cache: "SparseLatentCache", gather: bool) -> torch.Tensor:
-        """forward's path with a cache: the L new tokens' queries against the S = cached + L latents and keys."""
-        if not isinstance(cache, SparseLatentCache):
-            raise TypeError(f"cache must be an attn_lib.sparse.SparseLatentCache, got {type(cache).__name__}")
-        claim_cache(cache, self)
-        B, L, _ = x.shape
-        past = cache.seq_len
-        pos = torch.arange(past, past + L, device=x.device)
-        q_c, q_r = self.queries(x, pos)  # (B, H, L, dn), (B, H, L, dr)
-        c, k_r = self.latents(x, pos)  # (B, 1, L, r), (B, 1, L, dr)
-        c, k_r = cache.latent.update(c, k_r)  # (B, 1, S, r), (B, 1, S, dr)
-        keys = cache.add_index_keys(self.indexer.keys(x, pos))  # (B, S, d_I)
-        scores = self.indexer.scores_over(x, self.q_a_norm(self.q_a_proj(x)), keys)  # (B, L, S)
-        S = c.shape[-2]
-        w_uk, w_uv = self.up_projections()
-        if not gather:
-            keep = self.indexer.selected_mask(scores)[:, None]  # (B, 1, L, S)
-            k_c = torch.einsum("bxsr,hdr->bhsd", c, w_uk)
-            v = torch.einsum("bxsr,hvr->bhsv", c, w_uv)
-            key = torch.cat([k_c, k_r.expand(B, self.num_heads, S, self.qk_rope_head_dim)], dim=-1)
-            heads, _ = scaled_dot_product_attention(torch.cat([q_c, q_r], -1), key, v, keep, scale=self.scale)
-            return self.o_proj(heads.transpose(1, 2).reshape(B, L, -1))
-        idx, valid = self.indexer.select(scores)  # (B, L, min(k, S))
-        latent = torch.cat([c, k_r], dim=-1)[:, 0]  # (B, S, r + dr)
-        chosen = latent[torch.arange(B, device=x.device)[:, None, None], idx]  # (B, L, k, r + dr)
-        q_lat = torch.einsum("bhld,hdr->blhr", q_c, w_uk)
-        query = torch.cat([q_lat, q_r.transpose(1, 2)], dim=-1)  # (B, L, H, r + dr)
-        out_lat, _ = scaled_dot_product_attention(query, chosen, chosen[..., : self.kv_lora_rank], valid[:, :, None],
-                                                  scale=self.scale)
-        heads = torch.einsum("blhr,hvr->blhv", out_lat, w_uv)
-        return self.o_proj(heads.reshape(B, L, -1))
+    @staticmethod
+    def _check_selection(selection, B: int, L: int, S: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not (isinstance(selection, tuple) and len(selection) == 2 and all(isinstance(t, torch.Tensor)
+                                                                            for t in selection)):
+            raise TypeError(f"selection must be the (indices, valid) pair of select(), got {type(selection).__name__}")
+        idx, valid = selection
+        if idx.dtype != torch.int64 or valid.dtype != torch.bool or idx.shape != valid.shape or idx.dim() != 3 \
+                or idx.shape[:2] != (B, L):
+            raise ValueError(f"selection must be (indices int64, valid bool) of shape (B={B}, L={L}, k), got "
+                             f"{idx.dtype} {shape_of(idx)} and {valid.dtype} {shape_of(valid)}")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= S):
+            raise ValueError(f"selection indices must lie in [0, S={S}) (the tokens attended), got "
+                             f"[{int(idx.min())}, {int(idx.max())}]")
+        future = torch.arange(S - L, S, device=idx.device)[None, :, None] < idx  # a chosen key after its query
+        return idx, valid & ~future
 
     @classmethod
     def from_hf(cls, module: nn.Module) -> "SparseLatentAttention":
-        """A copy of transformers' ``DeepseekV32Attention``: its MLA (as :meth:`MultiHeadLatentAttention.from_hf`)
-        and its ``indexer`` (:meth:`LightningIndexer.from_hf`).
+        """A copy of transformers' ``DeepseekV32Attention`` or ``GlmMoeDsaAttention``: its MLA (as
+        :meth:`MultiHeadLatentAttention.from_hf`) and its ``indexer`` (:meth:`LightningIndexer.from_hf`; None for a
+        GLM-5 "shared" layer, which then needs ``forward(x, selection=...)``).
 
         Raises:
             TypeError: module has no ``indexer`` or is not an MLA block.
         """
         if not hasattr(module, "indexer"):
-            raise TypeError(f"from_hf expects transformers' DeepseekV32Attention, got {type(module).__name__}")
+            raise TypeError(f"from_hf expects transformers' DeepseekV32Attention or GlmMoeDsaAttention, got "
+                            f"{type(module).__name__}")
         mla = MultiHeadLatentAttention.from_hf(module)
-        ix = LightningIndexer.from_hf(module.indexer)
+        ix = None if module.indexer is None else LightningIndexer.from_hf(module.indexer)  # None: a GLM-5 shared layer
         new = cls.__new__(cls)
         new.__dict__.update(mla.__dict__)  # the MLA's sizes and submodules, then the indexer
         new.indexer = ix
         return new
 
 
-class SparseLatentCache:
-    """DSA's decoding cache, one per layer: MLA's latent cache (c_KV, k_R) in ``latent`` (a
-    :class:`~attn_lib.kv_cache.KVCache` of (B, 1, S, r) and (B, 1, S, dr)) and the indexer's keys k_I (B, S, d_I).
+class DSACache:
+    """One DSA layer's cache: ``latent``, the MLA latents (c_KV, k_R), and ``index``, the indexer keys k_I (two
+    :class:`~attn_lib.kv_cache.KVCache`; ``index`` stays empty for a layer without an indexer).
 
-    Both grow by the same tokens; ``seq_len`` is their count. The indexer must score every cached token at each
-    step, so its keys are kept (DeepSeek keeps them in FP8; here in the layer's dtype). ``nbytes`` counts both.
+    ``latent`` holds c_KV (B, 1, S, r) and k_R (B, 1, S, dr); ``index`` holds k_I (B, 1, S, d_I) and an empty
+    (B, 1, S, 0) value; both in the layer's floating dtype. ``nbytes()`` counts both: per token r + dr latent
+    features and d_I indexer features per layer.
 
     Raises:
-        ValueError (``add_index_keys``): the indexer's keys and the latents cover different numbers of tokens.
+        TypeError / ValueError: as :class:`~attn_lib.kv_cache.KVCache` (its ``update``), when a layer fills it.
 
-    Source: DeepSeek-V3.2-Exp report (the indexer's key cache beside MLA's); the course's own class.
+    Source: DeepSeek-AI 2025, DeepSeek-V3.2-Exp report (the latent cache and the indexer's key cache); the
+    indexer cache of transformers' ``GlmMoeDsaIndexer`` (``cache.update_indexer``).
     """
 
     def __init__(self) -> None:
-        from attn_lib.kv_cache import KVCache
-
         self.latent = KVCache()
-        self.index_keys: torch.Tensor | None = None
+        self.index = KVCache()
 
     @property
     def seq_len(self) -> int:
         return self.latent.seq_len
 
     def nbytes(self) -> int:
-        """Bytes held: the latents and rotated keys, plus the indexer's keys."""
-        extra = 0 if self.index_keys is None else self.index_keys.numel() * self.index_keys.element_size()
-        return self.latent.nbytes() + extra
-
-    def reset(self) -> None:
-        self.latent.reset()
-        self.index_keys = None
-
-    def add_index_keys(self, keys: torch.Tensor) -> torch.Tensor:
-        """Append the new tokens' indexer keys (B, L, d_I) (after ``latent.update`` of the same tokens): all (B, S, d_I)."""
-        self.index_keys = keys if self.index_keys is None else torch.cat([self.index_keys, keys], dim=1)
-        if self.index_keys.shape[1] != self.latent.seq_len:
-            raise ValueError(f"the indexer's keys cover {self.index_keys.shape[1]} tokens but the latent cache "
-                             f"{self.latent.seq_len}; expected both updated with the same tokens")
-        return self.index_keys
+        return self.latent.nbytes() + self.index.nbytes()
 
 
 def dsa_decode_cost(seq_len: int, *, num_heads: int = 128, kv_lora_rank: int = 512, qk_rope_head_dim: int = 64,

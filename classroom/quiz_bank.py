@@ -1117,8 +1117,8 @@ def _(r, qid):
 
 
 # ---------------------------------------------------------------- 13, 14: written ahead of their notebooks
-# (13 sparse and compressed attention, 14 attention at scale). A lab uses them once its plan row names the notebook;
-# until then tests/test_quiz_bank.py checks their answers but no quiz draws them.
+# (13 sparse and compressed attention, 14 attention at scale); the labs of both notebooks draw them now
+# (tests/test_quiz_bank.py checks their answers).
 @template("13.local_global_pairs")
 def _(r, qid):
     n, w, g = r.randint(10, 24), r.randint(1, 3), r.randint(1, 2)

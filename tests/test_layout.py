@@ -136,6 +136,7 @@ def test_no_import_cycle_inside_attn_lib():
 
 
 CORE = {"tokenization", "positional", "attention", "masks", "mha", "kv_cache", "quantization", "gqa", "tiled", "_tiling",
+        "block_sparse",
         "flash", "flash_kernels", "_triton_interp", "mla", "windows", "variants", "sparse", "linear", "deltanet",
         "_checks", "paged", "serving", "speculative", "ring"}
 CORE |= {"compressed"}  # issue 36: DeepSeek-V4's CSA / HCA (notebook 13); its own line, for parallel branches

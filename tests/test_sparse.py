@@ -206,7 +206,7 @@ def _hf_dsa(kv_heads, seed):
 def test_sparse_attention_decodes_through_its_cache_equal_to_the_transformers_full_forward(seed, gather):
     """MLA has no KV heads to group (one latent per token serves all heads; transformers' DeepseekV32Attention
     fails with num_key_value_heads != num_attention_heads), so there is no GQA ratio to vary: a batch of 3, two seeds."""
-    from attn_lib.sparse import SparseLatentCache
+    from attn_lib.sparse import DSACache
 
     m = _hf_dsa(4, seed=seed)
     Bt = 3
@@ -217,28 +217,27 @@ def test_sparse_attention_decodes_through_its_cache_equal_to_the_transformers_fu
         ref = m(x, (cos, sin), mask)[0]
     ours = SparseLatentAttention.from_hf(m)
     for sizes in ([1] * L, [3, 1, 5, 2, 1]):  # token by token, in chunks (past k = 4 keys: the top-k bites)
-        cache = SparseLatentCache()
+        cache = DSACache()
         with torch.no_grad():
             out = torch.cat([ours(piece, cache=cache, gather=gather) for piece in torch.split(x, sizes, dim=1)], 1)
         torch.testing.assert_close(out, ref, **TOL, msg=str(sizes))
-        assert cache.seq_len == L and cache.index_keys.shape == (Bt, L, 8)
+        assert cache.seq_len == L and cache.index.keys.shape == (Bt, 1, L, 8)
         assert cache.nbytes() == Bt * L * (16 + 4 + 8) * 8  # latent r + rotated key dr + indexer key d_I, float64
     with torch.no_grad():  # the indexer's selection matters in decoding too: dense MLA over the cache differs
         assert max_abs_diff(MultiHeadLatentAttention.from_hf(m)(x), ref) > 1e-3
 
 
-def test_sparse_latent_cache_refuses_a_wrong_cache_and_another_layers_cache():
+def test_dsa_cache_refuses_a_wrong_cache_and_another_layers_cache():
     from attn_lib.kv_cache import KVCache
-    from attn_lib.sparse import SparseLatentCache
+    from attn_lib.sparse import DSACache
 
     m = _hf_dsa(4, seed=0)
     a, b = SparseLatentAttention.from_hf(m), SparseLatentAttention.from_hf(m)
     x = torch.randn(1, 3, 32, dtype=torch.float64)
-    with pytest.raises(TypeError, match="cache must be an attn_lib.sparse.SparseLatentCache, got KVCache"):
+    with pytest.raises(TypeError, match="cache must be an attn_lib.sparse.DSACache, got KVCache"):
         a(x, cache=KVCache())
-    cache = SparseLatentCache()
+    cache = DSACache()
     a(x, cache=cache)
     with pytest.raises(ValueError, match="already holds the keys of another layer"):
         b(x, cache=cache)
-    cache.reset()
-    assert cache.seq_len == 0 and cache.index_keys is None
+    assert cache.seq_len == 3 and cache.index.seq_len == 3  # the refused call changed nothing

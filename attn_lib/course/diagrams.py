@@ -970,4 +970,59 @@ def gated_attention_figure():
     _box(ax, xs[3], 0.55, 1.45, 0.55, "σ(gate logits)", _GATED_ATTN)
     _arrow(ax, (xs[1], 1.54), (xs[3] - 0.73, 0.55), connection="arc3,rad=0.2")
     _arrow(ax, (xs[3] + 0.73, 0.55), (xs[4], 1.54), connection="arc3,rad=0.2")
+# Notebook 13: which keys each query reads, one grid per design.
+# ---------------------------------------------------------------------------------------------------------------
+
+__all__ += ["key_reads_figure"]
+
+
+def key_reads_figure(panels, *, labels, columns: int = 3, cell: float = 0.13):
+    """One grid per design: row t = query t, column s = key s, coloured by what reads it.
+
+    Args:
+        panels: a list of ``(title, codes)``: codes a (L, S) integer tensor, 0 where the query does not read the
+            key (light grey), c >= 1 where branch c reads it (``PALETTE[c - 1]``).
+        labels: the legend, one str per branch code 1, 2, ...
+        columns: panels per row. cell: inches per grid cell.
+
+    Returns:
+        a matplotlib Figure.
+
+    Raises:
+        ValueError: no panel; a code outside [0, len(labels)]; columns or cell < 1 / <= 0.
+
+    Source: the course's own (notebook 13); colours Okabe & Ito (2008).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    check_int("columns", columns, minimum=1)
+    if not panels:
+        raise ValueError("panels must hold at least one (title, codes) pair, got none")
+    if not cell > 0:
+        raise ValueError(f"cell must be > 0 inches, got {cell}")
+    for title, codes in panels:
+        if int(codes.min()) < 0 or int(codes.max()) > len(labels):
+            raise ValueError(f"the codes of panel {title!r} must lie in [0, {len(labels)}] (0 = not read, then one "
+                             f"per label), got [{int(codes.min())}, {int(codes.max())}]")
+    L, S = panels[0][1].shape
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(columns * (S * cell + 0.5), rows * (L * cell + 0.7) + 0.4),
+                             squeeze=False)
+    cmap = ListedColormap([MASK_COLORS[0]] + PALETTE[: len(labels)])
+    for ax in axes.flat:
+        ax.set_axis_off()
+    for ax, (title, codes) in zip(axes.flat, panels):
+        ax.set_axis_on()
+        ax.imshow(codes.numpy(), cmap=cmap, vmin=0, vmax=len(labels), aspect="equal", interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(title, fontsize=_FONT, pad=3)
+        ax.set_xlabel("key s →", fontsize=MIN_FONT_SIZE, labelpad=2)
+        ax.set_ylabel("query t →", fontsize=MIN_FONT_SIZE, labelpad=2)
+    handles = [Patch(facecolor=PALETTE[i], label=text) for i, text in enumerate(labels)]
+    handles.append(Patch(facecolor=MASK_COLORS[0], label="not read"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=MIN_FONT_SIZE, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from attn_lib._checks import check_bool, check_int, check_number, check_tensor
 from attn_lib.positional import rope_cos_sin
 
-__all__ = ["float64_reference", "captured_attention_masks", "hf_cos_sin", "max_abs_diff"]
+__all__ = ["float64_reference", "deepseek_v4_float64", "captured_attention_masks", "hf_cos_sin", "max_abs_diff"]
 
 
 def _rms64(self, x):
@@ -94,6 +94,51 @@ def float64_reference():
                 del cls.forward
             else:
                 cls.forward = forward
+
+
+@contextlib.contextmanager
+def deepseek_v4_float64():
+    """:func:`float64_reference`, plus the two float32 steps of transformers' DeepSeek-V4 that it does not lift.
+
+    Also patches ``torch.Tensor.softmax`` (the compressors' ``gate.softmax(dim=2, dtype=torch.float32)``: the request
+    is dropped for a float64 input) and ``DeepseekV4RotaryEmbedding.forward`` (its angles, float32 position times
+    float32 inverse frequency, recomputed in float64 from the config's ``rope_theta`` and
+    ``partial_rotary_factor`` of the layer type; default RoPE only). Everything is restored on exit.
+
+    Takes and returns no tensors (``with deepseek_v4_float64(): ...``).
+
+    Raises:
+        nothing of its own; an error inside the block propagates after everything is restored.
+
+    Source: the course's own (notebook 13); the float32 steps read in transformers' ``modeling_deepseek_v4``.
+    """
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as v4
+
+    softmax, rotary = torch.Tensor.softmax, v4.DeepseekV4RotaryEmbedding.forward
+    had_softmax = "softmax" in torch.Tensor.__dict__  # else inherited from the C base: restore by deleting ours
+
+    def softmax64(self, *args, dtype=None, **kwargs):
+        if dtype == torch.float32 and self.dtype == torch.float64:
+            dtype = None
+        return softmax(self, *args, dtype=dtype, **kwargs)
+
+    def rotary64(self, x, position_ids, layer_type=None):
+        rope = self.config.rope_parameters[layer_type]
+        dim = int(self.config.head_dim * rope.get("partial_rotary_factor", 1.0))
+        inv_freq = rope["rope_theta"] ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        angles = position_ids[..., None].to(torch.float64) * inv_freq.to(position_ids.device)
+        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+    torch.Tensor.softmax, v4.DeepseekV4RotaryEmbedding.forward = softmax64, rotary64
+    try:
+        with float64_reference():
+            yield
+    finally:
+        v4.DeepseekV4RotaryEmbedding.forward = rotary
+        if had_softmax:
+            torch.Tensor.softmax = softmax
+        else:
+            del torch.Tensor.softmax
 
 
 def captured_attention_masks(model: torch.nn.Module, input_ids: torch.Tensor) -> dict[int, torch.Tensor | None]:

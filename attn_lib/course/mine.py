@@ -28,7 +28,8 @@ PACKAGE = "my_attn"
 
 # The modules that define pieces: each has PIECES, a tuple of Piece, in the course's order.
 _PIECE_MODULES = ("attn_lib.course.exercises.pieces", "attn_lib.course.exercises.pieces_build",
-                  "attn_lib.course.exercises.pieces_fast", "attn_lib.course.exercises.pieces_modern")
+                  "attn_lib.course.exercises.pieces_fast", "attn_lib.course.exercises.pieces_modern",
+                  "attn_lib.course.exercises.pieces_sparse")
 
 
 def _all_pieces() -> tuple[Piece, ...]:

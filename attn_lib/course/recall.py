@@ -8,7 +8,9 @@ attention layer can solve it: the query's key finds the pair with the same key a
 Four models of equal width and depth, only the token mixer differs (:class:`RecallModel`): ``"softmax"`` attention,
 ``"linear"`` attention (elu + 1 features, :func:`attn_lib.linear.linear_attention`), ``"deltanet"`` (the gated delta
 rule, :mod:`attn_lib.deltanet`) and a ``"hybrid"`` (three Gated DeltaNet layers, then one softmax layer: the 3 : 1
-mix of Qwen3-Next). ``python -m attn_lib.course.recall`` trains all four and writes ``data/recall_curve.json``
+mix of Qwen3-Next). Notebook 13 adds two sparse mixers of the same size (``SPARSE_KINDS``): ``"moba"`` (MoBA,
+:func:`attn_lib.block_sparse.moba_attention`, blocks of 4 keys, 2 read per query) and ``"window"`` (a sliding window
+of the same 8 keys). ``python -m attn_lib.course.recall`` trains all four and writes ``data/recall_curve.json``
 (``make train-recall``; deterministic on one CPU thread).
 """
 
@@ -26,12 +28,16 @@ import torch.nn.functional as F
 
 from attn_lib._checks import (_got, check_bool, check_choice, check_generator, check_head_dim, check_int, check_number,
                               check_on_device, check_token_ids, shape_of)
+from attn_lib.block_sparse import moba_attention
 from attn_lib.deltanet import gated_delta_rule, kimi_delta_rule, l2_normalize
 from attn_lib.linear import linear_attention
 
-__all__ = ["KINDS", "make_recall_batch", "RecallModel", "train_recall", "recall_accuracy", "run_recall_curve"]
+__all__ = ["KINDS", "SPARSE_KINDS", "make_recall_batch", "RecallModel", "train_recall", "recall_accuracy",
+           "run_recall_curve"]
 
 KINDS = ("softmax", "linear", "deltanet", "hybrid", "kda")
+SPARSE_KINDS = ("moba", "window")  # notebook 13: MoBA (blocks of 4, 2 read) and a window of the same 8 keys
+MOBA_BLOCK, MOBA_TOPK = 4, 2
 PAIR_COUNTS = (4, 8, 16, 32, 64)
 NUM_KEYS, NUM_VALUES = 128, 64
 MAX_DRAWS = 2 ** 28  # make_recall_batch's (batch_size, num_keys) table of float32 draws: 1 GiB at most
@@ -95,6 +101,12 @@ class _Mixer(nn.Module):
         q, k, v = (t.view(Bt, L, self.h, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
         if self.kind == "softmax":
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.kind == "moba":
+            y = moba_attention(q, k, v, block_size=MOBA_BLOCK, topk=MOBA_TOPK)
+        elif self.kind == "window":
+            pos = torch.arange(L, device=x.device)
+            near = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - MOBA_BLOCK * MOBA_TOPK)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=near)
         elif self.kind == "linear":
             y = linear_attention(q, k, v, form="parallel")
         elif self.kind == "kda":
@@ -113,8 +125,9 @@ class RecallModel(nn.Module):
     """Embeddings, ``num_layers`` pre-norm residual mixers, a readout of the last position over the values.
 
     Args:
-        kind: ``"softmax"``, ``"linear"``, ``"deltanet"``, ``"hybrid"`` (deltanet layers, every fourth softmax) or
-            ``"kda"`` (Kimi Delta Attention: the deltanet mixer with a decay per key channel).
+        kind: ``"softmax"``, ``"linear"``, ``"deltanet"``, ``"hybrid"`` (deltanet layers, every fourth softmax),
+            ``"kda"`` (Kimi Delta Attention: the deltanet mixer with a decay per key channel); notebook 13's
+            ``"moba"`` or ``"window"`` (sparse softmax attention, ``SPARSE_KINDS``).
         d_model, num_heads, num_layers: width (head_dim = d_model / num_heads), heads, depth.
         num_keys, num_values: the vocabularies of :func:`make_recall_batch` (the values get one more id, the
             "no value" one at the query).
@@ -137,7 +150,7 @@ class RecallModel(nn.Module):
     def __init__(self, kind: str, *, d_model: int = 64, num_heads: int = 4, num_layers: int = 4,
                  num_keys: int = NUM_KEYS, num_values: int = NUM_VALUES):
         super().__init__()
-        check_choice("kind", kind, KINDS)
+        check_choice("kind", kind, KINDS + SPARSE_KINDS)
         check_int("num_layers", num_layers, minimum=1)
         check_head_dim(d_model, num_heads)
         check_int("num_keys", num_keys, minimum=1)
@@ -212,7 +225,8 @@ def recall_accuracy(model: RecallModel, num_pairs: int, *, num_examples: int = 5
 
 
 def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAIR_COUNTS, lr: float = 3e-3,
-                 seed: int = 0, progress: bool = False) -> tuple[RecallModel, list[float]]:
+                 seed: int = 0, progress: bool = False, num_layers: int = 4,
+                 d_model: int = 64) -> tuple[RecallModel, list[float]]:
     """Train a :class:`RecallModel` with AdamW; each step's batch draws its pair count from ``pair_counts``.
 
     Returns ``(model, losses)``: the :class:`RecallModel` (default sizes, float32, in eval mode) and one float
@@ -223,6 +237,7 @@ def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAI
         kind: as :class:`RecallModel`. steps: int >= 1. batch_size: int >= 1, sequences per step.
         pair_counts: a non-empty list, tuple or range of ints in [1, 128]. lr: AdamW's peak learning rate (float > 0),
             warmed up over 50 steps, then cosine-decayed. seed: int >= 0. progress: bool, show a tqdm bar.
+        num_layers, d_model: the model's depth and width (ints >= 1; notebook 13 trains smaller ones).
 
     Takes no tensors: its batches are :func:`make_recall_batch`'s (batch_size, n + 1) int64 ids.
 
@@ -240,7 +255,7 @@ def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAI
     check_number("lr", lr, positive=True, maximum=99.0)  # AdamW's weight decay 0.01: 1 - lr * 0.01 must stay > 0
     check_int("seed", seed, minimum=0)
     check_bool("progress", progress)
-    check_choice("kind", kind, KINDS)
+    check_choice("kind", kind, KINDS + SPARSE_KINDS)
     if not isinstance(pair_counts, (list, tuple, range)):  # a set has no order (and no index), a str is no count
         raise TypeError(f"pair_counts must be a list, tuple or range of ints, got {_got(pair_counts)}")
     if len(pair_counts) == 0:
@@ -248,7 +263,7 @@ def train_recall(kind: str, *, steps: int, batch_size: int = 64, pair_counts=PAI
     for i, n in enumerate(pair_counts):
         check_int(f"pair_counts[{i}]", n, minimum=1, maximum=NUM_KEYS)
     torch.manual_seed(seed)
-    model = RecallModel(kind)
+    model = RecallModel(kind, num_layers=num_layers, d_model=d_model)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * s / steps)))

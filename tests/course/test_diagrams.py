@@ -326,3 +326,27 @@ def test_nb11_nb12_one_colour_per_design():
         diagrams.chunked_form_figure(3, 4)
     with pytest.raises(TypeError, match="topk"):
         diagrams.dsa_pipeline_figure(2.5)
+# ---------------------------------------------------------------------------------------------------------------
+# notebook 13: which keys each query reads
+# ---------------------------------------------------------------------------------------------------------------
+def test_nb13_key_reads_figure_draws_the_codes_in_the_palette_and_refuses_bad_codes():
+    import matplotlib.pyplot as plt
+    import torch
+
+    from attn_lib.course.diagrams import key_reads_figure
+    from attn_lib.course.style import MASK_COLORS, PALETTE
+
+    codes = torch.tensor([[1, 0, 0], [1, 2, 0], [0, 2, 1]])
+    fig = key_reads_figure([("a", codes), ("b", codes.clamp(max=1))], labels=["chosen", "window"], columns=2)
+    try:
+        images = [im for ax in fig.axes for im in ax.get_images()]
+        assert len(images) == 2 and (images[0].get_array() == codes.numpy()).all()
+        assert [c.lower() for c in images[0].get_cmap().colors] == [c.lower() for c in [MASK_COLORS[0], *PALETTE[:2]]]
+        legend = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert legend == ["chosen", "window", "not read"]
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="must lie in \\[0, 2\\]"):
+        key_reads_figure([("bad", codes + 1)], labels=["chosen", "window"])
+    with pytest.raises(ValueError, match="at least one"):
+        key_reads_figure([], labels=["x"])

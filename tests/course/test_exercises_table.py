@@ -453,6 +453,33 @@ def absorbed_b(q_c, q_r, c_kv, k_r, w_uk, w_uv, *, scale):  # the expanded per-h
     return torch.softmax(s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(S - L), float("-inf")), -1) @ v
 
 
+def moba_a(query, key, block_size, topk):  # padded block sums over the real sizes, +inf / -inf gates, one topk
+    S, L = key.shape[-2], query.shape[-2]
+    n = -(-S // block_size)
+    pad = torch.nn.functional.pad(key, (0, 0, 0, n * block_size - S)).unflatten(-2, (n, block_size))
+    sizes = torch.tensor([min(block_size, S - j * block_size) for j in range(n)], dtype=key.dtype)
+    gate = query @ (pad.sum(-2) / sizes[:, None]).mT
+    own, j = torch.arange(S - L, S) // block_size, torch.arange(n)
+    gate = gate.masked_fill(j > own[:, None], -math.inf).masked_fill(j == own[:, None], math.inf)
+    top = gate.topk(min(topk, n), dim=-1)
+    return torch.zeros_like(gate, dtype=torch.bool).scatter(-1, top.indices, top.values > -math.inf)
+
+
+def moba_b(query, key, block_size, topk):  # a loop over queries: own block, then the best earlier ones by sort
+    B, H, L, _ = query.shape
+    S = key.shape[-2]
+    n = -(-S // block_size)
+    out = torch.zeros(B, H, L, n, dtype=torch.bool)
+    means = torch.stack([key[..., j * block_size:(j + 1) * block_size, :].mean(-2) for j in range(n)], -2)
+    for i in range(L):
+        own = (S - L + i) // block_size
+        out[..., i, own] = True
+        if own and topk > 1:
+            scores = (query[..., i, None, :] * means[..., :own, :]).sum(-1)  # (B, H, own)
+            best = scores.argsort(-1, descending=True)[..., : topk - 1]
+            out[..., i, :own] = torch.zeros_like(scores, dtype=torch.bool).scatter(-1, best, True)
+    return out
+
 RIGHT = {
     "check_softmax": (softmax_a, softmax_b),
     "check_apply_merges": (merges_a, merges_b),
@@ -505,6 +532,13 @@ RIGHT = {
                            lambda heads, x, w_gate: heads * 0.5 * (1 + torch.tanh(0.5 * (x @ w_gate.mT)))),
     "check_kda_step": (kda_a, kda_b),
     "check_absorbed_attention": (absorbed_a, absorbed_b),
+    "check_moba_block_choice": (moba_a, moba_b),
+    "check_nsa_combine": (lambda a, b, c, g: (g.sigmoid()[..., :1] * a + g.sigmoid()[..., 1:2] * b
+                                              + g.sigmoid()[..., 2:] * c),
+                          lambda a, b, c, g: torch.einsum("...ec,...c->...e", torch.stack([a, b, c], -1),
+                                                          1 / (1 + torch.exp(-g)))),
+    "check_nsa_keys_read": (lambda S, l, d, ls, n, w: max(0, (S - l) // d + 1) + min(S, n * ls) + min(S, w),
+                            lambda S, l, d, ls, n, w: len(range(l - 1, S, d)) + min(S, n * ls) + min(S, w)),
 }
 ALL_CHECKS = sorted(RIGHT)
 

@@ -75,3 +75,35 @@ def test_kda_recall_mixer_is_deltanets_with_a_decay_per_channel():
         torch.testing.assert_close(kda(x), gdn(x), rtol=1e-5, atol=1e-6)
         kda.gate[1].bias.copy_(torch.linspace(-2, 2, 16))  # a decay per channel: another layer
         assert (kda(x) - gdn(x)).abs().max() > 1e-4
+
+
+def test_notebook_13s_sparse_mixers_read_what_they_say():
+    """"moba" is attn_lib's MoBA (blocks of 4, top-2) and "window" the last 8 keys: each layer's output at the
+    query position depends on exactly the keys those rules allow (checked by perturbing one token at a time)."""
+    import torch.nn.functional as F
+
+    from attn_lib.block_sparse import moba_attention
+    from attn_lib.course.recall import MOBA_BLOCK, MOBA_TOPK, SPARSE_KINDS, _Mixer
+
+    assert SPARSE_KINDS == ("moba", "window") and MOBA_BLOCK * MOBA_TOPK == 8
+    torch.manual_seed(0)
+    x = torch.randn(2, 13, 16)
+    window = _Mixer("window", 16, 2)
+    q, k, v = (t.view(2, 13, 2, 8).transpose(1, 2) for t in window.qkv(x).chunk(3, dim=-1))
+    with torch.no_grad():
+        out = window(x)
+        for s in range(13):  # the last query sees positions 5..12 only
+            y = x.clone()
+            y[:, s] += 1.0
+            moved = (window(y)[:, -1] - out[:, -1]).abs().max() > 1e-6
+            assert bool(moved) == (s >= 5), s
+        moba = _Mixer("moba", 16, 2)
+        moba.load_state_dict(window.state_dict())
+        want = moba.out(moba_attention(q, k, v, block_size=4, topk=2).transpose(1, 2).reshape(2, 13, 16))
+        torch.testing.assert_close(moba(x), want)
+        dense = moba.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 13, 16))
+        assert (moba(x) - dense).abs().max() > 1e-4  # routing drops keys: another result than dense attention
+    m, losses = train_recall("moba", steps=2, batch_size=4, pair_counts=(6,), num_layers=1, d_model=16)
+    assert m.layer_kinds == ["moba"] and len(losses) == 2
+    with pytest.raises(ValueError, match="kind must be one of"):
+        RecallModel("sparse")

@@ -23,5 +23,6 @@ from attn_lib.course.exercises.tiled import *  # noqa: F401,F403  notebook 09
 from attn_lib.course.exercises.capstone import *  # noqa: F401,F403  notebook 10
 from attn_lib.course.exercises.modern import *  # noqa: F401,F403  notebook 11
 from attn_lib.course.exercises.linear import *  # noqa: F401,F403  notebook 12
+from attn_lib.course.exercises.block_sparse import *  # noqa: F401,F403  notebook 13
 from attn_lib.course.exercises.scale import *  # noqa: F401,F403  notebook 14
 from attn_lib.course.exercises.concepts import check_prediction  # noqa: F401  predict-then-check questions (predict_questions.py)

@@ -1,5 +1,5 @@
 """Every notebook's "predict, then check" questions: the data of :mod:`attn_lib.course.exercises.concepts`, one section per
-notebook (00-12), in the order each notebook asks them.
+notebook (00-14), in the order each notebook asks them.
 
 The one file the grader and the student edition withhold (``classroom/sandbox.py``, ``classroom/edition.py``): it holds
 the answers, the hints and the explanations. A question is registered with :func:`~attn_lib.course.exercises.concepts.register`
@@ -419,6 +419,45 @@ register(Question(
     },
     explanation=("2L log(2L) / (L log L) = 2 (1 + 1/log2 L): about 2.2 at L = 1 024. O(L log L) is far below "
                  "attention's O(L²), but it is not linear, and Hyena's paper says so."),
+))
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Notebook 13
+# -----------------------------------------------------------------------------------------------------------------
+
+register(Question(
+    id="13.moba_keys",
+    reveals=("2 + 4 = 6", re.compile(r"position 13\b[^.]{0,80}\b6 keys")),
+    prompt=("MoBA with blocks of 4 keys and top-2 blocks: how many keys does the query at position 13 (counting from "
+            "0) attend to?"),
+    choices={"a": "8: two full blocks of 4", "b": "6: its own block up to itself (2 keys) and one earlier block (4)",
+             "c": "14: every key up to itself"},
+    answer="b",
+    hints={
+        "a": "Position 13 sits in block 3 (positions 12-15): causally it sees only 12 and 13 of its own block, and "
+             "top-2 counts its own block.",
+        "c": "That is dense causal attention. MoBA keeps 2 blocks: the query's own and the best earlier one.",
+    },
+    explanation=("Blocks of 4: position 13 is in block 3, of which it sees 12 and 13 (causal). Top-2 counts that "
+                 "block, so one earlier block of 4 keys is added: 2 + 4 = 6 keys."),
+))
+
+register(Question(
+    id="13.fewest_keys",
+    reveals=("67 071", "65 535", re.compile(r"DSA[^.]{0,40}\bfewest")),
+    prompt=("At 1 048 576 tokens, which design reads the fewest keys per query (per head)? MoBA (8 blocks of 512), "
+            "NSA (compressed blocks of 32 every 16, 16 selected blocks of 64, a window of 512) or DSA (top 2 048)"),
+    choices={"a": "MoBA", "b": "NSA", "c": "DSA"},
+    answer="c",
+    hints={
+        "a": "MoBA reads 8 x 512 = 4 096 keys. DSA's top-k is 2 048 tokens.",
+        "b": "NSA's compressed branch alone has (1 048 576 - 32) / 16 + 1 = 65 535 entries: it grows with the "
+             "context, at 1/16 of its length.",
+    },
+    explanation=("MoBA 4 096, NSA 65 535 + 1 024 + 512 = 67 071, DSA 2 048. But DSA's indexer scores every one of "
+                 "the 1 048 576 keys (small FP8 keys, no softmax) to choose them: the keys attended to are few, the "
+                 "keys looked at are all."),
 ))
 
 
