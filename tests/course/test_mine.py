@@ -238,3 +238,18 @@ def test_the_switch_runs_from_the_environment(tmp_path):
                          env={**__import__("os").environ, "ATTN_MINE": str(SOLVED)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "my_attn.attention"
+
+
+def test_the_softmax_stub_points_to_the_exercise_that_teaches_it():
+    """Issue 34: the stub and its hint named 03's matrix-form section, which uses torch.softmax."""
+    import json
+
+    from my_attn import attention as stub
+
+    nb = json.loads((mine.REPO_ROOT / "notebooks" / "03_scaled_dot_product_attention.ipynb").read_text())
+    headings = {line.lstrip("#").strip() for c in nb["cells"] if c["cell_type"] == "markdown"
+                for line in "".join(c["source"]).splitlines() if line.startswith("#")}
+    piece = next(p for p in pieces.PIECES if p.name == "softmax")
+    assert piece.section == "Exercise 1 · The weights, with a softmax you write" and piece.section in headings
+    with pytest.raises(NotImplementedError, match=r'notebook 03, section "Exercise 1 · The weights, with a softmax'):
+        stub.softmax(torch.ones(2))

@@ -441,7 +441,8 @@ class Piece:
 PIECES: tuple[Piece, ...] = (
     Piece("positional", "sinusoidal_positional_encoding", "02", "1 · Sinusoidal encodings (the original Transformer)",
           check_piece_sinusoidal_positional_encoding),
-    Piece("attention", "softmax", "03", "Every token at once: the matrix form", check_piece_softmax, replaces=False),
+    Piece("attention", "softmax", "03", "Exercise 1 · The weights, with a softmax you write", check_piece_softmax,
+          replaces=False),
     Piece("attention", "scaled_dot_product_attention", "03", "The reference function: batches and both results",
           check_piece_scaled_dot_product_attention),
     Piece("masks", "causal_mask", "04", "Top-left or bottom-right? When there are fewer queries than keys",
