@@ -175,6 +175,13 @@ def test_multi_head_attention_says_to_fix_a_failing_piece_it_depends_on_first(tm
     assert "Fix" not in _status(SOLVED)["MultiHeadAttention"].message
 
 
+def test_multi_head_attention_check_refuses_dropout_in_eval_mode(tmp_path):
+    pkg = _solved_with(tmp_path, "mha.py", "dropout_p=self.dropout if self.training else 0.0",
+                       "dropout_p=self.dropout")
+    s = _status(pkg)["MultiHeadAttention"]
+    assert s.status == "fails" and "dropout_p=self.dropout if self.training else 0.0" in s.message, s.message
+
+
 OTHER_MHA = '''
 
 class MultiHeadAttention(_lib_mha.MultiHeadAttention):

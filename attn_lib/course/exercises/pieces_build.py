@@ -472,6 +472,7 @@ def check_piece_multi_head_attention(cls) -> CheckResult:
             try:
                 for t, case in enumerate(_MHA_CASES):
                     _one_mha_case(cls, t, case)
+                _mha_eval_dropout_case(cls)
             except NotImplementedError as e:
                 if spy.missing:
                     raise Mismatch("your MultiHeadAttention calls your scaled_dot_product_attention, which still "
@@ -484,9 +485,30 @@ def check_piece_multi_head_attention(cls) -> CheckResult:
             raise Mismatch("your forward never called YOUR scaled_dot_product_attention (my_attn.attention): the "
                            "piece is multi-head attention built on your own SDPA and masks, so call it for the "
                            "per-head attention (not attn_lib's, not torch's, not super().forward).")
-        return len(_MHA_CASES)
+        return len(_MHA_CASES) + 1
 
     return run_check("MultiHeadAttention", trials)
+
+
+def _mha_eval_dropout_case(cls) -> None:
+    """A module built with dropout 0.5, in eval mode: no dropout, so the same result as attn_lib's (dropout off)."""
+    g = fresh_generator("MultiHeadAttention", len(_MHA_CASES))
+    with torch.random.fork_rng():
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
+        ref = _REF["MultiHeadAttention"](8, 2, dropout=0.5).double().eval()
+    mine = _twin(cls, ref, 8, 2, dropout=0.5)
+    x = _randn(g, 2, 5, 8)
+    with torch.no_grad():
+        want, want_w = ref(x, need_weights=True)
+        got = _call_mine("MultiHeadAttention", lambda q: mine(q, need_weights=True), {"query": x}, _FUSED,
+                         "MultiHeadAttention")
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        raise Mismatch("forward returns a pair (output, weights), as attn_lib's MultiHeadAttention does.")
+    for name, a, b in (("output", got[0], want), ("weights", got[1], want_w)):
+        if not torch.allclose(torch.as_tensor(a).double(), b, atol=1e-10, rtol=1e-8):
+            raise Mismatch(f"the {name} of a module built with dropout=0.5, in eval mode, differs from the same "
+                           "module's without dropout: dropout is for training only, so pass your "
+                           "scaled_dot_product_attention dropout_p=self.dropout if self.training else 0.0.")
 
 
 def _one_mha_case(cls, t, case):
