@@ -202,7 +202,8 @@ def test_sdpa_check_names_the_gqa_case_instead_of_a_raw_torch_error():
 
     r = pieces.check_piece_scaled_dot_product_attention(no_gqa)
     assert not r.passed
-    assert r.message.startswith("❌ scaled_dot_product_attention: not yet. notebook 03's and notebook 04's cases pass;")
+    assert r.message.startswith("❌ scaled_dot_product_attention: not yet. "
+                                "notebook 03's and notebook 04's cases pass;"), r.message
     assert "case 10 (enable_gqa=True: query has 4 heads and key 2; repeat each key/value head; notebook 08) differs: " \
            "your function raised RuntimeError" in r.message, r.message
 
@@ -253,3 +254,27 @@ def test_the_softmax_stub_points_to_the_exercise_that_teaches_it():
     assert piece.section == "Exercise 1 · The weights, with a softmax you write" and piece.section in headings
     with pytest.raises(NotImplementedError, match=r'notebook 03, section "Exercise 1 · The weights, with a softmax'):
         stub.softmax(torch.ones(2))
+
+
+@pytest.mark.parametrize("stem, first, names", [
+    ("03_scaled_dot_product_attention", "### Predict, then check · scaling by d_k",
+     ("`my_attn/attention.py`", "`softmax`", "`scaled_dot_product_attention`")),
+    ("05_multi_head_attention", "### Exercise 1 · What each head adds",
+     ("`my_attn/mha.py`", "`split_heads`", "`merge_heads`", "`MultiHeadAttention.forward`",
+      "`attn_lib.positional.apply_rope`")),
+])
+def test_notebooks_03_and_05_point_to_the_learners_stack(stem, first, names):
+    """Issue 34: 04 had a 'Your stack' cell, 03 and 05 none. It comes just before the exercises, in both twins."""
+    import json
+
+    root = mine.REPO_ROOT / "notebooks"
+    found = []
+    for path in (root / f"{stem}.ipynb", root / "solutions" / f"{stem}_solutions.ipynb"):
+        cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+        i = next(i for i, s in enumerate(cells) if s.startswith("## Your stack: `my_attn`"))
+        after = "\n".join(cells[i + 1:i + 3])
+        assert first in after, (path.name, after[:200])
+        for words in names + ("`make check-mine`", "`ATTN_MINE=1 make lab`"):
+            assert words in cells[i], (path.name, words)
+        found.append(cells[i])
+    assert found[0] == found[1]  # the same cell in the notebook and its solutions twin

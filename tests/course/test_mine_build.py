@@ -162,7 +162,8 @@ def test_multi_head_attention_names_another_unwritten_piece_it_calls(tmp_path):
     s = _status(pkg)["MultiHeadAttention"]
     assert s.status == "fails", s.message
     assert "calls my_attn.positional.apply_rope, which still raises NotImplementedError: write it first " \
-           "(notebook 04); meanwhile import attn_lib's: from attn_lib.positional import apply_rope" in s.message, s.message
+           "(notebook 04); meanwhile import attn_lib's: from attn_lib.positional import apply_rope" in s.message, \
+        s.message
 
 
 def test_multi_head_attention_says_to_fix_a_failing_piece_it_depends_on_first(tmp_path):

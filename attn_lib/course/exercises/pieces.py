@@ -339,7 +339,8 @@ def check_piece_scaled_dot_product_attention(fn) -> CheckResult:
         label, nb, words = failed[0]
         msg = f"{head}; case {index[label]} ({label}; notebook {nb}) differs: {words}"
         if len(failed) > 1:
-            msg += " Not yet either: " + "; ".join(f"case {index[lb]} ({lb}; notebook {n})" for lb, n, _ in failed[1:]) + "."
+            rest = "; ".join(f"case {index[lb]} ({lb}; notebook {n})" for lb, n, _ in failed[1:])
+            msg += f" Not yet either: {rest}."
         raise Mismatch(msg)
 
     return run_check("scaled_dot_product_attention", trials)
