@@ -278,3 +278,15 @@ def test_notebooks_03_and_05_point_to_the_learners_stack(stem, first, names):
             assert words in cells[i], (path.name, words)
         found.append(cells[i])
     assert found[0] == found[1]  # the same cell in the notebook and its solutions twin
+
+
+def test_sdpa_check_counts_an_option_left_as_not_implemented_as_one_failing_case():
+    def gqa_later(q, k, v, attn_mask=None, *, is_causal=False, dropout_p=0.0, scale=None, enable_gqa=False):
+        if enable_gqa:
+            raise NotImplementedError("notebook 08")
+        from attn_lib.attention import scaled_dot_product_attention as ref
+        return ref(q, k, v, attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale)
+
+    r = pieces.check_piece_scaled_dot_product_attention(gqa_later)
+    assert not r.passed and "not written yet" not in r.message
+    assert "notebook 08) differs: your function raised NotImplementedError" in r.message, r.message
