@@ -22,7 +22,7 @@ def softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     Returns:
         a tensor of scores' shape and dtype, non-negative, summing to 1 along ``dim``.
     """
-    todo("softmax", "03", "Every token at once: the matrix form")
+    todo("softmax", "03", "Exercise 1 · The weights, with a softmax you write")
 
 
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

@@ -37,7 +37,9 @@ class MultiHeadAttention(_lib_mha.MultiHeadAttention):
     is_causal, need_weights, average_attn_weights, ...)`` returns ``(output (B, L, d_model), weights)``:
 
     1. q, k, v = the projections, split into heads: (B, H, L, E), (B, Hkv, S, E), (B, Hkv, S, E);
-    2. with ``rope_base``: apply_rope(q and k, positions 0.., base=rope_base) (half-split);
+    2. with ``rope_base``: apply_rope(q and k, positions 0.., base=rope_base) (half-split): import yours,
+       ``from my_attn.positional import apply_rope``, once it passes its check (notebook 04), and attn_lib's,
+       ``from attn_lib.positional import apply_rope``, until then (a stub raises NotImplementedError);
     3. one mask, True = may attend: ``is_causal`` -> causal_mask(L, S) (top-left); ``padding_mask`` (B, S), True =
        real token (bool or 0/1 integers) -> (B, 1, 1, S); ``attn_mask`` (L, S), (B, L, S) -> (B, 1, L, S), or
        (B, H, L, S), bool or float (added to the scores); combine with ``&`` (a float mask gets -inf where blocked);

@@ -125,7 +125,29 @@ def check_mine(path=None) -> list[PieceStatus]:
                                                          f"\"{piece.section}\""))
         else:
             out.append(PieceStatus(piece, "fails", result.message))
-    return out
+    return _name_failing_dependencies(out)
+
+
+# the pieces a piece's check runs through the learner's package: when one of them fails its own check, the
+# dependent row says to fix that first (its failure may be nothing but theirs)
+DEPENDS_ON: dict[str, tuple[str, ...]] = {
+    "MultiHeadAttention": ("scaled_dot_product_attention", "causal_mask", "padding_mask", "split_heads",
+                           "merge_heads", "apply_rope"),
+}
+
+
+def _name_failing_dependencies(statuses: list[PieceStatus]) -> list[PieceStatus]:
+    by_name = {s.piece.name: s for s in statuses}
+    for s in statuses:
+        if s.status != "fails":
+            continue
+        broken = [d for d in DEPENDS_ON.get(s.piece.name, ()) if d in by_name and by_name[d].status == "fails"]
+        if broken:
+            s.message += (f" Fix {', '.join(broken)} first (notebook "
+                          f"{', '.join(sorted({by_name[d].piece.notebook for d in broken}))}): your "
+                          f"{s.piece.name} may call {'them' if len(broken) > 1 else 'it'}, and "
+                          f"{'they fail their' if len(broken) > 1 else 'it fails its'} own check.")
+    return statuses
 
 
 _replaced: list[tuple[object, str, object]] = []  # (module, attribute, attn_lib's original) to undo

@@ -3,6 +3,7 @@ points (stubs only, half done, all done), and the switch that runs the course on
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -159,11 +160,68 @@ def test_sdpa_check_rejects_torchs_function_and_the_typical_mistakes():
     assert not r.passed and "called torch.nn.functional.scaled_dot_product_attention" in r.message
 
     def unscaled(q, k, v, attn_mask=None, *, is_causal=False, dropout_p=0.0, scale=None, enable_gqa=False):
-        w = (q @ k.transpose(-2, -1)).softmax(-1)
+        s = q @ k.transpose(-2, -1)
+        w = (s - s.amax(-1, keepdim=True)).exp()
+        w = w / w.sum(-1, keepdim=True)
         return w @ v, w
 
     r = pieces.check_piece_scaled_dot_product_attention(unscaled)
     assert not r.passed and "not scaled" in r.message
+
+
+def _hand_softmax(s, dim=-1):
+    e = (s - s.amax(dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def _sdpa_after_03(q, k, v, attn_mask=None, *, is_causal=False, dropout_p=0.0, scale=None, enable_gqa=False):
+    """What notebook 03 teaches: scale (default 1/sqrt(E)), the float32 upcast; no mask, no dropout, no GQA."""
+    half = q.dtype in (torch.float16, torch.bfloat16)
+    q, k, v = (x.float() if half else x for x in (q, k, v))
+    w = _hand_softmax(q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale))
+    out = w @ v
+    return (out.half(), w.half()) if half else (out, w)
+
+
+def test_sdpa_check_after_notebook_03_says_03_passes_and_names_each_later_option_with_its_notebook():
+    """Issue 34's learner trial: a learner after 03 sees that 03's cases pass and which notebook teaches the rest."""
+    r = pieces.check_piece_scaled_dot_product_attention(_sdpa_after_03)
+    assert not r.passed  # strict: the piece passes only when every case does
+    assert "notebook 03's cases pass; case 5 (mask=bool, True = may attend; notebook 04)" in r.message, r.message
+    for words in ("is_causal=True", "dropout_p=0.3", "all masked"):
+        assert re.search(re.escape(words) + r"[^;]*; notebook 04\)", r.message), (words, r.message)
+    assert "enable_gqa=True: query has 4 heads and key 2; repeat each key/value head; notebook 08" in r.message
+
+
+def test_sdpa_check_names_the_gqa_case_instead_of_a_raw_torch_error():
+    def no_gqa(q, k, v, attn_mask=None, *, is_causal=False, dropout_p=0.0, scale=None, enable_gqa=False):
+        if enable_gqa:
+            return _sdpa_after_03(q, k, v, scale=scale)  # broadcasting 4 heads against 2: torch's size error
+        from attn_lib.attention import scaled_dot_product_attention as ref
+        return ref(q, k, v, attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale)
+
+    r = pieces.check_piece_scaled_dot_product_attention(no_gqa)
+    assert not r.passed
+    assert r.message.startswith("❌ scaled_dot_product_attention: not yet. "
+                                "notebook 03's and notebook 04's cases pass;"), r.message
+    assert "case 10 (enable_gqa=True: query has 4 heads and key 2; repeat each key/value head; notebook 08) differs: " \
+           "your function raised RuntimeError" in r.message, r.message
+
+
+def test_sdpa_check_refuses_a_library_softmax_inside_the_learners_softmax_and_float16_without_upcast():
+    def lib_softmax(q, k, v, attn_mask=None, *, is_causal=False, dropout_p=0.0, scale=None, enable_gqa=False):
+        w = torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, -1)
+        return w @ v, w
+
+    r = pieces.check_piece_scaled_dot_product_attention(lib_softmax)
+    assert not r.passed and "called torch.softmax" in r.message and "YOUR softmax" in r.message
+
+    def no_upcast(q, k, v, attn_mask=None, *, is_causal=False, dropout_p=0.0, scale=None, enable_gqa=False):
+        w = _hand_softmax(q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale))
+        return w @ v, w
+
+    r = pieces.check_piece_scaled_dot_product_attention(no_upcast)
+    assert not r.passed and "case 4 (float16 in" in r.message and "compute in float32" in r.message, r.message
 
 
 def test_split_heads_check_names_a_reshape_without_transpose():
@@ -181,3 +239,54 @@ def test_the_switch_runs_from_the_environment(tmp_path):
                          env={**__import__("os").environ, "ATTN_MINE": str(SOLVED)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "my_attn.attention"
+
+
+def test_the_softmax_stub_points_to_the_exercise_that_teaches_it():
+    """Issue 34: the stub and its hint named 03's matrix-form section, which uses torch.softmax."""
+    import json
+
+    from my_attn import attention as stub
+
+    nb = json.loads((mine.REPO_ROOT / "notebooks" / "03_scaled_dot_product_attention.ipynb").read_text())
+    headings = {line.lstrip("#").strip() for c in nb["cells"] if c["cell_type"] == "markdown"
+                for line in "".join(c["source"]).splitlines() if line.startswith("#")}
+    piece = next(p for p in pieces.PIECES if p.name == "softmax")
+    assert piece.section == "Exercise 1 · The weights, with a softmax you write" and piece.section in headings
+    with pytest.raises(NotImplementedError, match=r'notebook 03, section "Exercise 1 · The weights, with a softmax'):
+        stub.softmax(torch.ones(2))
+
+
+@pytest.mark.parametrize("stem, first, names", [
+    ("03_scaled_dot_product_attention", "### Predict, then check · scaling by d_k",
+     ("`my_attn/attention.py`", "`softmax`", "`scaled_dot_product_attention`")),
+    ("05_multi_head_attention", "### Exercise 1 · What each head adds",
+     ("`my_attn/mha.py`", "`split_heads`", "`merge_heads`", "`MultiHeadAttention.forward`",
+      "`attn_lib.positional.apply_rope`")),
+])
+def test_notebooks_03_and_05_point_to_the_learners_stack(stem, first, names):
+    """Issue 34: 04 had a 'Your stack' cell, 03 and 05 none. It comes just before the exercises, in both twins."""
+    import json
+
+    root = mine.REPO_ROOT / "notebooks"
+    found = []
+    for path in (root / f"{stem}.ipynb", root / "solutions" / f"{stem}_solutions.ipynb"):
+        cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+        i = next(i for i, s in enumerate(cells) if s.startswith("## Your stack: `my_attn`"))
+        after = "\n".join(cells[i + 1:i + 3])
+        assert first in after, (path.name, after[:200])
+        for words in names + ("`make check-mine`", "`ATTN_MINE=1 make lab`"):
+            assert words in cells[i], (path.name, words)
+        found.append(cells[i])
+    assert found[0] == found[1]  # the same cell in the notebook and its solutions twin
+
+
+def test_sdpa_check_counts_an_option_left_as_not_implemented_as_one_failing_case():
+    def gqa_later(q, k, v, attn_mask=None, *, is_causal=False, dropout_p=0.0, scale=None, enable_gqa=False):
+        if enable_gqa:
+            raise NotImplementedError("notebook 08")
+        from attn_lib.attention import scaled_dot_product_attention as ref
+        return ref(q, k, v, attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale)
+
+    r = pieces.check_piece_scaled_dot_product_attention(gqa_later)
+    assert not r.passed and "not written yet" not in r.message
+    assert "notebook 08) differs: your function raised NotImplementedError" in r.message, r.message

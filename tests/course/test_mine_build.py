@@ -154,6 +154,35 @@ def test_multi_head_attention_needs_the_learners_sdpa_written_first(tmp_path):
     assert "which still raises NotImplementedError: write that first (notebook 03)" in s.message, s.message
 
 
+def test_multi_head_attention_names_another_unwritten_piece_it_calls(tmp_path):
+    """Issue 34: the learner's forward calls my_attn.positional.apply_rope, still a stub; the row said "not written"."""
+    pkg = tmp_path / "my_attn"
+    shutil.copytree(SOLVED, pkg)
+    shutil.copy(STUBS / "positional.py", pkg / "positional.py")
+    s = _status(pkg)["MultiHeadAttention"]
+    assert s.status == "fails", s.message
+    assert "calls my_attn.positional.apply_rope, which still raises NotImplementedError: write it first " \
+           "(notebook 04); meanwhile import attn_lib's: from attn_lib.positional import apply_rope" in s.message, \
+        s.message
+
+
+def test_multi_head_attention_says_to_fix_a_failing_piece_it_depends_on_first(tmp_path):
+    pkg = _solved_with(tmp_path, "mha.py", "return x.view(B, L, num_heads, d_model // num_heads).transpose(1, 2)",
+                       "return x.reshape(B, num_heads, L, d_model // num_heads)")
+    status = _status(pkg)
+    assert status["split_heads"].status == "fails"
+    s = status["MultiHeadAttention"]
+    assert s.status == "fails" and "Fix split_heads first (notebook 05)" in s.message, s.message
+    assert "Fix" not in _status(SOLVED)["MultiHeadAttention"].message
+
+
+def test_multi_head_attention_check_refuses_dropout_in_eval_mode(tmp_path):
+    pkg = _solved_with(tmp_path, "mha.py", "dropout_p=self.dropout if self.training else 0.0",
+                       "dropout_p=self.dropout")
+    s = _status(pkg)["MultiHeadAttention"]
+    assert s.status == "fails" and "dropout_p=self.dropout if self.training else 0.0" in s.message, s.message
+
+
 OTHER_MHA = '''
 
 class MultiHeadAttention(_lib_mha.MultiHeadAttention):

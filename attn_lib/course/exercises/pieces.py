@@ -19,6 +19,7 @@ from torch.overrides import TorchFunctionMode
 from attn_lib.attention import scaled_dot_product_attention as _ref_sdpa
 from attn_lib.course.exercises._core import HINT_SCALE_ZERO, _LearnerError
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
+from attn_lib.course.exercises._core import _learner_frame
 from attn_lib.masks import causal_mask as _ref_causal_mask
 from attn_lib.masks import padding_mask as _ref_padding_mask
 from attn_lib.mha import merge_heads as _ref_merge_heads
@@ -167,84 +168,185 @@ def check_piece_softmax(fn) -> CheckResult:
     return run_check("softmax", trials)
 
 
-def check_piece_scaled_dot_product_attention(fn) -> CheckResult:
-    """my_attn.attention.scaled_dot_product_attention against attn_lib's (= torch's) in float64: no mask, a bool
-    mask, a float mask, is_causal with L != S, a given scale, scale=0.0 (torch's all-zero scores, or a ValueError as
-    attn_lib's; not the default). Both results: output and weights.
+class _Borrowed(Mismatch):
+    """The learner's code called the library function it re-implements: no case can count, so the check stops."""
 
-    It fails when the learner's code calls torch's scaled_dot_product_attention.
-    Raises: nothing; a wrong answer is a failed CheckResult with a hint.
-    """
-    def trials():
-        cases = [dict(), dict(mask="bool"), dict(mask="float"), dict(is_causal=True), dict(scale=0.3),
-                 dict(mask="a row blocked"), dict(scale=0.0)]
-        for t, case in enumerate(cases):
-            g = fresh_generator("scaled_dot_product_attention", t)
-            B, H, L, S, E, Ev = 2, 3, 4 + t % 2, 6 - (t == 3), 8, 5
-            q, k, v = _randn(g, B, H, L, E), _randn(g, B, H, S, E), _randn(g, B, H, S, Ev)
-            mask = None
-            if case.get("mask") == "bool":
-                mask = torch.rand(B, 1, L, S, generator=g) < 0.7
-                mask[..., 0] = True
-            elif case.get("mask") == "a row blocked":
-                mask = torch.ones(B, 1, L, S, dtype=torch.bool)
-                mask[1, 0, 2] = False
-            elif case.get("mask") == "float":
-                mask = _randn(g, L, S)
-            kw = dict(is_causal=case.get("is_causal", False), scale=case.get("scale"))
-            if kw["scale"] == 0.0:  # attn_lib refuses 0.0 (ValueError); torch's scores are all 0: Q·0 scaled by 1
-                want_out, want_w = _ref_sdpa(q * 0, k, v, mask, is_causal=kw["is_causal"], scale=1.0)
-            else:
-                want_out, want_w = _ref_sdpa(q, k, v, mask, **kw)
-            try:
-                got = _watched_call(fn, {"query": q, "key": k, "value": v, "attn_mask": mask}, _SDPAS,
-                                    "scaled_dot_product_attention", **kw)
-            except _LearnerError as e:
-                if kw["scale"] == 0.0 and isinstance(e.error, ValueError):
-                    continue  # refusing scale=0.0, as attn_lib does, is right too; using the default is not
-                raise
-            if not isinstance(got, (tuple, list)) or len(got) != 2:
-                raise Mismatch("return a pair (output, weights), as attn_lib's scaled_dot_product_attention does.")
-            what = f"case {t + 1} ({', '.join(f'{a}={b}' for a, b in case.items()) or 'no mask'})"
-            no_scale = _ref_sdpa(q, k, v, mask, is_causal=kw["is_causal"], scale=1.0)[1]
-            if case.get("mask") == "a row blocked" and not bool(torch.isfinite(torch.as_tensor(got[0])).all()):
-                raise Mismatch("a query whose keys are all masked gave NaN: attn_lib's rule is weights 0 and output 0 "
-                               "for such a row (softmax alone divides 0 by 0).")
-            wrong = [(no_scale, "the scores are not scaled: multiply Q·Kᵀ by scale (1/sqrt(E) when scale is None) "
-                                "before the softmax.")]
-            if kw["scale"] == 0.0:
-                wrong.insert(0, (_ref_sdpa(q, k, v, mask, is_causal=kw["is_causal"])[1], HINT_SCALE_ZERO))
-            expect_close(got[1], want_w, what=f"the weights of {what}", atol=1e-9, rtol=1e-7, dtype=torch.float64,
-                         wrong_answers=wrong)
-            expect_close(got[0], want_out, what=f"the output of {what}", atol=1e-9, rtol=1e-7, dtype=torch.float64)
-        # enable_gqa: 4 query heads read 2 key/value heads
-        g = fresh_generator("scaled_dot_product_attention", len(cases))
+
+def _sdpa_cases():
+    """The SDPA check's cases, in the order the course teaches them: (label, notebook, options). The label names the
+    option and what it means, so a failure tells a learner which notebook teaches what they have not met yet."""
+    return [("no mask", "03", dict()),
+            ("scale=0.3", "03", dict(scale=0.3)),
+            ("scale=0.0: every score 0", "03", dict(scale=0.0)),
+            ("float16 in: computed in float32, returned in float16", "03", dict(half=True)),
+            ("mask=bool, True = may attend", "04", dict(mask="bool")),
+            ("mask=float, added to the scaled scores", "04", dict(mask="float")),
+            ("is_causal=True, top-left, L != S", "04", dict(is_causal=True)),
+            ("a query whose keys are all masked: weights 0, output 0", "04", dict(mask="a row blocked")),
+            ("dropout_p=0.3 in training", "04", dict(dropout=True)),
+            ("enable_gqa=True: query has 4 heads and key 2; repeat each key/value head", "08", dict(gqa=True))]
+
+
+def _sdpa_watched(fn, inputs, **kwargs):
+    """``_watched_call`` for SDPA: torch's SDPA, and a library softmax reached through the learner's own softmax."""
+    watch = _Watch({**_SDPAS, **_SOFTMAXES})
+
+    def run(*args):
+        return fn(*args, **kwargs)
+
+    with watch:
+        got = call(run, inputs)
+    if watch.used:
+        lib = [u for u in watch.used if "softmax" in u]
+        raise _Borrowed(f"your scaled_dot_product_attention called {', '.join(watch.used)}: the piece is the one you "
+                        "write, so compute it yourself from matmul and YOUR softmax" +
+                        (" (which must not call a library softmax either)." if lib else "."))
+    return got
+
+
+def _sdpa_case(fn, t, case) -> None:
+    """One case of the SDPA check; raises Mismatch (or _LearnerError) when the learner's result is wrong."""
+    g = fresh_generator("scaled_dot_product_attention", t)
+    if case.get("gqa"):
         q, k, v = _randn(g, 2, 4, 3, 8), _randn(g, 2, 2, 5, 8), _randn(g, 2, 2, 5, 6)
         want_out, want_w = _ref_sdpa(q, k, v, enable_gqa=True)
-        got = _watched_call(fn, {"query": q, "key": k, "value": v, "attn_mask": None}, _SDPAS,
-                            "scaled_dot_product_attention", enable_gqa=True)
-        expect_close(got[0], want_out, what="the output with enable_gqa=True (4 query heads, 2 key/value heads)",
-                     atol=1e-9, rtol=1e-7, dtype=torch.float64, wrong_answers=[
+        got = _sdpa_watched(fn, {"query": q, "key": k, "value": v, "attn_mask": None}, enable_gqa=True)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise Mismatch("return a pair (output, weights), as attn_lib's scaled_dot_product_attention does.")
+        expect_close(got[0], want_out, what="the output (4 query heads, 2 key/value heads)", atol=1e-9, rtol=1e-7,
+                     dtype=torch.float64, wrong_answers=[
                          (_ref_sdpa(q, k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1))[0],
                           "key/value head h serves the CONSECUTIVE query heads h·G ... h·G + G - 1: repeat_interleave "
                           "along the heads, not repeat (which cycles through them).")])
-        # dropout: dropped weights are 0, the survivors are divided by 1 - p, the output uses them
+        return
+    if case.get("dropout"):
         p = 0.3
         q, k, v = _randn(g, 1, 1, 400, 8), _randn(g, 1, 1, 10, 8), _randn(g, 1, 1, 10, 4)
         _, plain = _ref_sdpa(q, k, v)
-        out, w = _watched_call(fn, {"query": q, "key": k, "value": v, "attn_mask": None}, _SDPAS,
-                               "scaled_dot_product_attention", dropout_p=p)
-        w, out = torch.as_tensor(w), torch.as_tensor(out)
+        got = _sdpa_watched(fn, {"query": q, "key": k, "value": v, "attn_mask": None}, dropout_p=p)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise Mismatch("return a pair (output, weights), as attn_lib's scaled_dot_product_attention does.")
+        w, out = torch.as_tensor(got[1]), torch.as_tensor(got[0])
         kept = w != 0
         dropped = 1 - kept.double().mean().item()
         if not 0.2 < dropped < 0.4:
-            raise Mismatch(f"with dropout_p={p}, {dropped:.2f} of the weights were 0; expected about {p} (drop each "
-                           "weight with probability dropout_p, after the softmax).")
+            raise Mismatch(f"{dropped:.2f} of the weights were 0; expected about {p} (drop each weight with "
+                           "probability dropout_p, after the softmax).")
         expect_close(w[kept], plain[kept] / (1 - p), what=f"the weights that survive dropout_p={p}", atol=1e-9,
                      rtol=1e-7, wrong_answers=[(plain[kept], "the surviving weights must be divided by 1 - dropout_p "
                                                              "(inverted dropout), so that their expected sum stays 1.")])
         expect_close(out, w @ v, what="the output with dropout (it must use the dropped weights)", atol=1e-9, rtol=1e-7)
-        return len(cases) + 2
+        return
+    if case.get("half"):
+        # scores of tens: float16 rounds them to a few hundredths before exp, which float32 does not (the upcast)
+        q, k = (_randn(g, 2, 2, 6, 16) * 4).half(), (_randn(g, 2, 2, 7, 16) * 4).half()
+        v = (_randn(g, 2, 2, 7, 8) / 4).half()
+        want_out, want_w = _ref_sdpa(q, k, v)
+        got = _sdpa_watched(fn, {"query": q, "key": k, "value": v, "attn_mask": None})
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise Mismatch("return a pair (output, weights), as attn_lib's scaled_dot_product_attention does.")
+        for name, x in (("output", got[0]), ("weights", got[1])):
+            if torch.as_tensor(x).dtype != torch.float16:
+                raise Mismatch(f"the {name} of float16 inputs is {torch.as_tensor(x).dtype}: return query's dtype.")
+        hint = ("compute in float32 when the inputs are float16 or bfloat16 (query.float() ...), and cast the "
+                "results back to query's dtype at the end: float16's exp and sums lose digits.")
+        for name, x, want in (("weights", got[1], want_w), ("output", got[0], want_out)):
+            if not torch.allclose(torch.as_tensor(x).double(), want.double(), atol=1e-3, rtol=0):  # 2 ulps < 1
+                raise Mismatch(f"the {name} of float16 inputs differ from attn_lib's by up to "
+                               f"{(torch.as_tensor(x).double() - want.double()).abs().max().item():.1e}: {hint}")
+        return
+    B, H, L, S, E, Ev = 2, 3, 4 + t % 2, 6 - bool(case.get("is_causal")), 8, 5
+    q, k, v = _randn(g, B, H, L, E), _randn(g, B, H, S, E), _randn(g, B, H, S, Ev)
+    mask = None
+    if case.get("mask") == "bool":
+        mask = torch.rand(B, 1, L, S, generator=g) < 0.7
+        mask[..., 0] = True
+    elif case.get("mask") == "a row blocked":
+        mask = torch.ones(B, 1, L, S, dtype=torch.bool)
+        mask[1, 0, 2] = False
+    elif case.get("mask") == "float":
+        mask = _randn(g, L, S)
+    kw = dict(is_causal=case.get("is_causal", False), scale=case.get("scale"))
+    if kw["scale"] == 0.0:  # attn_lib refuses 0.0 (ValueError); torch's scores are all 0: Q·0 scaled by 1
+        want_out, want_w = _ref_sdpa(q * 0, k, v, mask, is_causal=kw["is_causal"], scale=1.0)
+    else:
+        want_out, want_w = _ref_sdpa(q, k, v, mask, **kw)
+    try:
+        got = _sdpa_watched(fn, {"query": q, "key": k, "value": v, "attn_mask": mask}, **kw)
+    except _LearnerError as e:
+        if kw["scale"] == 0.0 and isinstance(e.error, ValueError):
+            return  # refusing scale=0.0, as attn_lib does, is right too; using the default is not
+        raise
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        raise Mismatch("return a pair (output, weights), as attn_lib's scaled_dot_product_attention does.")
+    no_scale = _ref_sdpa(q, k, v, mask, is_causal=kw["is_causal"], scale=1.0)[1]
+    if case.get("mask") == "a row blocked" and not bool(torch.isfinite(torch.as_tensor(got[0])).all()):
+        raise Mismatch("it gave NaN: attn_lib's rule is weights 0 and output 0 for such a row (softmax alone divides "
+                       "0 by 0).")
+    wrong = [(no_scale, "the scores are not scaled: multiply Q·Kᵀ by scale (1/sqrt(E) when scale is None) "
+                        "before the softmax.")]
+    if kw["scale"] == 0.0:
+        wrong.insert(0, (_ref_sdpa(q, k, v, mask, is_causal=kw["is_causal"])[1], HINT_SCALE_ZERO))
+    expect_close(got[1], want_w, what="the weights", atol=1e-9, rtol=1e-7, dtype=torch.float64, wrong_answers=wrong)
+    expect_close(got[0], want_out, what="the output", atol=1e-9, rtol=1e-7, dtype=torch.float64)
+
+
+def _learner_error_words(le: _LearnerError) -> str:
+    e = le.error
+    frame = _learner_frame(e.__traceback__)
+    where = f" (line {frame.lineno} of {frame.name})" if frame else ""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"your function raised {type(e).__name__}: {first}{where}."
+
+
+def check_piece_scaled_dot_product_attention(fn) -> CheckResult:
+    """my_attn.attention.scaled_dot_product_attention against attn_lib's (= torch's) in float64, case by case in the
+    order the course teaches them: notebook 03's (no mask, a given scale, scale=0.0 (torch's all-zero scores, or a
+    ValueError as attn_lib's; not the default), float16 inputs computed in float32), notebook 04's (a bool mask, a
+    float mask, is_causal with L != S, a query whose keys are all masked, dropout) and notebook 08's (enable_gqa).
+    Both results: output and weights.
+
+    The piece passes only when every case passes; a failure names the cases that pass (e.g. "notebook 03's cases
+    pass"), then each failing case with its option and the notebook that teaches it. It fails when the learner's code
+    calls torch's scaled_dot_product_attention or a library softmax (also through the learner's own softmax).
+    Raises: nothing; a wrong answer is a failed CheckResult with a hint.
+    """
+    def trials():
+        cases = _sdpa_cases()
+        failed = []
+        for t, (label, nb, case) in enumerate(cases):
+            try:
+                _sdpa_case(fn, t, case)
+            except _Borrowed:
+                raise
+            except Mismatch as e:
+                failed.append((label, nb, str(e)))
+            except _LearnerError as le:
+                failed.append((label, nb, _learner_error_words(le)))
+            except NotImplementedError:
+                if t == 0:
+                    raise  # the stub: "not written yet"
+                failed.append((label, nb, "your function raised NotImplementedError: this option is still to "
+                                          "write."))
+        if not failed:
+            return len(cases)
+        bad = {label for label, _, _ in failed}
+        by_nb = {}
+        for label, nb, _ in cases:
+            by_nb.setdefault(nb, []).append(label not in bad)
+        done = [nb for nb, oks in by_nb.items() if all(oks)]
+        if done:
+            head = " and ".join(f"notebook {nb}'s" for nb in done) + " cases pass"
+        else:
+            n_ok = len(cases) - len(failed)
+            head = f"{n_ok} of {len(cases)} cases pass" if n_ok else "no case passes yet"
+        index = {label: i + 1 for i, (label, _, _) in enumerate(cases)}
+        label, nb, words = failed[0]
+        msg = f"{head}; case {index[label]} ({label}; notebook {nb}) differs: {words}"
+        if len(failed) > 1:
+            rest = "; ".join(f"case {index[lb]} ({lb}; notebook {n})" for lb, n, _ in failed[1:])
+            msg += f" Not yet either: {rest}."
+        raise Mismatch(msg)
 
     return run_check("scaled_dot_product_attention", trials)
 
@@ -345,7 +447,8 @@ class Piece:
 PIECES: tuple[Piece, ...] = (
     Piece("positional", "sinusoidal_positional_encoding", "02", "1 · Sinusoidal encodings (the original Transformer)",
           check_piece_sinusoidal_positional_encoding),
-    Piece("attention", "softmax", "03", "Every token at once: the matrix form", check_piece_softmax, replaces=False),
+    Piece("attention", "softmax", "03", "Exercise 1 · The weights, with a softmax you write", check_piece_softmax,
+          replaces=False),
     Piece("attention", "scaled_dot_product_attention", "03", "The reference function: batches and both results",
           check_piece_scaled_dot_product_attention),
     Piece("masks", "causal_mask", "04", "Top-left or bottom-right? When there are fewer queries than keys",

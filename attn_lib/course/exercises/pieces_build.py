@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import importlib.util
 import math
 import sys
 
@@ -426,6 +427,32 @@ def _mha_case(t: int, case: dict):
     return theirs, ref, args, kwargs, (query, key, value), kw, torch_kw
 
 
+def _unwritten_callee(error: NotImplementedError, cls) -> str | None:
+    """The words for a NotImplementedError raised by another stub than ``cls.forward`` (e.g. my_attn's apply_rope,
+    still a stub, called by the learner's forward), found in the traceback; None when ``forward`` itself raised it."""
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    frames = [f for f in frames if not f.f_code.co_filename.replace("\\", "/").endswith("/_todo.py")]
+    if not frames:
+        return None
+    last = frames[-1]
+    module, name = last.f_globals.get("__name__", "?"), last.f_code.co_name
+    if name == "forward" and isinstance(last.f_locals.get("self"), cls):
+        return None  # the learner's forward is the stub: "not written yet"
+    short = module.split(".", 1)[1] if "." in module else module
+    from attn_lib.course.mine import PIECES as _ALL
+
+    taught = next((f" (notebook {p.notebook})" for p in _ALL if p.module == short and p.name == name), "")
+    lib = importlib.import_module(f"attn_lib.{short}") if importlib.util.find_spec(f"attn_lib.{short}") else None
+    meanwhile = (f"; meanwhile import attn_lib's: from attn_lib.{short} import {name}"
+                 if lib is not None and hasattr(lib, name) else "")
+    return (f"your MultiHeadAttention calls {module}.{name}, which still raises NotImplementedError: write it "
+            f"first{taught}{meanwhile}.")
+
+
 def check_piece_multi_head_attention(cls) -> CheckResult:
     """my_attn.mha.MultiHeadAttention against torch.nn.MultiheadAttention and attn_lib's class, float64, copied
     weights: self- and cross-attention, causal, bool and 0/1 padding masks, float and bool attn_masks, GQA with RoPE;
@@ -445,18 +472,43 @@ def check_piece_multi_head_attention(cls) -> CheckResult:
             try:
                 for t, case in enumerate(_MHA_CASES):
                     _one_mha_case(cls, t, case)
-            except NotImplementedError:
+                _mha_eval_dropout_case(cls)
+            except NotImplementedError as e:
                 if spy.missing:
                     raise Mismatch("your MultiHeadAttention calls your scaled_dot_product_attention, which still "
                                    "raises NotImplementedError: write that first (notebook 03).") from None
-                raise
+                other = _unwritten_callee(e, cls)
+                if other is None:
+                    raise
+                raise Mismatch(other) from None
         if spy.calls == 0:
             raise Mismatch("your forward never called YOUR scaled_dot_product_attention (my_attn.attention): the "
                            "piece is multi-head attention built on your own SDPA and masks, so call it for the "
                            "per-head attention (not attn_lib's, not torch's, not super().forward).")
-        return len(_MHA_CASES)
+        return len(_MHA_CASES) + 1
 
     return run_check("MultiHeadAttention", trials)
+
+
+def _mha_eval_dropout_case(cls) -> None:
+    """A module built with dropout 0.5, in eval mode: no dropout, so the same result as attn_lib's (dropout off)."""
+    g = fresh_generator("MultiHeadAttention", len(_MHA_CASES))
+    with torch.random.fork_rng():
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
+        ref = _REF["MultiHeadAttention"](8, 2, dropout=0.5).double().eval()
+    mine = _twin(cls, ref, 8, 2, dropout=0.5)
+    x = _randn(g, 2, 5, 8)
+    with torch.no_grad():
+        want, want_w = ref(x, need_weights=True)
+        got = _call_mine("MultiHeadAttention", lambda q: mine(q, need_weights=True), {"query": x}, _FUSED,
+                         "MultiHeadAttention")
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        raise Mismatch("forward returns a pair (output, weights), as attn_lib's MultiHeadAttention does.")
+    for name, a, b in (("output", got[0], want), ("weights", got[1], want_w)):
+        if not torch.allclose(torch.as_tensor(a).double(), b, atol=1e-10, rtol=1e-8):
+            raise Mismatch(f"the {name} of a module built with dropout=0.5, in eval mode, differs from the same "
+                           "module's without dropout: dropout is for training only, so pass your "
+                           "scaled_dot_product_attention dropout_p=self.dropout if self.training else 0.0.")
 
 
 def _one_mha_case(cls, t, case):
