@@ -331,6 +331,29 @@ def kill_live_graders() -> None:
             pass
 
 
+def run_grade_job(submitted: dict, released: dict, library: Path, *, cell_timeout: float, budget_s: float,
+                  salt: str) -> dict:
+    """Grade one notebook (``submitted`` against ``released``) in this job's grade process (:class:`GradeWorker`,
+    which starts the sandbox): its result, with ``status`` "graded", or "could not grade" with the reason."""
+    with tempfile.TemporaryDirectory(prefix="attn-grade-") as tmp:
+        job, res = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        job.write_text(json.dumps({"submitted": submitted, "released": released, "library": str(library),
+                                   "cell_timeout": cell_timeout, "budget_s": budget_s, "salt": salt}))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        try:
+            status = _worker(env).grade(job, res, timeout=budget_s + 120)
+            if status == 0 and res.exists():
+                result = json.loads(res.read_text())
+                result["status"] = "graded"
+                return result
+            return {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
+                    "flags": [f"could not grade: the grader stopped (exit status {status})"]}
+        except subprocess.TimeoutExpired:
+            return {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
+                    "flags": [f"could not grade: grading ran past {budget_s:g} s"]}
+
+
 def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Path, library: Path, out: Path, *,
                        cell_timeout: float, budget_s: float, salt: str = "graded") -> dict:
     """One submission graded in a process of its own (classroom.grade, which starts the sandbox); its result is
@@ -361,23 +384,7 @@ def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Pat
         result = {"status": "could not grade", "flags": [f"could not grade: not a readable notebook ({type(e).__name__})"],
                   "scores": {}, "messages": {}, "cells": []}
     else:
-        with tempfile.TemporaryDirectory(prefix="attn-grade-") as tmp:
-            job, res = Path(tmp) / "job.json", Path(tmp) / "result.json"
-            job.write_text(json.dumps({"submitted": submitted, "released": released, "library": str(library),
-                                       "cell_timeout": cell_timeout, "budget_s": budget_s, "salt": salt}))
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-            try:
-                status = _worker(env).grade(job, res, timeout=budget_s + 120)
-                if status == 0 and res.exists():
-                    result = json.loads(res.read_text())
-                    result["status"] = "graded"
-                else:
-                    result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
-                              "flags": [f"could not grade: the grader stopped (exit status {status})"]}
-            except subprocess.TimeoutExpired:
-                result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
-                          "flags": [f"could not grade: grading ran past {budget_s:g} s"]}
+        result = run_grade_job(submitted, released, library, cell_timeout=cell_timeout, budget_s=budget_s, salt=salt)
         result["flags"] = flags + result.get("flags", [])
     if result["status"] == "graded":
         _atomic_write(state, json.dumps({"digest": key, "result": result}, ensure_ascii=False))

@@ -359,10 +359,6 @@ def grade_package(student: str, folder: Path, library: Path, out: Path, *, cell_
     """One student's ``my_attn/`` graded in a process of its own (``python -m classroom.grade``, which starts the
     sandbox), as :func:`classroom.autograde.grade_one_notebook` grades a notebook; the result is kept in
     ``out/.state`` under the digest of the package, so a new run reuses it."""
-    import os
-    import subprocess
-    import tempfile
-
     from classroom import autograde as ag
 
     nb = pieces_notebook(package_files(folder))
@@ -376,24 +372,7 @@ def grade_package(student: str, folder: Path, library: Path, out: Path, *, cell_
                 return kept["result"]
         except (ValueError, KeyError):
             pass
-    with tempfile.TemporaryDirectory(prefix="attn-grade-") as tmp:
-        job, res = Path(tmp) / "job.json", Path(tmp) / "result.json"
-        job.write_text(json.dumps({"submitted": nb, "released": nb, "library": str(library),
-                                   "cell_timeout": cell_timeout, "budget_s": budget_s, "salt": salt}))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(ag.ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                                                              if p])
-        try:
-            status = ag._worker(env).grade(job, res, timeout=budget_s + 120)  # the job's reused grade process
-            if status == 0 and res.exists():
-                result = json.loads(res.read_text())
-                result["status"] = "graded"
-            else:
-                result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
-                          "flags": [f"could not grade: the grader stopped (exit status {status})"]}
-        except subprocess.TimeoutExpired:
-            result = {"status": "could not grade", "scores": {}, "messages": {}, "cells": [],
-                      "flags": [f"could not grade: grading ran past {budget_s:g} s"]}
+    result = ag.run_grade_job(nb, nb, library, cell_timeout=cell_timeout, budget_s=budget_s, salt=salt)
     result["cells"] = []  # the setup cell holds the whole package: the feedback shows the checks' messages only
     if result["status"] == "graded":
         ag._atomic_write(state, json.dumps({"digest": key, "result": result}, ensure_ascii=False))
