@@ -333,15 +333,17 @@ class RemoteFunction:
     def __init__(self, box, number: int, name: str):
         self.box, self.number, self.__name__ = box, number, name
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         from attn_lib.course.exercises import _core
 
         if self.box.dead:
             raise SandboxGone("your notebook's process had stopped")
         arrays: list = []
         memo = wire.new_memo()  # an optimiser names the parameters of a model sent before it
-        self.box.send({"op": "call", "fn": self.number, "args": [wire.encode(a, arrays, memo=memo) for a in args]},
-                      arrays)
+        request = {"op": "call", "fn": self.number, "args": [wire.encode(a, arrays, memo=memo) for a in args]}
+        if kwargs:  # a check that calls fn(..., scale=s): the keyword arguments travel by name
+            request["kwargs"] = {k: wire.encode(v, arrays, memo=memo) for k, v in kwargs.items()}
+        self.box.send(request, arrays)
         try:
             reply, data = self.box.receive(timeout=max(_core.TIME_LIMIT_S, 1) + 10)
         except wire.Timeout:

@@ -200,6 +200,10 @@ class Runner:
                     fn = self.functions[int(request["fn"])]
                     memo = wire.new_memo()  # modules, then the optimiser over their parameters
                     args = [wire.decode(a, arrays, memo=memo, build=True) for a in request["args"]]
+                    named = request.get("kwargs") or {}
+                    if not isinstance(named, dict) or not all(isinstance(k, str) and k.isidentifier() for k in named):
+                        raise ValueError("malformed keyword arguments")
+                    kwargs = {k: wire.decode(v, arrays, memo=memo, build=True) for k, v in named.items()}
                 except Exception as e:  # noqa: BLE001
                     self.send(_error_reply(e))
                     continue
@@ -209,7 +213,7 @@ class Runner:
                 used: list[str] = []
                 try:
                     with _watch_reference_calls(used):
-                        result = fn(*args)
+                        result = fn(*args, **kwargs)
                     reply_arrays = []
                     after_memo = wire.new_memo()
                     reply = {"ok": True, "used": sorted(set(used))[:20], "result": wire.encode(result, reply_arrays),
