@@ -254,6 +254,9 @@ ALLOWED = {
 # notebook 05's exercise 2 says "you may use split_heads and merge_heads (attn_lib's, or your own)": the reshapes
 # are given, the attention is the student's
 ALLOWED["check_multi_head_attention"] = re.compile(r"attn_lib\.mha\.(split_heads|merge_heads)")
+# notebook 14's ring step: its hint hands the block's attention to attn_lib's tiled_attention; the exercise is the
+# visibility rule and the merge
+ALLOWED["check_ring_step"] = re.compile(r"attn_lib\.tiled\.tiled_attention")
 # the my_attn package's decoder (classroom/pieces.py): attn_lib's DecoderLM runs the student's LMBlock, whose
 # parts may be attn_lib's, as in check_decoder_block; attn_lib's LMBlock.forward stays flagged
 ALLOWED["check_piece_decoder_training"] = ALLOWED["check_decoder_block"]
