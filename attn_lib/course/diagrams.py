@@ -970,6 +970,10 @@ def gated_attention_figure():
     _box(ax, xs[3], 0.55, 1.45, 0.55, "σ(gate logits)", _GATED_ATTN)
     _arrow(ax, (xs[1], 1.54), (xs[3] - 0.73, 0.55), connection="arc3,rad=0.2")
     _arrow(ax, (xs[3] + 0.73, 0.55), (xs[4], 1.54), connection="arc3,rad=0.2")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Notebook 13: which keys each query reads, one grid per design.
 # ---------------------------------------------------------------------------------------------------------------
 
