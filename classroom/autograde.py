@@ -407,6 +407,9 @@ class GradeWorker:
                                      start_new_session=True)
         with _LIVE_LOCK:
             _LIVE.add(self.proc)
+        if _STOPPING.is_set():  # the stop came while this worker started: kill_live_graders may have missed it
+            self.close(kill=True)
+            raise KeyboardInterrupt
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -421,10 +424,16 @@ class GradeWorker:
         try:
             self.proc.stdin.write(f"{job}\t{res}\n".encode())
             self.proc.stdin.flush()
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-            if not ready:
-                self.close(kill=True)
-                raise subprocess.TimeoutExpired(self.proc.args, timeout)
+            ready, end = [], time.monotonic() + timeout
+            while not ready:  # in steps of 1 s, so that a stop (Ctrl-C) is seen even by a worker it raced with
+                if _STOPPING.is_set():
+                    self.close(kill=True)
+                    raise KeyboardInterrupt
+                left = end - time.monotonic()
+                if left <= 0:
+                    self.close(kill=True)
+                    raise subprocess.TimeoutExpired(self.proc.args, timeout)
+                ready, _, _ = select.select([self.proc.stdout], [], [], min(1.0, left))
             line = self.proc.stdout.readline()
         except OSError:
             line = b""

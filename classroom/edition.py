@@ -35,6 +35,8 @@ SOLUTION_SENTENCES = [
      "Your teacher hands out the worked solutions after the deadline."),
     (re.compile(r"Solutions: `notebooks/solutions/[\w.-]+_solutions\.ipynb`\."),
      "Your teacher hands out the worked solutions after the deadline."),
+    (re.compile(r"The worked solution is in\s+`notebooks/solutions/my_attn/`\."),
+     "Your teacher hands out the worked solution after the deadline."),
 ]
 NOTEBOOK_LINK = re.compile(r"\]\((\d\d_[\w-]+)\.ipynb(#[^)]*)?\)")
 
