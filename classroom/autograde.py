@@ -615,12 +615,15 @@ def autograde(submissions: Path, course_dir: Path, out: Path, *, student_timeout
             future.result()
     except BaseException:  # Ctrl-C, SIGTERM (main), an error: no grade process and no sandbox outlives the run
         kill_live_graders()
-        pool.shutdown(wait=True, cancel_futures=True)
-        with lock:
-            publish()  # what was graded before the stop
+        pool.shutdown(wait=False, cancel_futures=True)  # a job thread stuck on a killed worker must not hold the stop
+        if lock.acquire(timeout=30):
+            try:
+                publish()  # what was graded before the stop
+            finally:
+                lock.release()
         raise
     finally:
-        pool.shutdown(wait=True)
+        pool.shutdown(wait=not _STOPPING.is_set())
         close_workers()
         shutil.rmtree(library.parent, ignore_errors=True)
     publish()
@@ -724,8 +727,14 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     if args.submissions is None or not args.submissions.is_dir():
         p.error("give the folder of submissions (one folder per student): make autograde SUBMISSIONS=dir")
-    rows = autograde(args.submissions, args.course_dir, args.out, student_timeout=args.student_timeout,
-                     jobs=args.jobs)
+    try:
+        rows = autograde(args.submissions, args.course_dir, args.out, student_timeout=args.student_timeout,
+                         jobs=args.jobs)
+    except KeyboardInterrupt:  # graders killed and what was graded written (autograde's stop path): exit now, not
+        kill_live_graders()    # after a job thread that may still wait on a killed worker
+        print("stopped: the students graded before the stop are in the gradebook", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(130)
     print(f"graded {len({r.student for r in rows})} students, {len(rows)} notebooks: {args.out / 'gradebook.csv'}, "
           f"feedback in {args.out / 'feedback'}")
     summary = (args.out / "summary.txt").read_text()
