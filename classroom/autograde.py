@@ -331,6 +331,18 @@ def kill_live_graders() -> None:
             pass
 
 
+def kept_result(state: Path, key: str) -> dict | None:
+    """The result kept in ``state`` (``out/.state``) by an earlier run for the same digest ``key``, or None."""
+    if state.exists():
+        try:
+            kept = json.loads(state.read_text())
+            if kept.get("digest") == key:
+                return kept["result"]
+        except (ValueError, KeyError, AttributeError):
+            pass
+    return None
+
+
 def run_grade_job(submitted: dict, released: dict, library: Path, *, cell_timeout: float, budget_s: float,
                   salt: str) -> dict:
     """Grade one notebook (``submitted`` against ``released``) in this job's grade process (:class:`GradeWorker`,
@@ -366,13 +378,9 @@ def grade_one_notebook(student: str, notebook: str, path: Path, release_dir: Pat
     released_bytes = _release_digest(release_dir, notebook)
     key = grade_digest(data, released_bytes, str(cell_timeout).encode())
     state = _state_path(out, student, notebook)
-    if state.exists():
-        try:
-            kept = json.loads(state.read_text())
-            if kept.get("digest") == key:
-                return kept["result"]
-        except (ValueError, KeyError):
-            pass
+    kept = kept_result(state, key)
+    if kept is not None:
+        return kept
     released = json.loads(released_bytes)
     flags: list[str] = []
     try:

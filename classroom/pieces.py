@@ -365,13 +365,9 @@ def grade_package(student: str, folder: Path, library: Path, out: Path, *, cell_
     data = json.dumps(nb, sort_keys=True).encode()
     key = ag.grade_digest(data, str(cell_timeout).encode())
     state = ag._state_path(out, student, ASSIGNMENT)
-    if state.exists():
-        try:
-            kept = json.loads(state.read_text())
-            if kept.get("digest") == key:
-                return kept["result"]
-        except (ValueError, KeyError):
-            pass
+    kept = ag.kept_result(state, key)
+    if kept is not None:
+        return kept
     result = ag.run_grade_job(nb, nb, library, cell_timeout=cell_timeout, budget_s=budget_s, salt=salt)
     result["cells"] = []  # the setup cell holds the whole package: the feedback shows the checks' messages only
     if result["status"] == "graded":
