@@ -257,10 +257,14 @@ def progress_table(statuses: list[PieceStatus]) -> str:
 
 
 def main(argv=None) -> int:
+    """``make check-mine``: print the progress table; exit 1 when a written piece fails its check (a script or a
+    learner's own CI can stop on it), 0 when every written piece passes (pieces not written yet are progress, not
+    errors)."""
     args = list(sys.argv[1:] if argv is None else argv)
     path = args[0] if args else os.environ.get("ATTN_MINE") or None
-    print(progress_table(check_mine(path)))
-    return 0
+    statuses = check_mine(path)
+    print(progress_table(statuses))
+    return 1 if any(s.status == "fails" for s in statuses) else 0
 
 
 if __name__ == "__main__":

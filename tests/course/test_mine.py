@@ -79,6 +79,16 @@ def test_progress_table_at_three_points(tmp_path, capsys):
     out = subprocess.run([sys.executable, "-m", "attn_lib.course.mine", str(SOLVED)], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("pieces pass."), out.stderr[-2000:]
+    # its exit status: 0 while the written pieces pass (stubs are progress), 1 once a written piece fails
+    assert mine.main([str(STUBS)]) == 0 and mine.main([str(half_done)]) == 0
+    broken = _package(tmp_path / "broken", "masks", """
+        import torch
+        def causal_mask(q_len, kv_len=None, *, align="top_left", device=None):
+            kv_len = q_len if kv_len is None else kv_len
+            return torch.ones(q_len, kv_len, dtype=torch.bool).triu()
+    """)
+    assert mine.main([str(broken)]) == 1
+    assert "| `masks.causal_mask` | 04 | fails |" in capsys.readouterr().out
 
 
 def test_use_mine_replaces_attn_libs_pieces_everywhere_and_undoes(capsys):
