@@ -101,6 +101,26 @@ def _check_chunked_dtype(form: str, key: torch.Tensor) -> None:
                         f"{key.dtype} kernel there), got {key.dtype}; use form='recurrent' or convert with .float()")
 
 
+def _check_gated_inputs(query, key, value, log_decay, beta, initial_state, form, chunk_size) -> int:
+    """The checks that gated_delta_rule and kimi_delta_attention share once the shapes are checked: one dtype and
+    device, finite values, beta in [0, 1], log_decay <= 0, the form, chunked's dtype, E >= 1. Returns chunk_size."""
+    check_same_dtype(query=query, key=key, value=value, log_decay=log_decay, beta=beta)
+    if initial_state is not None:
+        check_tensor("initial_state", initial_state, floating=True, ndim=4)
+    check_same_device(query=query, key=key, value=value, log_decay=log_decay, beta=beta, initial_state=initial_state)
+    for n, t in (("query", query), ("key", key), ("value", value), ("beta", beta), ("log_decay", log_decay)):
+        check_finite(n, t)  # after the device check: a meta tensor has no values to read
+    _check_beta(beta)
+    if bool((log_decay > 0).any()):
+        raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
+    check_choice("form", form, ("recurrent", "chunked"))
+    _check_chunked_dtype(form, key)
+    C = check_int("chunk_size", chunk_size, minimum=1)
+    if key.shape[-1] == 0:  # the default scale E^-0.5 divides by it
+        raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
+    return C
+
+
 def _check_beta(beta: torch.Tensor) -> None:
     """beta, the delta rule's learning rate per token, in [0, 1] (a larger step overshoots and diverges)."""
     if beta.numel() and bool(((beta < 0) | (beta > 1)).any()):
@@ -161,23 +181,8 @@ def gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     if query.shape != key.shape or value.shape[:-1] != key.shape[:-1]:
         raise ValueError(f"query and key must be (B, H, L, E) and value (B, H, L, Ev) with the same B, H, L; got "
                          f"query {shape_of(query)}, key {shape_of(key)}, value {shape_of(value)}")
-    check_same_dtype(query=query, key=key, value=value, log_decay=log_decay, beta=beta)
-    if initial_state is not None:
-        check_tensor("initial_state", initial_state, floating=True, ndim=4)
-    check_same_device(query=query, key=key, value=value, log_decay=log_decay, beta=beta, initial_state=initial_state)
-    for n, t in (("query", query), ("key", key), ("value", value), ("beta", beta), ("log_decay", log_decay)):
-        check_finite(n, t)  # after the device check: a meta tensor has no values to read
-    _check_beta(beta)
-    if bool((log_decay > 0).any()):
-        raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
-    check_choice("form", form, ("recurrent", "chunked"))
-    _check_chunked_dtype(form, key)
-    C = check_int("chunk_size", chunk_size, minimum=1)
-    if key.shape[-1] == 0:  # the default scale E^-0.5 divides by it
-        raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
+    C = _check_gated_inputs(query, key, value, log_decay, beta, initial_state, form, chunk_size)
     Bt, H, L, E = key.shape
-    if E == 0:
-        raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
     q = query * check_scale(scale, E)
     if initial_state is None:
         state = torch.zeros(Bt, H, E, value.shape[-1], dtype=value.dtype, device=value.device)
@@ -396,20 +401,7 @@ def kimi_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         raise ValueError(f"query, key and log_decay must be (B, H, L, E), value (B, H, L, Ev) and beta (B, H, L) "
                          f"with one B, H, L; got query {shape_of(query)}, key {shape_of(key)}, value "
                          f"{shape_of(value)}, log_decay {shape_of(log_decay)}, beta {shape_of(beta)}")
-    check_same_dtype(query=query, key=key, value=value, log_decay=log_decay, beta=beta)
-    if initial_state is not None:
-        check_tensor("initial_state", initial_state, floating=True, ndim=4)
-    check_same_device(query=query, key=key, value=value, log_decay=log_decay, beta=beta, initial_state=initial_state)
-    for n, t in (("query", query), ("key", key), ("value", value), ("log_decay", log_decay), ("beta", beta)):
-        check_finite(n, t)  # after the device check: a meta tensor has no values to read
-    _check_beta(beta)
-    if bool((log_decay > 0).any()):
-        raise ValueError(f"log_decay must be <= 0 (a decay exp(g) <= 1), got a maximum of {float(log_decay.max()):.3g}")
-    check_choice("form", form, ("recurrent", "chunked"))
-    _check_chunked_dtype(form, key)
-    C = check_int("chunk_size", chunk_size, minimum=1)
-    if key.shape[-1] == 0:  # the default scale E^-0.5 divides by it
-        raise ValueError(f"query and key need a last dim E >= 1, got key shape {shape_of(key)}")
+    C = _check_gated_inputs(query, key, value, log_decay, beta, initial_state, form, chunk_size)
     Bt, H, L, E = key.shape
     q = query * check_scale(scale, E)
     state = torch.zeros(Bt, H, E, value.shape[-1], dtype=value.dtype, device=value.device)
