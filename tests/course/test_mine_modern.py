@@ -336,10 +336,30 @@ def test_delta_step_check_rejects_the_typical_mistakes_and_accepts_another_writi
     assert pm.check_piece_delta_rule_step(householder).passed
 
 
+def test_fft_long_conv_check_passes_the_solution_and_names_the_wrap_around():
+    """The piece's check (notebook 12's exercise 2 runs the same trials): the worked solution passes, a product of
+    L-point spectra wraps around, and the right values from a direct sum are refused as the O(L²) route."""
+    solved = _solved("linear").fft_long_conv
+    assert pm.check_piece_fft_long_conv(solved).passed
+
+    def wraps(u, k):
+        L = u.shape[-1]
+        return torch.fft.irfft(torch.fft.rfft(u, n=L) * torch.fft.rfft(k, n=L), n=L)
+
+    _fails_with(pm.check_piece_fft_long_conv(wraps), "wrapped around")
+
+    def unfolded(u, k):  # every window of K past values at once: right values, O(L K) work and memory
+        L, K = u.shape[-1], k.shape[-1]
+        windows = torch.nn.functional.pad(u, (K - 1, 0)).unfold(-1, K, 1)  # (..., L, K)
+        return (windows * k.flip(-1)[..., None, :]).sum(-1)
+
+    _fails_with(pm.check_piece_fft_long_conv(unfolded), "the O(L²) route")
+
+
 def test_each_check_refuses_attn_libs_own_piece():
     """Calling attn_lib's implementation, under any name, is no answer: the profile hook sees its code object."""
     from attn_lib.deltanet import delta_rule_step, gated_delta_rule
-    from attn_lib.linear import decayed_attention, linear_attention
+    from attn_lib.linear import decayed_attention, direct_long_conv, fft_long_conv, linear_attention
     from attn_lib.sparse import LightningIndexer
     from attn_lib.variants import VariantAttention, softcap
     from attn_lib.windows import RingKVCache, sliding_window_mask, window_mask_from_positions
@@ -359,6 +379,8 @@ def test_each_check_refuses_attn_libs_own_piece():
                                                                                           normalize=False)),
            "linear_attention")
     called(pm.check_piece_delta_rule_step(delta_rule_step), "delta_rule_step")
+    called(pm.check_piece_fft_long_conv(fft_long_conv), "fft_long_conv")
+    called(pm.check_piece_fft_long_conv(lambda u, k: direct_long_conv(u * 1.0, k)), "direct_long_conv")
 
     def through_the_sequence(S, q, k, v, g, b):
         out, S = gated_delta_rule(q[:, :, None], k[:, :, None], v[:, :, None], g[:, :, None], b[:, :, None],
