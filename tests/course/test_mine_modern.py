@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import attn_lib
 from attn_lib.course import mine
@@ -354,6 +356,23 @@ def test_fft_long_conv_check_passes_the_solution_and_names_the_wrap_around():
         return (windows * k.flip(-1)[..., None, :]).sum(-1)
 
     _fails_with(pm.check_piece_fft_long_conv(unfolded), "the O(L²) route")
+
+
+@settings(max_examples=25, deadline=None)
+@given(lead=st.lists(st.integers(1, 3), max_size=2), L=st.integers(1, 40), K=st.integers(1, 40),
+       broadcast=st.booleans(), seed=st.integers(0, 2**16))
+def test_fft_long_conv_solution_equals_the_direct_sum_on_any_shape(lead, L, K, broadcast, seed):
+    """The worked solution that the check passes is the causal convolution for every length, filter length <= L and
+    broadcast leading dims (a filter shared by the batch), against attn_lib's direct sum in float64."""
+    from attn_lib.linear import direct_long_conv
+
+    K = min(K, L)
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(*lead, L, generator=g, dtype=torch.float64)
+    k = torch.randn(*([] if broadcast else lead), K, generator=g, dtype=torch.float64)
+    got = _solved("linear").fft_long_conv(u, k)
+    assert got.shape == u.shape and got.dtype == torch.float64
+    assert (got - direct_long_conv(u, k)).abs().max() < 1e-9
 
 
 def test_each_check_refuses_attn_libs_own_piece():

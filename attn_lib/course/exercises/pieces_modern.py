@@ -387,8 +387,8 @@ HINT_FFT_CIRCULAR = ("the convolution wrapped around: an FFT of n points multipl
                      "torch.fft.rfft(u, n=n), torch.fft.rfft(k, n=n), then torch.fft.irfft(..., n=n).")
 HINT_FFT_CONJ = ("the conjugated spectrum gives a correlation, where y_t reads u_{t+s}, the FUTURE: multiply the two "
                  "spectra as they are, rfft(u) * rfft(k).")
-HINT_FFT_FLIPPED = ("the filter is reversed: y_t = Σ_s k_s u_{t-s} pairs k_0 with the CURRENT value u_t; do not flip k "
-                    "(torch's conv1d flips nothing, which is why it computes a correlation).")
+HINT_FFT_FLIPPED = ("the filter is reversed: y_t = Σ_s k_s u_{t-s} pairs k_0 with the CURRENT value u_t, and the product "
+                    "of the spectra already does the convolution's flip: do not flip k yourself.")
 HINT_FFT_HALF = ("you kept the wrong part of the 2L values: the causal outputs y_0 .. y_{L-1} are the FIRST L values "
                  "of irfft(...)[..., :L]; the rest is the tail of the full convolution.")
 HINT_FFT_SCALE = ("the result is right up to a constant factor: keep torch.fft's default norm ('backward': rfft does not "
@@ -437,6 +437,10 @@ def check_piece_fft_long_conv(fn) -> CheckResult:
              ((2, 300), (2, 20), torch.float64), ((4, 1), (4, 1), torch.float64), ((2, 50), (50,), torch.float32)]
 
     def trials():
+        try:  # call() below sees a wrapper around fn (to watch it run): check fn itself first
+            check_callable("the argument of the check", fn)
+        except TypeError as e:
+            raise Mismatch(f"{e}.") from None
         for t, (u_shape, k_shape, dtype) in enumerate(cases):
             g = fresh_generator("fft_long_conv", t)
             u, k = _randn(g, *u_shape), _randn(g, *k_shape) / k_shape[-1] ** 0.5
