@@ -1,4 +1,5 @@
-"""Your causal linear attention with a decay, in three forms (mirrors attn_lib.linear; notebook 12, section 1)."""
+"""Your causal linear attention with a decay, in three forms, and the FFT long convolution (mirrors attn_lib.linear;
+notebook 12, sections 1 and 4)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,18 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         out (..., L, Ev), or (out, state) with return_state; the inputs' dtype.
     """
     todo("decayed_attention", "12", "1 · Linear attention is an RNN")
+
+
+def fft_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The causal long convolution y_t = Σ_{s=0..t} k_s u_{t-s}, computed through the FFT in O(L log L) (S4's
+    convolution mode, Hyena's long filters): zero-pad the signal and the filter so that the FFT's circular product
+    does not wrap around, multiply the two spectra, transform back, keep the causal part.
+
+    Args:
+        u: (..., L) signals, float32 or float64. k: (..., K) filters with 1 <= K <= L (a shorter filter is zero
+            beyond K), of u's dtype; the leading dims broadcast against u's.
+
+    Returns:
+        y (..., L), u's dtype (real, not complex).
+    """
+    todo("fft_long_conv", "12", "4 · Long convolutions: S4's convolution mode and Hyena")

@@ -1,11 +1,12 @@
-"""Notebook 12's exercise checks: a right answer passes, a stub says "not written yet", and each typical wrong
-answer gets its own hint."""
+"""Notebook 12's exercise checks: a right answer passes, a stub says "not written yet", each typical wrong answer
+gets its own hint, and exercise 2's FFT convolution refuses attn_lib's functions and the direct O(L²) sum."""
 
 from __future__ import annotations
 
 import torch
 
-from attn_lib.course.exercises import check_recurrent_step, check_state_bytes
+from attn_lib.course.exercises import check_fft_long_conv, check_recurrent_step
+from attn_lib.course.exercises import pieces_modern as pm
 from attn_lib.course.exercises import linear as ex
 from exercise_asserts import fails_with
 from exercise_asserts import not_written as _stub
@@ -48,19 +49,71 @@ def test_recurrent_step_wants_a_pair():
     fails_with(check_recurrent_step(lambda s, q, k, v, g: s), "return a pair (out, new_state)")
 
 
-def test_state_bytes_right_answer_passes_and_wrong_ones_get_their_hint():
-    assert check_state_bytes(lambda num_heads, head_k_dim, head_v_dim, seq_len, batch_size, bytes_per_element:
-                             num_heads * head_k_dim * head_v_dim * batch_size * bytes_per_element)
-    assert "not written yet" in repr(check_state_bytes(_stub))
-    cases = {
-        ex.HINT_SEQ_LEN: lambda H, dk, dv, S, B, e: H * dk * dv * S * B * e,  # the KV-cache habit
-        ex.HINT_TWO: lambda H, dk, dv, S, B, e: 2 * H * dk * dv * B * e,
-        ex.HINT_SUM_DIMS: lambda H, dk, dv, S, B, e: H * (dk + dv) * B * e,
-        ex.HINT_NO_BYTES: lambda H, dk, dv, S, B, e: H * dk * dv * B,
-        ex.HINT_NO_BATCH: lambda H, dk, dv, S, B, e: H * dk * dv * e,
-    }
-    for hint, fn in cases.items():
-        fails_with(check_state_bytes(fn), hint)
+def _conv(kind):
+    """fft_long_conv, right or with one typical mistake (``kind``)."""
+    def fn(u, k):
+        L = u.shape[-1]
+        n = L if kind == "circular" else 2 * L
+        norm = "ortho" if kind == "ortho" else "backward"  # "ortho" on all three transforms: off by sqrt(n)
+        ku = torch.fft.rfft(k.flip(-1) if kind == "flipped" else k, n=n, norm=norm)
+        if kind == "conj":
+            ku = ku.conj()
+        y = torch.fft.irfft(torch.fft.rfft(u, n=n, norm=norm) * ku, n=n, norm=norm)
+        return {"tail": y[..., L:], "full": y}.get(kind, y[..., :L])
+
+    return fn
+
+
+def test_fft_long_conv_right_answers_pass():
+    result = check_fft_long_conv(_conv("right"))
+    assert result and "check_fft_long_conv: passed on 5 fresh inputs" in repr(result)
+
+    def complex_minimal(u, k):  # complex FFTs of the least n that does not wrap, L + K - 1, then the real part
+        L, K = u.shape[-1], k.shape[-1]
+        y = torch.fft.ifft(torch.fft.fft(u, n=L + K - 1) * torch.fft.fft(k, n=L + K - 1)).real
+        return y[..., :L].to(u.dtype)
+
+    assert check_fft_long_conv(complex_minimal)
+    fails_with(check_fft_long_conv(_stub), "not written yet")
+
+
+def test_fft_long_conv_wrong_answers_get_their_hint():
+    for kind, hint in {"circular": pm.HINT_FFT_CIRCULAR, "conj": pm.HINT_FFT_CONJ, "flipped": pm.HINT_FFT_FLIPPED,
+                       "tail": pm.HINT_FFT_HALF, "ortho": pm.HINT_FFT_SCALE}.items():
+        fails_with(check_fft_long_conv(_conv(kind)), hint)
+    fails_with(check_fft_long_conv(_conv("full")), "has shape", "keep the first L values")
+
+    def complex_result(u, k):
+        n = 2 * u.shape[-1]
+        return torch.fft.ifft(torch.fft.fft(u, n=n) * torch.fft.fft(k, n=n))[..., :u.shape[-1]]
+
+    fails_with(check_fft_long_conv(complex_result), pm.HINT_FFT_COMPLEX)
+
+
+def test_fft_long_conv_refuses_the_library_and_the_direct_sum():
+    from attn_lib.linear import direct_long_conv, fft_long_conv
+
+    fails_with(check_fft_long_conv(fft_long_conv), "called attn_lib's fft_long_conv")
+    fails_with(check_fft_long_conv(lambda u, k: direct_long_conv(u, k)), "called attn_lib's direct_long_conv")
+
+    def loop(u, k):  # the definition, one position at a time: right, but O(L²)
+        kk = torch.nn.functional.pad(k, (0, u.shape[-1] - k.shape[-1]))
+        return torch.stack([(kk[..., :t + 1].flip(-1) * u[..., :t + 1]).sum(-1) for t in range(u.shape[-1])], -1)
+
+    def toeplitz(u, k):  # the (L, L) matrix of the filter's shifts
+        L = u.shape[-1]
+        kk = torch.nn.functional.pad(k, (0, L - k.shape[-1]))
+        d = torch.arange(L)[:, None] - torch.arange(L)[None, :]
+        return (torch.where(d >= 0, kk[..., d.clamp(min=0)], 0.0) @ u[..., :, None])[..., 0]
+
+    def conv1d(u, k):  # torch's convolution (a correlation: flip the filter, pad on the left)
+        L, K = u.shape[-1], k.shape[-1]
+        w = torch.broadcast_to(k, u.shape[:-1] + (K,)).reshape(-1, 1, K).flip(-1)
+        x = torch.nn.functional.pad(u.reshape(1, -1, L), (K - 1, 0))
+        return torch.nn.functional.conv1d(x, w, groups=x.shape[1]).reshape(u.shape)
+
+    for fn, how in ((loop, "a loop over them"), (toeplitz, "a Toeplitz matrix"), (conv1d, "(conv1d)")):
+        fails_with(check_fft_long_conv(fn), "the O(L²) route", how)
 
 
 def test_check_kda_step():

@@ -341,12 +341,16 @@ def step_b(state, query, key, value, log_decay):  # einsum, a list
     return [torch.einsum("...ev,...e->...v", new, query), new]
 
 
-def state_bytes_a(num_heads, head_k_dim, head_v_dim, seq_len, batch_size, bytes_per_element):
-    return num_heads * head_k_dim * head_v_dim * batch_size * bytes_per_element
+def fft_conv_a(u, k):  # real FFTs of 2L points, the first L values
+    L = u.shape[-1]
+    return torch.fft.irfft(torch.fft.rfft(u, n=2 * L) * torch.fft.rfft(k, n=2 * L), n=2 * L)[..., :L]
 
 
-def state_bytes_b(num_heads, head_k_dim, head_v_dim, seq_len, batch_size, bytes_per_element):
-    return torch.tensor(float(math.prod([num_heads, head_k_dim, head_v_dim, batch_size]) * bytes_per_element))
+def fft_conv_b(u, k):  # complex FFTs of exactly L + K - 1 points (the least that does not wrap), the real part
+    L, K = u.shape[-1], k.shape[-1]
+    n = L + K - 1
+    y = torch.fft.ifft(torch.fft.fft(u, n=n) * torch.fft.fft(k, n=n), n=n).real
+    return y.narrow(-1, 0, L).to(u.dtype)
 
 
 def block_a(x, block):  # notebook 10: the pre-norm decoder block
@@ -522,7 +526,7 @@ RIGHT = {
     "check_decoder_block": (block_a, block_b),
     "check_train_step": (train_step_a, train_step_b),
     "check_sample": (sample_a, sample_b),
-    "check_state_bytes": (state_bytes_a, state_bytes_b),
+    "check_fft_long_conv": (fft_conv_a, fft_conv_b),
     "check_block_lookup": (lambda t, p, b: (t[p // b], p % b), lambda t, p, b: (t[divmod(p, b)[0]], divmod(p, b)[1])),
     "check_merge_two": (merge_two_a, merge_two_b),
     "check_verify_mask": (lambda c, k: torch.ones(k, c + k, dtype=torch.bool).tril(diagonal=c),
@@ -675,6 +679,8 @@ WRONG = [
      else torch.einsum("bhlr,hvr->bhlv", torch.softmax(torch.cat([torch.einsum("bhld,hdr->bhlr", a[0], a[4]), a[1]], -1)
                                                        @ torch.cat([a[2], a[3]], -1).transpose(-1, -2) * scale, -1)
                        @ a[2], a[5]), ["mask the future keys"]),
+    ("check_fft_long_conv", "no zero-padding", lambda u, k: torch.fft.irfft(
+        torch.fft.rfft(u, n=u.shape[-1]) * torch.fft.rfft(k, n=u.shape[-1]), n=u.shape[-1]), ["wrapped around"]),
     ("check_ring_slot_positions", "in time order", lambda n, w: list(range(max(0, n - w), n)) + [-1] * max(0, w - n),
      ["p % window"]),
 ]

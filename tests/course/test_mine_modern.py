@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import attn_lib
 from attn_lib.course import mine
@@ -336,10 +338,47 @@ def test_delta_step_check_rejects_the_typical_mistakes_and_accepts_another_writi
     assert pm.check_piece_delta_rule_step(householder).passed
 
 
+def test_fft_long_conv_check_passes_the_solution_and_names_the_wrap_around():
+    """The piece's check (notebook 12's exercise 2 runs the same trials): the worked solution passes, a product of
+    L-point spectra wraps around, and the right values from a direct sum are refused as the O(L²) route."""
+    solved = _solved("linear").fft_long_conv
+    assert pm.check_piece_fft_long_conv(solved).passed
+
+    def wraps(u, k):
+        L = u.shape[-1]
+        return torch.fft.irfft(torch.fft.rfft(u, n=L) * torch.fft.rfft(k, n=L), n=L)
+
+    _fails_with(pm.check_piece_fft_long_conv(wraps), "wrapped around")
+
+    def unfolded(u, k):  # every window of K past values at once: right values, O(L K) work and memory
+        L, K = u.shape[-1], k.shape[-1]
+        windows = torch.nn.functional.pad(u, (K - 1, 0)).unfold(-1, K, 1)  # (..., L, K)
+        return (windows * k.flip(-1)[..., None, :]).sum(-1)
+
+    _fails_with(pm.check_piece_fft_long_conv(unfolded), "the O(L²) route")
+
+
+@settings(max_examples=25, deadline=None)
+@given(lead=st.lists(st.integers(1, 3), max_size=2), L=st.integers(1, 40), K=st.integers(1, 40),
+       broadcast=st.booleans(), seed=st.integers(0, 2**16))
+def test_fft_long_conv_solution_equals_the_direct_sum_on_any_shape(lead, L, K, broadcast, seed):
+    """The worked solution that the check passes is the causal convolution for every length, filter length <= L and
+    broadcast leading dims (a filter shared by the batch), against attn_lib's direct sum in float64."""
+    from attn_lib.linear import direct_long_conv
+
+    K = min(K, L)
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(*lead, L, generator=g, dtype=torch.float64)
+    k = torch.randn(*([] if broadcast else lead), K, generator=g, dtype=torch.float64)
+    got = _solved("linear").fft_long_conv(u, k)
+    assert got.shape == u.shape and got.dtype == torch.float64
+    assert (got - direct_long_conv(u, k)).abs().max() < 1e-9
+
+
 def test_each_check_refuses_attn_libs_own_piece():
     """Calling attn_lib's implementation, under any name, is no answer: the profile hook sees its code object."""
     from attn_lib.deltanet import delta_rule_step, gated_delta_rule
-    from attn_lib.linear import decayed_attention, linear_attention
+    from attn_lib.linear import decayed_attention, direct_long_conv, fft_long_conv, linear_attention
     from attn_lib.sparse import LightningIndexer
     from attn_lib.variants import VariantAttention, softcap
     from attn_lib.windows import RingKVCache, sliding_window_mask, window_mask_from_positions
@@ -359,6 +398,8 @@ def test_each_check_refuses_attn_libs_own_piece():
                                                                                           normalize=False)),
            "linear_attention")
     called(pm.check_piece_delta_rule_step(delta_rule_step), "delta_rule_step")
+    called(pm.check_piece_fft_long_conv(fft_long_conv), "fft_long_conv")
+    called(pm.check_piece_fft_long_conv(lambda u, k: direct_long_conv(u * 1.0, k)), "direct_long_conv")
 
     def through_the_sequence(S, q, k, v, g, b):
         out, S = gated_delta_rule(q[:, :, None], k[:, :, None], v[:, :, None], g[:, :, None], b[:, :, None],

@@ -1,7 +1,8 @@
 """Exercise checks for notebook 12 (linear attention, state-space models, Gated DeltaNet).
 
 - :func:`check_recurrent_step`: one step of a decayed linear-attention / SSM recurrence.
-- :func:`check_state_bytes`: the memory of one layer's recurrent state.
+- :func:`check_fft_long_conv`: the causal long convolution through the FFT (the piece ``my_attn.linear.fft_long_conv``).
+- :func:`check_kda_step`: one token of Kimi Delta Attention.
 
 Each check compares with :mod:`attn_lib.linear` (tests/test_linear.py proves its recurrent form equal to the parallel
 and chunked forms, and to ``transformers``' Mamba-2) on fresh inputs and names the typical mistake it recognises.
@@ -12,9 +13,9 @@ from __future__ import annotations
 import torch
 
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
-from attn_lib.linear import decayed_step, recurrent_state_bytes
+from attn_lib.linear import decayed_step
 
-__all__ = ["check_recurrent_step", "check_state_bytes", "check_kda_step"]
+__all__ = ["check_recurrent_step", "check_fft_long_conv", "check_kda_step"]
 
 HINT_NO_DECAY = "the old state was not decayed: multiply it by exp(log_decay) before adding key ⊗ value."
 HINT_DECAY_AFTER = ("the decay was applied after adding the new token, so the new token decayed too: "
@@ -25,13 +26,6 @@ HINT_OLD_STATE = ("the output was read from the OLD state: update first, then re
 HINT_TRANSPOSED = ("the outer product is the wrong way round: the state is (E, Ev), rows indexed by the key's "
                    "dims: key[..., :, None] * value[..., None, :].")
 HINT_TUPLE = "return a pair (out, new_state)."
-HINT_SEQ_LEN = ("the state does not grow with the context: it is one E x Ev matrix per head, whatever the sequence "
-                "length (that is the point of a recurrent layer). Leave seq_len out.")
-HINT_TWO = ("there is one state matrix per head, not a key cache and a value cache: do not multiply by 2 (the keys "
-            "and values are folded into S = Σ k vᵀ).")
-HINT_SUM_DIMS = "the state is a head_k_dim x head_v_dim MATRIX per head: multiply the two dims, do not add them."
-HINT_NO_BYTES = "you counted elements, not bytes: multiply by bytes_per_element."
-HINT_NO_BATCH = "every sequence of the batch keeps its own state: multiply by batch_size."
 SHAPE_MISTAKES = ("Known shape mistakes: " + HINT_TRANSPOSED + " torch.outer only takes 1-D vectors. exp(log_decay) has "
                   "shape (...): add [..., None, None] to scale a (..., E, Ev) state.")
 
@@ -97,37 +91,27 @@ def check_recurrent_step(step_fn) -> CheckResult:
     return run_check(name, trials, shape_mistakes=SHAPE_MISTAKES)
 
 
-def check_state_bytes(state_bytes_fn) -> CheckResult:
-    """Check ``state_bytes(num_heads, head_k_dim, head_v_dim, seq_len, batch_size, bytes_per_element)``.
+def check_fft_long_conv(fft_long_conv_fn) -> CheckResult:
+    """Check ``fft_long_conv(u, k)``: the causal long convolution y_t = Σ_{s<=t} k_s u_{t-s} through the FFT,
+    notebook 12's exercise 2 and the piece ``my_attn.linear.fft_long_conv`` of the learner's stack.
 
-    The answer: num_heads × head_k_dim × head_v_dim × batch_size × bytes_per_element, whatever seq_len
-    (compared with :func:`attn_lib.linear.recurrent_state_bytes` on 4 layers, from Qwen3-Next's to a toy).
+    The same trials as ``make check-mine``'s (:func:`attn_lib.course.exercises.pieces_modern.check_piece_fft_long_conv`):
+    u (..., L) and k (..., K), K <= L, leading dims that broadcast, float64 and float32, against the direct sum
+    (:func:`attn_lib.linear.direct_long_conv`); no zero-padding (the product wraps around), a conjugated spectrum, a
+    reversed filter, the wrong half kept, a constant factor and a complex result get their own hints; attn_lib's
+    functions and the direct O(L²) sum are refused.
+
+    Returns:
+        a CheckResult. Raises: nothing; a wrong answer is a failed CheckResult with a hint.
+
+    Source: Gu, Goel & Ré 2022 (S4), §2.4; Poli et al. 2023 (Hyena), §3.3; attn_lib.linear.fft_long_conv.
     """
-    cases = [  # (heads, head_k_dim, head_v_dim, seq_len, batch, bytes per element)
-        (32, 128, 128, 32768, 1, 2),  # Qwen3-Next's Gated DeltaNet (value heads), bf16
-        (4, 16, 8, 100, 3, 4),  # head_k_dim != head_v_dim, fp32, a batch
-        (24, 64, 128, 1, 2, 2),  # a Mamba-2 layer: state size 64 x head_dim, one token
-        (8, 32, 64, 4096, 5, 1),
-    ]
+    from attn_lib.course.exercises.pieces_modern import check_piece_fft_long_conv
 
-    def trials():
-        for H, dk, dv, S, Bt, e in cases:
-            want = recurrent_state_bytes(H, dk, dv, Bt, e)
-            args = {"num_heads": H, "head_k_dim": dk, "head_v_dim": dv, "seq_len": S, "batch_size": Bt,
-                    "bytes_per_element": e}
-            got = call(state_bytes_fn, args)
-            what = f"state_bytes({H}, {dk}, {dv}, seq_len={S}, batch_size={Bt}, bytes_per_element={e})"
-            if isinstance(got, bool) or not isinstance(got, (int, float, torch.Tensor)) or \
-                    (isinstance(got, torch.Tensor) and got.numel() != 1):
-                raise Mismatch(f"{what}: return one number of bytes, got {type(got).__name__}.")
-            wrong = [(want * S, HINT_SEQ_LEN), (want * 2, HINT_TWO), (want * 2 * S, HINT_SEQ_LEN),
-                     (H * (dk + dv) * Bt * e, HINT_SUM_DIMS), (want / e, HINT_NO_BYTES), (want / Bt, HINT_NO_BATCH)]
-            wrong = [(torch.tensor(float(w)), h) for w, h in wrong if w != want]
-            expect_close(torch.tensor(float(got)), torch.tensor(float(want)), what=what, wrong_answers=wrong,
-                         atol=0.5, rtol=0)
-        return len(cases)
-
-    return run_check("check_state_bytes", trials)
+    result = check_piece_fft_long_conv(fft_long_conv_fn)
+    # the same trials, reported under this exercise's name (the piece reports as "fft_long_conv")
+    message = result.message.replace(f"{result.name}:", "check_fft_long_conv:", 1)
+    return CheckResult("check_fft_long_conv", result.passed, message)
 
 
 HINT_KDA_PER_HEAD = ("you decayed the whole state by one factor; Kimi Delta Attention decays each key channel (each row "

@@ -1,6 +1,6 @@
 """The checks of the learner's pieces of notebooks 11 and 12 (issue 34): soft-capping, a softmax with a sink, the
 sliding-window mask, the ring-buffer cache, top-k selection, MLA's absorbed attention, chunked (decayed) linear
-attention and one step of the gated delta rule.
+attention, the FFT long convolution and one step of the gated delta rule.
 
 Each ``check_piece_*`` takes the learner's object and returns a :class:`CheckResult`, comparing it with attn_lib's
 own (itself proven equal to transformers in tests/) on fresh float64 inputs, with a hint for each typical mistake.
@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 import attn_lib.attention
 import attn_lib.deltanet
@@ -38,11 +39,12 @@ _lib = SimpleNamespace(
     streaming_mask=attn_lib.windows.streaming_mask, window_mask_from_positions=attn_lib.windows.window_mask_from_positions,
     Ring=attn_lib.windows.RingKVCache, decayed=attn_lib.linear.decayed_attention,
     linear_attention=attn_lib.linear.linear_attention, ssd=attn_lib.linear.ssd,
-    delta_step=attn_lib.deltanet.delta_rule_step, gated_delta_rule=attn_lib.deltanet.gated_delta_rule)
+    delta_step=attn_lib.deltanet.delta_rule_step, gated_delta_rule=attn_lib.deltanet.gated_delta_rule,
+    fft_conv=attn_lib.linear.fft_long_conv, direct_conv=attn_lib.linear.direct_long_conv)
 
 __all__ = ["PIECES", "check_piece_softcap", "check_piece_softmax_with_sink", "check_piece_sliding_window_mask",
            "check_piece_ring_kv_cache", "check_piece_select_topk", "check_piece_absorbed_attention",
-           "check_piece_decayed_attention", "check_piece_delta_rule_step"]
+           "check_piece_decayed_attention", "check_piece_fft_long_conv", "check_piece_delta_rule_step"]
 
 
 def _randn(g, *shape, dtype=torch.float64):
@@ -380,6 +382,110 @@ def check_piece_decayed_attention(fn) -> CheckResult:
     return run_check("decayed_attention", trials)
 
 
+HINT_FFT_CIRCULAR = ("the convolution wrapped around: an FFT of n points multiplies CIRCULARLY, so with n = L the last "
+                     "values of u leak into the first outputs. Zero-pad both to n >= L + K - 1 points (2L is enough): "
+                     "torch.fft.rfft(u, n=n), torch.fft.rfft(k, n=n), then torch.fft.irfft(..., n=n).")
+HINT_FFT_CONJ = ("the conjugated spectrum gives a correlation, where y_t reads u_{t+s}, the FUTURE: multiply the two "
+                 "spectra as they are, rfft(u) * rfft(k).")
+HINT_FFT_FLIPPED = ("the filter is reversed: y_t = Σ_s k_s u_{t-s} pairs k_0 with the CURRENT value u_t, and the product "
+                    "of the spectra already does the convolution's flip: do not flip k yourself.")
+HINT_FFT_HALF = ("you kept the wrong part of the 2L values: the causal outputs y_0 .. y_{L-1} are the FIRST L values "
+                 "of irfft(...)[..., :L]; the rest is the tail of the full convolution.")
+HINT_FFT_SCALE = ("the result is right up to a constant factor: keep torch.fft's default norm ('backward': rfft does not "
+                  "scale, irfft divides by n once), or use the same norm everywhere and undo it once.")
+HINT_FFT_COMPLEX = ("the result is complex: a real signal convolved with a real filter is real. Use torch.fft.irfft (or "
+                    "take .real of torch.fft.ifft) and return u's dtype.")
+HINT_FFT_DIRECT = ("your fft_long_conv summed the convolution directly ({how}): that is the O(L²) route this piece "
+                   "replaces. Go through the spectra: torch.fft.rfft of both, multiply, torch.fft.irfft.")
+SHAPE_MISTAKES_FFT = ("Known shape mistakes: keep the first L values of the inverse transform ([..., :L]), not all n; "
+                      "pad the filter to the same n as the signal (torch.fft.rfft(k, n=n)), or the two spectra have "
+                      "different lengths; the leading dims of u and k broadcast, as in u * k.")
+
+
+class _DirectSum(TorchFunctionMode):
+    """Watches the learner's fft_long_conv (changes nothing): how many torch calls it makes, its largest result
+    (in elements) and whether it ran a direct convolution; a loop over positions, a Toeplitz matrix or unfolded
+    windows is the O(L²) sum, not the FFT route."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls, self.largest, self.conv = 0, 0, False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.calls += 1
+        if getattr(func, "__name__", "") in ("conv1d", "conv_transpose1d", "convolution", "_convolution"):
+            self.conv = True
+        if isinstance(out, torch.Tensor):
+            self.largest = max(self.largest, out.numel())
+        return out
+
+
+def check_piece_fft_long_conv(fn) -> CheckResult:
+    """my_attn.linear.fft_long_conv against the direct causal sum y_t = Σ_{s<=t} k_s u_{t-s} (attn_lib's
+    ``direct_long_conv``): filters as long as the signal and shorter, odd and even lengths, one position, leading
+    dims that broadcast, float64 and float32.
+
+    Inputs: u (..., L), k (..., K), K <= L. Raises: nothing; a wrong answer is a failed CheckResult with a hint (no
+    zero-padding, so the product wraps around; a conjugated spectrum; a reversed filter; the wrong half kept; a
+    constant factor from the FFT's norm; a complex result). Calling attn_lib's fft_long_conv or direct_long_conv
+    fails, and so does the direct O(L²) sum (a loop over positions, a Toeplitz matrix, unfolded windows or conv1d)
+    where the check can watch the code run (not in the classroom's sandbox).
+    Source: Gu, Goel & Ré 2022 (S4), §2.4 and §3.3; Poli et al. 2023 (Hyena), §3.3; attn_lib.linear.fft_long_conv.
+    """
+    cases = [((3, 64), (3, 64), torch.float64), ((2, 3, 37), (3, 37), torch.float64),
+             ((2, 300), (2, 20), torch.float64), ((4, 1), (4, 1), torch.float64), ((2, 50), (50,), torch.float32)]
+
+    def trials():
+        try:  # call() below sees a wrapper around fn (to watch it run): check fn itself first
+            check_callable("the argument of the check", fn)
+        except TypeError as e:
+            raise Mismatch(f"{e}.") from None
+        for t, (u_shape, k_shape, dtype) in enumerate(cases):
+            g = fresh_generator("fft_long_conv", t)
+            u, k = _randn(g, *u_shape), _randn(g, *k_shape) / k_shape[-1] ** 0.5
+            want = _lib.direct_conv(u, k)  # float64: the definition, summed term by term
+            u, k = u.to(dtype), k.to(dtype)
+            L, K = u_shape[-1], k_shape[-1]
+            watch = _DirectSum()
+
+            def run(u_, k_):
+                with watch:
+                    return fn(u_, k_)
+
+            with _refusing(_lib.fft_conv, _lib.direct_conv, what="fft_long_conv"):
+                got = call(run, {"u": u, "k": k})
+            what = f"fft_long_conv of u {tuple(u_shape)} and k {tuple(k_shape)} ({str(dtype).removeprefix('torch.')})"
+            if L >= 64:
+                how = ("conv1d" if watch.conv else
+                       f"{watch.calls} torch calls for {L} positions: a loop over them" if watch.calls > L else
+                       f"a tensor of {watch.largest} numbers for {want.numel()} outputs: a Toeplitz matrix or "
+                       f"unfolded windows" if watch.largest > 8 * want.numel() else None)
+                if how is not None:
+                    raise Mismatch(HINT_FFT_DIRECT.format(how=how))
+            if isinstance(got, torch.Tensor) and got.is_complex():
+                raise Mismatch(HINT_FFT_COMPLEX)
+            x, f = u.double(), k.double()
+            n = 2 * L
+            spectra = torch.fft.rfft(x, n=n), torch.fft.rfft(f, n=n)
+            wrong = [(torch.fft.irfft(torch.fft.rfft(x, n=L) * torch.fft.rfft(f, n=L), n=L), HINT_FFT_CIRCULAR),
+                     (torch.fft.irfft(spectra[0] * spectra[1].conj(), n=n)[..., :L], HINT_FFT_CONJ),
+                     (torch.fft.irfft(spectra[0] * spectra[1], n=n)[..., L:], HINT_FFT_HALF),
+                     (_lib.direct_conv(x, f.flip(-1)), HINT_FFT_FLIPPED)]
+            if isinstance(got, torch.Tensor) and got.shape == want.shape and got.is_floating_point() and \
+                    bool(torch.isfinite(got).all()):
+                c = float((got.double() * want).sum() / (want * want).sum())
+                if abs(c - 1) > 1e-3:
+                    wrong.append((c * want, HINT_FFT_SCALE))
+            tol = 1e-9 if dtype == torch.float64 else 1e-4
+            expect_close(got, want.to(dtype) if dtype != torch.float64 else want, what=what, atol=tol, rtol=tol,
+                         dtype=dtype, wrong_answers=[(w.to(dtype), h) for w, h in wrong
+                                                      if L > 1 or h == HINT_FFT_SCALE])
+        return len(cases)
+
+    return run_check("fft_long_conv", trials, shape_mistakes=SHAPE_MISTAKES_FFT)
+
+
 def check_piece_delta_rule_step(fn) -> CheckResult:
     """my_attn.deltanet.delta_rule_step against attn_lib's: one token of the gated delta rule, on a random state,
     with gates from none to strong and learning rates from 0 to 1.
@@ -442,4 +548,6 @@ PIECES: tuple[Piece, ...] = (
           check_piece_decayed_attention),
     Piece("deltanet", "delta_rule_step", "12", "3 · Gated DeltaNet: the state as online regression",
           check_piece_delta_rule_step),
+    Piece("linear", "fft_long_conv", "12", "4 · Long convolutions: S4's convolution mode and Hyena",
+          check_piece_fft_long_conv),
 )

@@ -1,4 +1,4 @@
-"""Causal linear attention with a decay, in three forms, solved (notebook 12)."""
+"""Causal linear attention with a decay, in three forms, and the FFT long convolution, solved (notebook 12)."""
 
 from __future__ import annotations
 
@@ -40,3 +40,11 @@ def decayed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
             state = cum[..., -1, None, None].exp() * state + (k * to_end).transpose(-1, -2) @ v
     out = torch.cat(outs, -2)
     return (out, state) if return_state else out
+
+
+def fft_long_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Zero-pad both to 2L points (no wrap-around), multiply the spectra, transform back, keep the first L values."""
+    L = u.shape[-1]
+    n = 2 * L  # >= L + K - 1: the whole linear convolution fits, so the circular product equals it
+    spectrum = torch.fft.rfft(u, n=n) * torch.fft.rfft(k, n=n)  # rfft(x, n) pads x with zeros to n points
+    return torch.fft.irfft(spectrum, n=n)[..., :L].to(u.dtype)
