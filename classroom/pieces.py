@@ -18,7 +18,8 @@ the check's verdict (``classroom/grade.py``'s ``sandbox_watches`` and ``watched_
 sandbox's word, as every in-sandbox watch is: rebinding torch's functions, Triton's launcher or the runner's watch
 from the student's module changes nothing (the runner resolved them first), a watch turned off during the call fails
 the check, and a reply forged on the report channel puts the protocol out of step, which fails the next call; a
-student who rewrites the runner's own process can still forge it, in code the submission shows. Not yet (their checks
+student who rewrites the runner's own process can still forge it, in code the submission shows, and a package whose
+source names the grader's machinery (:data:`GRADER_TOKENS`) is flagged for the teacher to read. Not yet (their checks
 need the object in the grader's process): the classes (``BPETokenizer``, ``MultiHeadAttention``, ``KVCache``, the
 blocks and the decoder, whose grade the issue wants as a shortened training run with a threshold).
 :func:`ungraded_pieces` names them.
@@ -324,6 +325,23 @@ def pieces_notebook(files: dict[str, str], only: set[str] | None = None) -> dict
     return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
+# what code needs to reach the grader's machinery in the sandbox's process (the runner, its pipes, its profile hook
+# and torch's function modes, Triton's launcher): a package whose source names one is flagged for the teacher to
+# read, since in-sandbox watches are the sandbox's word (see the module's docstring). The flag names these tokens only.
+GRADER_TOKENS = ("classroom", "/opt/grader", "dup2", "sys.argv", "setprofile", "settrace", "DisableTorchFunction",
+                 "_pop_mode", "_set_torch_function_mode", "GridExecutor", "get_objects", "f_locals", "f_back")
+
+
+def source_flags(files: dict[str, str]) -> list[str]:
+    """A flag when the package's source mentions :data:`GRADER_TOKENS` (which ones, in the grader's words), or
+    none. A tripwire, not a proof: the points are the checks'."""
+    found = [t for t in GRADER_TOKENS if any(t in text for text in files.values())]
+    if not found:
+        return []
+    return [f"my_attn: the package's source mentions the grader's machinery ({', '.join(found)}): read it before "
+            "trusting the checks that watch the sandbox (flash_forward's kernel, the torch functions refused)"]
+
+
 def grade_pieces(folder: Path, library: Path, *, cell_timeout: float = 60, budget_s: float = 600,
                  salt: str = "graded", limits=None, only: set[str] | None = None) -> dict:
     """Grade the student's ``my_attn/`` in the sandbox: :func:`classroom.grade.grade_notebook`'s result
@@ -331,8 +349,11 @@ def grade_pieces(folder: Path, library: Path, *, cell_timeout: float = 60, budge
     those grade ids, as :func:`pieces_notebook`)."""
     from classroom.grade import grade_notebook
 
-    nb = pieces_notebook(package_files(folder), only)
-    return grade_notebook(nb, nb, library, cell_timeout=cell_timeout, budget_s=budget_s, salt=salt, limits=limits)
+    files = package_files(folder)
+    nb = pieces_notebook(files, only)
+    result = grade_notebook(nb, nb, library, cell_timeout=cell_timeout, budget_s=budget_s, salt=salt, limits=limits)
+    result["flags"] = source_flags(files) + result["flags"]
+    return result
 
 
 # ------------------------------------------------------------------------------------- make autograde
@@ -387,7 +408,8 @@ def grade_package(student: str, folder: Path, library: Path, out: Path, *, cell_
     ``out/.state`` under the digest of the package, so a new run reuses it."""
     from classroom import autograde as ag
 
-    nb = pieces_notebook(package_files(folder))
+    files = package_files(folder)
+    nb = pieces_notebook(files)
     data = json.dumps(nb, sort_keys=True).encode()
     key = ag.grade_digest(data, str(cell_timeout).encode())
     state = ag._state_path(out, student, ASSIGNMENT)
@@ -396,6 +418,7 @@ def grade_package(student: str, folder: Path, library: Path, out: Path, *, cell_
         return kept
     result = ag.run_grade_job(nb, nb, library, cell_timeout=cell_timeout, budget_s=budget_s, salt=salt)
     result["cells"] = []  # the setup cell holds the whole package: the feedback shows the checks' messages only
+    result["flags"] = source_flags(files) + list(result.get("flags", []))
     if result["status"] == "graded":
         ag._atomic_write(state, json.dumps({"digest": key, "result": result}, ensure_ascii=False))
     return result

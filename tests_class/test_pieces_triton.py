@@ -152,6 +152,12 @@ def _grade(folder, library, **kw):
     return result
 
 
+def test_source_flags_name_the_graders_tokens_only():
+    assert pieces.source_flags(pieces.package_files(SOLVED)) == [] == pieces.source_flags(pieces.package_files(STUBS))
+    (flag,) = pieces.source_flags({"my_attn/x.py": "import os; os.dup2(3, 4)  # STUDENT-TEXT"})
+    assert "(dup2)" in flag and "STUDENT" not in flag
+
+
 def test_flash_forward_is_graded_in_the_sandbox():
     assert "flash_forward" in {p.name for p in pieces.graded_pieces()}
     assert "flash_forward" not in pieces.ungraded_pieces() and not pieces.NOT_GRADED_HERE
@@ -212,15 +218,17 @@ def test_patching_the_runners_watch_from_the_module_gains_nothing(library, tmp_p
     result = _grade(_package(tmp_path, TORCH_ONLY + PATCH_WATCH), library)
     assert result["scores"] == {GID: 0}
     assert NO_KERNEL in result["messages"][GID], result["messages"]
+    assert "the package's source mentions the grader's machinery (classroom, GridExecutor)" in result["flags"][0]
 
 
 def test_a_reply_forged_on_the_report_channel_gains_nothing(library, tmp_path):
     """A reply written to the runner's pipe during the call is read as the call's reply, but the runner's own reply
-    follows it: the next call reads that one (the torch functions it reports, the previous case's output), so the
-    check fails, and the notebook's process is out of step afterwards."""
+    follows it: the next call reads that one (the previous case's output and inputs), so the check fails, and the
+    notebook's process is out of step afterwards; the source's mention of the grader's runner is flagged."""
     result = _grade(_package(tmp_path, TORCH_ONLY + FORGE_CHANNEL), library)
     assert result["scores"] == {GID: 0}, result["messages"]
-    assert result["flags"], "the runner's own reply, out of step, is noticed"
+    assert "an unexpected message" in " ".join(result["flags"]), "the runner's own reply, out of step, is noticed"
+    assert "the package's source mentions the grader's machinery (classroom, sys.argv, GridExecutor)" in result["flags"][0]
 
 
 def test_turning_the_watch_off_gains_nothing(library, tmp_path):
