@@ -118,7 +118,13 @@ def _code_name(code) -> str | None:
     imported modules by its file: ``triton.runtime.interpreter.GridExecutor.__call__``."""
     for module in list(sys.modules.values()):
         if getattr(module, "__file__", None) == code.co_filename:
-            return f"{module.__name__}.{getattr(code, 'co_qualname', code.co_name)}"
+            qualname = getattr(code, "co_qualname", None)  # Python 3.11+; before it, the function's __qualname__
+            for value in [] if qualname else list(vars(module).values()):
+                members = vars(value).values() if isinstance(value, type) else []
+                for f in [value, getattr(value, "fn", None), *members]:  # a function, a @triton.jit's, a method
+                    if getattr(f, "__code__", None) is code:
+                        qualname = f.__qualname__
+            return f"{module.__name__}.{qualname or code.co_name}"
     return None
 
 
