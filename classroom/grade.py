@@ -332,15 +332,19 @@ def _remote_error(reply: dict) -> BaseException:
 
 def watched_names(watch: dict, reply: dict) -> set[str] | None:
     """The names of ``watch`` (the grader's own) that the runner's reply says fired: ``torch`` and ``code`` names
-    from its ``watched`` list, ``library`` names from its entries into attn_lib (``used``); None when the reply
+    from its ``watched`` list, ``library`` names from its entries into attn_lib (``used``; ``"attn_lib.flash.*"``:
+    any entry into that module, ``attn_lib.flash.flash_attention`` or ``attn_lib.flash._run``); None when the reply
     says the watch was turned off during the call, or has no report. Only the grader's names come out: no student
     text becomes a verdict."""
     if reply.get("watch_intact") is not True or not isinstance(reply.get("watched"), list):
         return None
-    said = {str(n) for n in reply["watched"]} | {str(n) for n in reply.get("used", []) if isinstance(n, str)}
+    used = {n for n in reply.get("used", []) if isinstance(n, str)} if isinstance(reply.get("used"), list) else set()
+    said = {str(n) for n in reply["watched"]} | used
     if "(the grader's watch was turned off)" in said:
         return None
-    return {n for kind in ("torch", "code", "library") for n in watch.get(kind, []) if n in said}
+    fired = {n for kind in ("torch", "code", "library") for n in watch.get(kind, []) if n in said}
+    return fired | {n for n in watch.get("library", []) if n.endswith(".*")  # any entry into that module
+                    and any(u.startswith(n[:-1]) for u in used)}
 
 
 def sandbox_watches(exercises: dict) -> dict:

@@ -265,3 +265,19 @@ def tiled_attention(*args, **kwargs):
     assert result["scores"] == {"piece_tiled_attention": 0}, result["messages"]
     message = result["messages"]["piece_tiled_attention"]
     assert "torch.nn.functional.scaled_dot_product_attention" in message, message
+
+
+def test_attn_libs_kernel_source_gets_zero(library, tmp_path):
+    """Any entry into attn_lib.flash or attn_lib.flash_kernels counts as the library's kernel in the sandbox: here
+    kernel_source, whose text of attn_lib's kernel a launcher could exec as its own; the student's own kernel still
+    runs."""
+    source = (SOLVED / "flash.py").read_text().replace(
+        "    grid = (triton.cdiv(L, block_m), B * H)\n",
+        "    grid = (triton.cdiv(L, block_m), B * H)\n"
+        "    from attn_lib import flash_kernels\n    flash_kernels.kernel_source('forward')\n")
+    pkg = _package(tmp_path)
+    assert source != (pkg / "flash.py").read_text()
+    (pkg / "flash.py").write_text(source)
+    result = _grade(pkg, library)
+    assert result["scores"] == {GID: 0}
+    assert "attn_lib.flash_kernels' code" in result["messages"][GID], result["messages"]

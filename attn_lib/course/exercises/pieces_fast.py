@@ -91,7 +91,8 @@ def _watching(fn, piece: str, guard: _Guard, used: list, seen: dict | None = Non
 
     def run(*args):
         if callable(getattr(fn, "watched_call", None)):  # the grader's stand-in for a function in the sandbox
-            return _watched_remotely(fn, args, kwargs, guard, used, seen, library)
+            return _watched_remotely(fn, args, kwargs, guard, used, seen,
+                                     {**library, **_LIBRARY_MODULES.get(piece, {})})
         previous = sys.getprofile()
         sys.setprofile(profile)
         try:
@@ -128,9 +129,16 @@ def _code_name(code) -> str | None:
     return None
 
 
+# in the sandbox, any entry into these modules of attn_lib counts as running the library's implementation of the piece
+# ("attn_lib.flash_kernels.*": its kernels, or kernel_source's text of them to exec); make check-mine watches code only
+_LIBRARY_MODULES = {"flash_forward": {"attn_lib.flash.*": "attn_lib.flash's code",
+                                      "attn_lib.flash_kernels.*": "attn_lib.flash_kernels' code"}}
+
+
 def _remote_watch(guard: _Guard, seen: dict | None, library: dict) -> tuple[dict, dict]:
     """What a check watches, as names the sandbox's runner resolves (classroom/runner.py's ``_NamedWatch``):
-    ({"torch": [...], "code": [...], "library": [...]}, name -> (kind, what it stands for here))."""
+    ({"torch": [...], "code": [...], "library": [...]}, name -> (kind, what it stands for here)). ``library``: code
+    objects, or names ``"module.*"`` (any entry into that module of attn_lib), to their labels."""
     back: dict = {}
     for func, label in guard.watched.items():
         name = _torch_name(func)
@@ -141,7 +149,7 @@ def _remote_watch(guard: _Guard, seen: dict | None, library: dict) -> tuple[dict
         if name is not None:
             back[name] = ("code", code)
     for code, label in library.items():
-        name = _code_name(code)
+        name = code if isinstance(code, str) else _code_name(code)
         if name is not None:
             back.setdefault(name, ("library", label))
     kinds = {k: sorted(n for n, (kind, _) in back.items() if kind == k) for k in ("torch", "code", "library")}
