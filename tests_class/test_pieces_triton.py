@@ -185,6 +185,20 @@ def test_the_worked_solution_gets_full_points(library):
     print(f"the solution's flash_forward graded in {result['seconds']:.1f} s (sandbox start included)")
 
 
+def test_the_sandbox_runs_triton_interpreted_from_its_first_import(library, tmp_path):
+    """TRITON_INTERPRET=1 is set before triton is first imported in the sandbox: @triton.jit makes interpreted
+    functions there, and launch() runs them directly (not through attn_lib's interpreter twin)."""
+    pkg = _package(tmp_path)
+    (pkg / "flash.py").write_text((pkg / "flash.py").read_text() + '''
+
+import os
+
+assert os.environ.get("TRITON_INTERPRET") == "1" and type(_flash_fwd_kernel).__name__ == "InterpretedFunction"
+''')
+    result = _grade(pkg, library)
+    assert result["scores"] == {GID: pieces.PIECE_POINTS}, result["messages"]
+
+
 def test_the_stub_says_not_written(library):
     result = _grade(STUBS, library)
     assert result["scores"] == {GID: 0}
