@@ -331,20 +331,18 @@ def _remote_error(reply: dict) -> BaseException:
 
 
 def watched_names(watch: dict, reply: dict) -> set[str] | None:
-    """The names of ``watch`` (the grader's own) that the runner's reply says fired: ``torch`` and ``code`` names
-    from its ``watched`` list, ``library`` names from its entries into attn_lib (``used``; ``"attn_lib.flash.*"``:
-    any entry into that module, ``attn_lib.flash.flash_attention`` or ``attn_lib.flash._run``); None when the reply
-    says the watch was turned off during the call, or has no report. Only the grader's names come out: no student
-    text becomes a verdict."""
+    """The names of ``watch`` (the grader's own) that the runner's reply says fired, in its ``watched`` list:
+    ``torch`` and ``code`` names, and ``library`` names matched by the runner against its entries into attn_lib
+    (``"attn_lib.flash.*"``: any entry into that module, ``attn_lib.flash.flash_attention`` or
+    ``attn_lib.flash._run``); None when the reply says the watch was turned off during the call, or has no report.
+    Only the grader's names come out: no student text becomes a verdict."""
     if reply.get("watch_intact") is not True or not isinstance(reply.get("watched"), list):
         return None
-    used = {n for n in reply.get("used", []) if isinstance(n, str)} if isinstance(reply.get("used"), list) else set()
-    said = {str(n) for n in reply["watched"]} | used
-    if "(the grader's watch was turned off)" in said:
+    used = reply.get("used") if isinstance(reply.get("used"), list) else []
+    if "(the grader's watch was turned off)" in used:
         return None
-    fired = {n for kind in ("torch", "code", "library") for n in watch.get(kind, []) if n in said}
-    return fired | {n for n in watch.get("library", []) if n.endswith(".*")  # any entry into that module
-                    and any(u.startswith(n[:-1]) for u in used)}
+    said = {str(n) for n in reply["watched"]}
+    return {n for kind in ("torch", "code", "library") for n in watch.get(kind, []) if n in said}
 
 
 def sandbox_watches(exercises: dict) -> dict:
@@ -392,7 +390,7 @@ class RemoteFunction:
         if kwargs:  # a check that calls fn(..., scale=s): the keyword arguments travel by name
             request["kwargs"] = {k: wire.encode(v, arrays, memo=memo) for k, v in kwargs.items()}
         if self.watch:
-            request["watch"] = [n for k in ("torch", "code") for n in self.watch.get(k, [])]
+            request["watch"] = [n for k in ("torch", "code", "library") for n in self.watch.get(k, [])]
         self.box.send(request, arrays)
         try:
             reply, data = self.box.receive(timeout=max(_core.TIME_LIMIT_S, 1) + 10)

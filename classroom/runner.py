@@ -185,8 +185,11 @@ class _NamedWatch:
         # bound now, before the student's code: patching this class later does not reach the runner
         self.call = self._call
 
-    def _call(self, fn, args, kwargs, names) -> tuple:
-        """``fn(*args, **kwargs)`` watched for ``names`` (those of the plan): (result, fired names, intact)."""
+    def _call(self, fn, args, kwargs, names, used: list) -> tuple:
+        """``fn(*args, **kwargs)`` watched for ``names`` (those of the plan): (result, fired names, intact). A name
+        of attn_lib's code (``attn_lib.flash.flash_attention``, or ``attn_lib.flash.*`` for any of that module)
+        fires when ``used``, the entries into attn_lib that :class:`_watch_reference_calls` notes, holds it (the
+        reply's ``used`` keeps only 20 of them)."""
         names = set(names) if isinstance(names, list) else set()
         code = {c: n for c, n in self.code.items() if n in names}
         fired: set = set()
@@ -214,6 +217,10 @@ class _NamedWatch:
             intact = sys.getprofile() is hook
             if intact:  # else left as the student's code left it: _watch_reference_calls notes it too
                 sys.setprofile(previous)
+        for name in names:
+            if isinstance(name, str) and name.startswith("attn_lib.") and any(
+                    u == name or (name.endswith(".*") and u.startswith(name[:-1])) for u in used):
+                fired.add(name)
         return result, sorted(fired), intact
 
 
@@ -318,7 +325,7 @@ class Runner:
                         if watch is None:
                             result = fn(*args, **kwargs)
                         else:  # a check's named watch (_NamedWatch)
-                            result, fired, intact = self.named.call(fn, args, kwargs, watch)
+                            result, fired, intact = self.named.call(fn, args, kwargs, watch, used)
                     reply_arrays = []
                     after_memo = wire.new_memo()
                     reply = {"ok": True, "used": sorted(set(used))[:20], "result": wire.encode(result, reply_arrays),

@@ -295,3 +295,30 @@ def test_attn_libs_kernel_source_gets_zero(library, tmp_path):
     result = _grade(pkg, library)
     assert result["scores"] == {GID: 0}
     assert "attn_lib.flash_kernels' code" in result["messages"][GID], result["messages"]
+
+
+def test_a_crowd_of_harmless_library_calls_hides_nothing(library, tmp_path):
+    """The reply's list of entries into attn_lib keeps 20 names; 25 of attn_lib._checks' functions (sorted before
+    attn_lib.flash) called first do not push attn_lib.flash out of the watch: the runner matches the check's
+    library names against every entry."""
+    crowd = LIBRARY.replace("    from attn_lib.flash import flash_attention\n", '''    import inspect
+
+    from attn_lib import _checks
+    from attn_lib.flash import flash_attention
+
+    for name, f in sorted(vars(_checks).items()):
+        if inspect.isfunction(f) and f.__module__ == "attn_lib._checks":
+            try:
+                f(None)
+            except Exception:
+                pass
+''')
+    import inspect
+
+    from attn_lib import _checks
+
+    assert crowd != LIBRARY
+    assert len([f for f in vars(_checks).values() if inspect.isfunction(f) and f.__module__ == _checks.__name__]) > 20
+    result = _grade(_package(tmp_path, crowd), library)
+    assert result["scores"] == {GID: 0}
+    assert "attn_lib.flash's code" in result["messages"][GID], result["messages"]
