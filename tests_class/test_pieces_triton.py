@@ -322,3 +322,27 @@ def test_a_crowd_of_harmless_library_calls_hides_nothing(library, tmp_path):
     result = _grade(_package(tmp_path, crowd), library)
     assert result["scores"] == {GID: 0}
     assert "attn_lib.flash's code" in result["messages"][GID], result["messages"]
+
+
+@pytest.mark.parametrize("source", [TORCH_ONLY, TRIVIAL_KERNEL], ids=["torch-only", "trivial-kernel"])
+def test_the_sandbox_says_what_make_check_mine_says(library, tmp_path, source):
+    """The same check, in the grader's process on the sandbox's function and in-process on the module itself (as
+    make check-mine runs it): the same verdict and the same hint (the refused torch functions, in any order)."""
+    import importlib.util
+    import re
+
+    from attn_lib.course.exercises.pieces_fast import check_piece_flash_forward
+
+    pkg = _package(tmp_path, source)
+    spec = importlib.util.spec_from_file_location("student_flash", pkg / "flash.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    here = check_piece_flash_forward(module.flash_forward)
+    there = _grade(pkg, library)
+    assert not here.passed and there["scores"] == {GID: 0}
+
+    def hint(message):  # "... called a, b, c: the piece ..." -> {a, b, c}; else the message
+        m = re.search(r"called (.*?): the piece", message)
+        return set(m.group(1).split(", ")) if m else message
+
+    assert hint(there["messages"][GID]) == hint(here.message), (there["messages"][GID], here.message)
