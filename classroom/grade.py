@@ -330,11 +330,54 @@ def _remote_error(reply: dict) -> BaseException:
         return type(name, (Exception,), {})(text)
 
 
+def watched_names(watch: dict, reply: dict) -> set[str] | None:
+    """The names of ``watch`` (the grader's own) that the runner's reply says fired, in its ``watched`` list:
+    ``torch`` and ``code`` names, and ``library`` names matched by the runner against its entries into attn_lib
+    (``"attn_lib.flash.*"``: any entry into that module, ``attn_lib.flash.flash_attention`` or
+    ``attn_lib.flash._run``); None when the reply says the watch was turned off during the call, or has no report.
+    Only the grader's names come out: no student text becomes a verdict."""
+    if reply.get("watch_intact") is not True or not isinstance(reply.get("watched"), list):
+        return None
+    used = reply.get("used") if isinstance(reply.get("used"), list) else []
+    if "(the grader's watch was turned off)" in used:
+        return None
+    said = {str(n) for n in reply["watched"]}
+    return {n for kind in ("torch", "code", "library") for n in watch.get(kind, []) if n in said}
+
+
+def sandbox_watches(exercises: dict) -> dict:
+    """What the runner must set up before the student's first cell for this notebook's checks (merged into its
+    plan): a check with a ``sandbox_watch`` (``check_piece_flash_forward``) names the torch functions and the
+    Python code it watches during its calls, which the runner resolves before any student code runs
+    (:class:`classroom.runner._NamedWatch`), and whether Triton runs interpreted (``TRITON_INTERPRET=1``)."""
+    import attn_lib.course.exercises as checks
+
+    from classroom import pieces
+
+    watch: dict[str, list[str]] = {"torch": [], "code": []}
+    interpret = False
+    for exercise in exercises.values():
+        for name, _ in exercise.get("checks", []):
+            check = getattr(checks, name, None) or pieces.check_for(name)
+            spec = getattr(check, "sandbox_watch", None)
+            if callable(spec):
+                spec = spec()
+                for kind in watch:
+                    watch[kind] += [n for n in spec.get(kind, []) if n not in watch[kind]]
+                interpret = interpret or bool(spec.get("interpret_triton"))
+    if not (watch["torch"] or watch["code"] or interpret):
+        return {}
+    return {"watch": watch, "interpret_triton": interpret}
+
+
 class RemoteFunction:
     """Stands for the student's function: a call sends the inputs to the sandbox and returns its outputs."""
 
     def __init__(self, box, number: int, name: str):
         self.box, self.number, self.__name__ = box, number, name
+        # a check's named watch for the next calls ({"torch": [...], "code": [...], "library": [...]}, see
+        # watched_call); after each such call, ``fired`` = the watched names that fired, or None if the watch was off
+        self.watch, self.fired = None, None
 
     def __call__(self, *args, **kwargs):
         from attn_lib.course.exercises import _core
@@ -346,6 +389,8 @@ class RemoteFunction:
         request = {"op": "call", "fn": self.number, "args": [wire.encode(a, arrays, memo=memo) for a in args]}
         if kwargs:  # a check that calls fn(..., scale=s): the keyword arguments travel by name
             request["kwargs"] = {k: wire.encode(v, arrays, memo=memo) for k, v in kwargs.items()}
+        if self.watch:
+            request["watch"] = [n for k in ("torch", "code", "library") for n in self.watch.get(k, [])]
         self.box.send(request, arrays)
         try:
             reply, data = self.box.receive(timeout=max(_core.TIME_LIMIT_S, 1) + 10)
@@ -363,6 +408,8 @@ class RemoteFunction:
                 self.box.reference_calls.add("(a malformed report)")
         if not reply.get("ok"):
             raise _remote_error(reply)
+        if self.watch:
+            self.fired = watched_names(self.watch, reply)
         try:
             result = wire.decode(reply.get("result"), data)
             after = [wire.decode(a, data) for a in reply.get("after", [])]
@@ -478,7 +525,8 @@ def grade_notebook(submitted: dict, released: dict, library: Path, *, cell_timeo
         current, grading = None, None
         recorded: set[int] = set()  # cells recorded in this run of the notebook
         try:
-            box.send({"cells": cells, "skip": sorted(skip), "serve": pending, "cell_timeout": cell_timeout})
+            box.send({"cells": cells, "skip": sorted(skip), "serve": pending, "cell_timeout": cell_timeout,
+                      **sandbox_watches(exercises)})
             box.receive(timeout=120)  # ready
             while True:
                 left = deadline - time.monotonic()

@@ -9,10 +9,20 @@ notebook, the check runs in the grader's process on salted inputs, and the piece
 :class:`~classroom.grade.RemoteFunction` that runs in the sandbox; the student's code never runs in the grader's
 process and the expected values never leave it.
 
-Graded here: the pieces that are functions. Not yet (their checks need the object in the grader's process, or
-watch something that happens in the sandbox): the classes (``BPETokenizer``, ``MultiHeadAttention``, ``KVCache``,
-the blocks and the decoder, whose grade the issue wants as a shortened training run with a threshold) and the
-Triton kernel (its check watches Triton's launcher, which runs in the sandbox). :func:`ungraded_pieces` names them.
+Graded here: the pieces that are functions, the Triton kernel ``flash_forward`` among them. Its check watches what
+happens during the call (that Triton's interpreter launched a kernel, ``GridExecutor.__call__``; that the launcher
+computed no attention in torch; that it ran none of attn_lib's kernels): in the sandbox the runner keeps those watches
+and reports them by name (``classroom/runner.py``'s ``_NamedWatch``, resolved before any student code runs, with
+``TRITON_INTERPRET=1`` set before triton is first imported there), and the grader turns the names it asked for into
+the check's verdict (``classroom/grade.py``'s ``sandbox_watches`` and ``watched_names``). The report is the
+sandbox's word, as every in-sandbox watch is: rebinding torch's functions, Triton's launcher or the runner's watch
+from the student's module changes nothing (the runner resolved them first), a watch turned off during the call fails
+the check, and a reply forged on the report channel puts the protocol out of step, which fails the next call; a
+student who rewrites the runner's own process can still forge it, in code the submission shows, and a package whose
+source names the grader's machinery (:data:`GRADER_TOKENS`) is flagged for the teacher to read. Not yet (their checks
+need the object in the grader's process): the classes (``BPETokenizer``, ``MultiHeadAttention``, ``KVCache``, the
+blocks and the decoder, whose grade the issue wants as a shortened training run with a threshold).
+:func:`ungraded_pieces` names them.
 
 Points per piece: :data:`PIECE_POINTS`, or ``piece_<name> = points`` in ``classroom/points.toml``.
 """
@@ -27,7 +37,7 @@ ASSIGNMENT = "my_attn"
 PIECE_POINTS = 5  # a piece is a function the learner writes and the course then runs on: half an exercise's 10
 MAX_FILE_BYTES = 200_000  # per module of the student's package
 MAX_FILES = 200  # modules read from one package (the course's has 21): the job stays far below a message's 64 MB
-NOT_GRADED_HERE = {"flash_forward"}  # checked by watching Triton's launcher in the checking process
+NOT_GRADED_HERE: set[str] = set()  # function pieces not graded in the sandbox (none now: flash_forward's watches are)
 
 _SETUP = '''\
 import importlib, json, pathlib, sys, tempfile, types
@@ -186,6 +196,17 @@ class KeywordCall:
             args.append({"__kwargs__": {k: _send(v) for k, v in kwargs.items()}})
         return self.remote(*args)
 
+    def watched_call(self, watch: dict, *args, **kwargs):
+        """The call, with the sandbox's runner watching the names of ``watch`` (``{"torch": [...], "code": [...],
+        "library": [...]}``, a check's own, see ``attn_lib.course.exercises.pieces_fast._watching``): (result, the
+        names that fired, or None when the watch was turned off during the call)."""
+        self.remote.watch, self.remote.fired = watch, None
+        try:
+            result = self(*args, **kwargs)
+        finally:
+            self.remote.watch = None
+        return result, self.remote.fired
+
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64", "bool")
 
@@ -276,16 +297,20 @@ def _cell(source: str, meta: dict, kind: str = "code") -> dict:
     return cell
 
 
-def pieces_notebook(files: dict[str, str]) -> dict:
+def pieces_notebook(files: dict[str, str], only: set[str] | None = None) -> dict:
     """The notebook that grades the pieces: a locked cell that unpacks ``files`` in the sandbox and imports the
-    modules, then one graded cell per piece (nbgrader's metadata, as :func:`classroom.grade.plan_cells` reads it)."""
-    pieces = graded_pieces()
+    modules, then one graded cell per piece (nbgrader's metadata, as :func:`classroom.grade.plan_cells` reads it).
+    ``only``: the grade ids to grade (``{"piece_flash_forward"}``; the decoder is trained only when
+    :data:`DECODER_ID` is among them); every one by default."""
+    pieces = [p for p in graded_pieces() if only is None or f"piece_{p.name}" in only]
     pts = points()
     modules = sorted({p.module for p in pieces})
     from attn_lib.course import mine
 
     decoder_module = next(p.module for p in mine.PIECES if p.name == "LMBlock")
-    modules = sorted(set(modules) | {decoder_module})
+    if only is not None and DECODER_ID not in only:
+        decoder_module = None  # nothing to train: the setup's _train_decoder says "not written" at once
+    modules = sorted(set(modules) | ({decoder_module} - {None}))
     cells = [_cell(_SETUP.format(files=json.dumps(files), modules=modules, dtypes=DTYPES,
                                  decoder_module=decoder_module, decoder_steps=DECODER_STEPS),
                    {"grade": False, "solution": False, "locked": True, "grade_id": "my_attn_setup"})]
@@ -293,20 +318,42 @@ def pieces_notebook(files: dict[str, str]) -> dict:
         cells.append(_cell(f"attn_lib.course.exercises.check_piece_{p.name}(_mine({p.module!r}, {p.name!r}))",
                            {"grade": True, "solution": False, "locked": True, "grade_id": f"piece_{p.name}",
                             "points": pts[f"piece_{p.name}"]}))
-    cells.append(_cell("attn_lib.course.exercises.check_piece_decoder_training(_decoder_logits)",
-                       {"grade": True, "solution": False, "locked": True, "grade_id": DECODER_ID,
-                        "points": pts[DECODER_ID]}))
+    if decoder_module is not None:
+        cells.append(_cell("attn_lib.course.exercises.check_piece_decoder_training(_decoder_logits)",
+                           {"grade": True, "solution": False, "locked": True, "grade_id": DECODER_ID,
+                            "points": pts[DECODER_ID]}))
     return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
+# what code needs to reach the grader's machinery in the sandbox's process (the runner, its pipes, its profile hook
+# and torch's function modes, Triton's launcher): a package whose source names one is flagged for the teacher to
+# read, since in-sandbox watches are the sandbox's word (see the module's docstring). The flag names these tokens only.
+GRADER_TOKENS = ("classroom", "/opt/grader", "dup2", "sys.argv", "setprofile", "settrace", "DisableTorchFunction",
+                 "_pop_mode", "_set_torch_function_mode", "GridExecutor", "get_objects", "f_locals", "f_back")
+
+
+def source_flags(files: dict[str, str]) -> list[str]:
+    """A flag when the package's source mentions :data:`GRADER_TOKENS` (which ones, in the grader's words), or
+    none. A tripwire, not a proof: the points are the checks'."""
+    found = [t for t in GRADER_TOKENS if any(t in text for text in files.values())]
+    if not found:
+        return []
+    return [f"my_attn: the package's source mentions the grader's machinery ({', '.join(found)}): read it before "
+            "trusting the checks that watch the sandbox (flash_forward's kernel, the torch functions refused)"]
+
+
 def grade_pieces(folder: Path, library: Path, *, cell_timeout: float = 60, budget_s: float = 600,
-                 salt: str = "graded", limits=None) -> dict:
+                 salt: str = "graded", limits=None, only: set[str] | None = None) -> dict:
     """Grade the student's ``my_attn/`` in the sandbox: :func:`classroom.grade.grade_notebook`'s result
-    ({"scores", "max", "messages", "cells", "flags"}), one grade id ``piece_<name>`` per graded piece."""
+    ({"scores", "max", "messages", "cells", "flags"}), one grade id ``piece_<name>`` per graded piece (``only``:
+    those grade ids, as :func:`pieces_notebook`)."""
     from classroom.grade import grade_notebook
 
-    nb = pieces_notebook(package_files(folder))
-    return grade_notebook(nb, nb, library, cell_timeout=cell_timeout, budget_s=budget_s, salt=salt, limits=limits)
+    files = package_files(folder)
+    nb = pieces_notebook(files, only)
+    result = grade_notebook(nb, nb, library, cell_timeout=cell_timeout, budget_s=budget_s, salt=salt, limits=limits)
+    result["flags"] = source_flags(files) + result["flags"]
+    return result
 
 
 # ------------------------------------------------------------------------------------- make autograde
@@ -361,7 +408,8 @@ def grade_package(student: str, folder: Path, library: Path, out: Path, *, cell_
     ``out/.state`` under the digest of the package, so a new run reuses it."""
     from classroom import autograde as ag
 
-    nb = pieces_notebook(package_files(folder))
+    files = package_files(folder)
+    nb = pieces_notebook(files)
     data = json.dumps(nb, sort_keys=True).encode()
     key = ag.grade_digest(data, str(cell_timeout).encode())
     state = ag._state_path(out, student, ASSIGNMENT)
@@ -370,6 +418,7 @@ def grade_package(student: str, folder: Path, library: Path, out: Path, *, cell_
         return kept
     result = ag.run_grade_job(nb, nb, library, cell_timeout=cell_timeout, budget_s=budget_s, salt=salt)
     result["cells"] = []  # the setup cell holds the whole package: the feedback shows the checks' messages only
+    result["flags"] = source_flags(files) + list(result.get("flags", []))
     if result["status"] == "graded":
         ag._atomic_write(state, json.dumps({"digest": key, "result": result}, ensure_ascii=False))
     return result

@@ -10,7 +10,8 @@ cells in an IPython shell (magics and all, as a kernel would), sends each cell's
 - ``values``: evaluate the check's argument expressions in the notebook's namespace; a function comes back as a
   handle, any other value as data (:mod:`classroom.wire`);
 - ``call``: call a handle on the inputs the grader made, send back the result and the inputs as they are after
-  the call (so that a change in place is seen);
+  the call (so that a change in place is seen); with ``watch``, the names of the plan's watches that fired during
+  the call (:class:`_NamedWatch`, what ``check_piece_flash_forward`` watches);
 - ``next``: go on with the next cell.
 
 Nothing here decides a grade: the grader compares, in its own process. This file is trusted by no one: the
@@ -117,6 +118,112 @@ class _watch_reference_calls:
         return False
 
 
+class _NamedWatch:
+    """What a check asks the runner to watch by name during a call (``check_piece_flash_forward``: that Triton's
+    interpreter launched a kernel, that the launcher computed no attention in torch). The grader names them in the
+    plan (``"watch": {"torch": [...], "code": [...]}``, dotted names such as ``torch.matmul`` and
+    ``triton.runtime.interpreter.GridExecutor.__call__``); they are resolved here, when the plan arrives, before any
+    of the student's cells runs, so a module that later rebinds ``torch.matmul`` or ``GridExecutor.__call__`` (or
+    this class) does not change what is watched. ``torch`` names are seen by a ``TorchFunctionMode`` (the function
+    object torch dispatches), ``code`` names by the code object that runs (a profile hook, chained to the one of
+    :class:`_watch_reference_calls`). With ``interpret_triton``, ``TRITON_INTERPRET=1`` is set before triton is
+    first imported, so ``kernel[grid](...)`` runs Triton's interpreter. The reply of a watched call names only the
+    requested names that fired, and whether the watch was still in place when the call returned: the grader
+    believes no other text (:meth:`classroom.grade.RemoteFunction.__call__`)."""
+
+    def __init__(self, plan: dict):
+        import importlib
+
+        watch = plan.get("watch") if isinstance(plan.get("watch"), dict) else {}
+        if plan.get("interpret_triton") and "triton" not in sys.modules:
+            os.environ["TRITON_INTERPRET"] = "1"
+        self.torch: dict = {}  # function object -> name
+        self.code: dict = {}  # code object -> name
+        for kind in ("torch", "code"):
+            for name in watch.get(kind, []) if isinstance(watch.get(kind), list) else []:
+                if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][\w.]{0,200}", name):
+                    continue
+                parts, obj = name.split("."), None
+                for cut in range(len(parts), 0, -1):
+                    try:
+                        obj = importlib.import_module(".".join(parts[:cut]))
+                    except Exception:  # noqa: BLE001 - not a module: a shorter prefix is
+                        continue
+                    try:
+                        for attr in parts[cut:]:
+                            obj = getattr(obj, attr)
+                    except Exception:  # noqa: BLE001 - not there: not watched (the check then sees nothing fire)
+                        obj = None
+                    break
+                if obj is None:
+                    continue
+                if kind == "code" and hasattr(obj, "__code__"):
+                    self.code[obj.__code__] = name
+                elif kind == "torch":
+                    self.torch[obj] = name
+        self.mode_class = None
+        if self.torch:
+            from torch.overrides import TorchFunctionMode
+
+            watched = self.torch
+
+            class Mode(TorchFunctionMode):
+                def __init__(self):
+                    super().__init__()
+                    self.fired = set()
+
+                def __torch_function__(self, func, types, args=(), kwargs=None):
+                    try:
+                        name = watched.get(func)
+                    except TypeError:  # an unhashable callable
+                        name = None
+                    if name is not None:
+                        self.fired.add(name)
+                    return func(*args, **(kwargs or {}))
+
+            self.mode_class = Mode
+        # bound now, before the student's code: patching this class later does not reach the runner
+        self.call = self._call
+
+    def _call(self, fn, args, kwargs, names, used: list) -> tuple:
+        """``fn(*args, **kwargs)`` watched for ``names`` (those of the plan): (result, fired names, intact). A name
+        of attn_lib's code (``attn_lib.flash.flash_attention``, or ``attn_lib.flash.*`` for any of that module)
+        fires when ``used``, the entries into attn_lib that :class:`_watch_reference_calls` notes, holds it (the
+        reply's ``used`` keeps only 20 of them)."""
+        names = set(names) if isinstance(names, list) else set()
+        code = {c: n for c, n in self.code.items() if n in names}
+        fired: set = set()
+        previous = sys.getprofile()
+
+        def hook(frame, event, arg):
+            if previous is not None:
+                previous(frame, event, arg)
+            if event == "call":
+                name = code.get(frame.f_code)
+                if name is not None:
+                    fired.add(name)
+
+        mode = self.mode_class() if self.mode_class is not None and names & set(self.torch.values()) else None
+        intact = True
+        sys.setprofile(hook)
+        try:
+            if mode is None:
+                result = fn(*args, **kwargs)
+            else:
+                with mode:
+                    result = fn(*args, **kwargs)
+                fired |= {n for n in mode.fired if n in names}
+        finally:
+            intact = sys.getprofile() is hook
+            if intact:  # else left as the student's code left it: _watch_reference_calls notes it too
+                sys.setprofile(previous)
+        for name in names:
+            if isinstance(name, str) and name.startswith("attn_lib.") and any(
+                    u == name or (name.endswith(".*") and u.startswith(name[:-1])) for u in used):
+                fired.add(name)
+        return result, sorted(fired), intact
+
+
 def _where(error: BaseException) -> str:
     frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("/opt/grader/")]
     return f"line {frames[-1].lineno} of {frames[-1].name}" if frames else ""
@@ -136,6 +243,7 @@ class Runner:
 
     def run(self) -> None:
         plan, _ = wire.receive(self.fd_in)
+        self.named = _NamedWatch(plan)  # before any of the student's cells (see the class)
         from IPython.core.interactiveshell import InteractiveShell
 
         shell = InteractiveShell.instance()
@@ -211,13 +319,19 @@ class Runner:
                 saved = sys.stdout, sys.stderr
                 sys.stdout = sys.stderr = sink
                 used: list[str] = []
+                watch = request.get("watch")
                 try:
                     with _watch_reference_calls(used):
-                        result = fn(*args, **kwargs)
+                        if watch is None:
+                            result = fn(*args, **kwargs)
+                        else:  # a check's named watch (_NamedWatch)
+                            result, fired, intact = self.named.call(fn, args, kwargs, watch, used)
                     reply_arrays = []
                     after_memo = wire.new_memo()
                     reply = {"ok": True, "used": sorted(set(used))[:20], "result": wire.encode(result, reply_arrays),
                              "after": [wire.encode(a, reply_arrays, memo=after_memo) for a in args]}
+                    if watch is not None:
+                        reply.update(watched=fired, watch_intact=intact)
                 except BaseException as e:  # noqa: BLE001 - the student's function raised
                     reply, reply_arrays = dict(_error_reply(e), used=sorted(set(used))[:20]), []
                 finally:

@@ -90,6 +90,9 @@ def _watching(fn, piece: str, guard: _Guard, used: list, seen: dict | None = Non
                 seen[frame.f_code] = True
 
     def run(*args):
+        if callable(getattr(fn, "watched_call", None)):  # the grader's stand-in for a function in the sandbox
+            return _watched_remotely(fn, args, kwargs, guard, used, seen,
+                                     {**library, **_LIBRARY_MODULES.get(piece, {})})
         previous = sys.getprofile()
         sys.setprofile(profile)
         try:
@@ -99,6 +102,90 @@ def _watching(fn, piece: str, guard: _Guard, used: list, seen: dict | None = Non
             sys.setprofile(previous)
 
     return run
+
+
+def _torch_name(func) -> str | None:
+    """The dotted name of a watched torch function: ``torch.matmul``, ``torch.Tensor.exp``,
+    ``torch.nn.functional.softmax``."""
+    for prefix, space in (("torch.nn.functional", _F), ("torch.Tensor", torch.Tensor), ("torch", torch)):
+        name = getattr(func, "__name__", None)
+        if name is not None and getattr(space, name, None) is func:
+            return f"{prefix}.{name}"
+    return None
+
+
+def _code_name(code) -> str | None:
+    """The dotted name of the function whose code object is ``code`` (module + qualified name), found among the
+    imported modules by its file: ``triton.runtime.interpreter.GridExecutor.__call__``."""
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) == code.co_filename:
+            qualname = getattr(code, "co_qualname", None)  # Python 3.11+; before it, the function's __qualname__
+            for value in [] if qualname else list(vars(module).values()):
+                members = vars(value).values() if isinstance(value, type) else []
+                for f in [value, getattr(value, "fn", None), *members]:  # a function, a @triton.jit's, a method
+                    if getattr(f, "__code__", None) is code:
+                        qualname = f.__qualname__
+            return f"{module.__name__}.{qualname or code.co_name}"
+    return None
+
+
+# in the sandbox, any entry into these modules of attn_lib counts as running the library's implementation of the piece
+# ("attn_lib.flash_kernels.*": its kernels, or kernel_source's text of them to exec); make check-mine watches code only
+_LIBRARY_MODULES = {"flash_forward": {"attn_lib.flash.*": "attn_lib.flash's code",
+                                      "attn_lib.flash_kernels.*": "attn_lib.flash_kernels' code"}}
+
+
+def _remote_watch(guard: _Guard, seen: dict | None, library: dict) -> tuple[dict, dict]:
+    """What a check watches, as names the sandbox's runner resolves (classroom/runner.py's ``_NamedWatch``):
+    ({"torch": [...], "code": [...], "library": [...]}, name -> (kind, what it stands for here)). ``library``: code
+    objects, or names ``"module.*"`` (any entry into that module of attn_lib), to their labels."""
+    back: dict = {}
+    for func, label in guard.watched.items():
+        name = _torch_name(func)
+        if name is not None:
+            back[name] = ("torch", label)
+    for code in seen or {}:
+        name = _code_name(code)
+        if name is not None:
+            back[name] = ("code", code)
+    for code, label in library.items():
+        name = code if isinstance(code, str) else _code_name(code)
+        if name is not None:
+            back.setdefault(name, ("library", label))
+    kinds = {k: sorted(n for n, (kind, _) in back.items() if kind == k) for k in ("torch", "code", "library")}
+    return kinds, back
+
+
+def _watched_remotely(fn, args, kwargs, guard: _Guard, used: list, seen: dict | None, library: dict):
+    """A function that runs in the grader's sandbox (classroom/pieces.py): the same watches as :func:`_watching`,
+    kept by the sandbox's runner during the call and reported by name; the names that fired are recorded here as
+    the local watches record them (``used``, ``guard.used``, ``seen``). The torch functions and code are watched
+    there when the check's ``sandbox_watch`` named them in the runner's plan; attn_lib's code always (the runner
+    reports every entry into it). Not there: ``_Guard``'s whole-score-matrix test (``keys``)."""
+    watch, back = _remote_watch(guard, seen, library)
+    result, fired = fn.watched_call(watch, *args, **kwargs)
+    if fired is None:
+        raise Mismatch("the grader's watch of your function was turned off during the call (sys.setprofile): "
+                       "the check cannot tell what ran, so it cannot pass.")
+    for name in sorted(fired):
+        kind, what = back[name]
+        if kind == "code" and seen is not None:
+            seen[what] = True
+        elif kind == "torch" and what not in guard.used:
+            guard.used.append(what)
+        elif kind == "library" and what not in used:
+            used.append(what)
+    return result
+
+
+def sandbox_watch_flash() -> dict:
+    """What :func:`check_piece_flash_forward` watches in the grader's sandbox (classroom/grade.py's
+    ``sandbox_watches`` puts it in the runner's plan): Triton's launcher, the torch functions of attention, and
+    Triton's interpreter on (``TRITON_INTERPRET=1``)."""
+    from triton.runtime import interpreter as _interp
+
+    watch, _ = _remote_watch(_Guard(_NOT_IN_TORCH), {_interp.GridExecutor.__call__.__code__: False}, {})
+    return {**watch, "interpret_triton": True}
 
 
 def _refusal(piece: str, used: list) -> str:
@@ -532,6 +619,22 @@ def check_piece_flash_forward(fn) -> CheckResult:
         return len(cases)
 
     return run_check("flash_forward", trials)
+
+
+def _sandbox_watch_torch(watched: dict):
+    """A check's ``sandbox_watch`` for the torch functions of ``watched`` (see :func:`sandbox_watch_flash`)."""
+    def spec() -> dict:
+        watch, _ = _remote_watch(_Guard(watched), None, {})
+        return watch
+
+    return spec
+
+
+# read by classroom/grade.py's sandbox_watches: the sandbox's runner resolves these names before the student's code
+# runs, so the graded pieces refuse there what they refuse in make check-mine
+check_piece_flash_forward.sandbox_watch = sandbox_watch_flash
+check_piece_grouped_query_attention.sandbox_watch = _sandbox_watch_torch({**_SDPA, **_REPEATS})
+check_piece_tiled_attention.sandbox_watch = _sandbox_watch_torch(_SDPA)
 
 
 PIECES: tuple[Piece, ...] = (
