@@ -11,6 +11,12 @@ Each is a class piece: the learner's class subclasses attn_lib's (whose ``__init
 swaps every reference to it inside the learner's package for a counting wrapper (which calls it) and fails when
 ``forward`` never calls it; a TorchFunctionMode also refuses torch's fused attention
 (``F.scaled_dot_product_attention``, ``F.multi_head_attention_forward``).
+
+Graded in the sandbox (``classroom/pieces.py``), ``cls`` is a proxy of the learner's class, which lives there:
+``is_instance`` and ``new_beside`` (``_core``) answer for it, and what these guards watch in this process is
+reported by the sandbox's runner instead (``classroom.runner``): the spy reads whether the learner's SDPA ran from
+the runner's report, and the grader refuses attn_lib's own ``forward`` (the ``_Refuse`` here) and torch's fused
+attention from it (``classroom.grade.REFUSED``).
 """
 
 from __future__ import annotations
