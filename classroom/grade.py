@@ -597,10 +597,15 @@ def grade_check(box, name: str, args: str) -> tuple[bool, str]:
         check, values = pieces.check_for(name), pieces.keyword_calls(values)
     if not name.startswith("check_") or check is None:
         return False, f"the grader has no check {name!r}"
+    from attn_lib.course.exercises import _core
+
     try:
         result = check(*values)
     except SandboxGone as e:
         return False, f"❌ {name}: {e}."
+    except _core._TimeLimit:  # a class piece's object read or called outside the check's call(): no answer in time
+        return False, (f"❌ {pieces.class_name(name) or name}: your code did not answer within "
+                       f"{max(_core.TIME_LIMIT_S, 1) + 10:g} s (is there a loop that never ends?).")
     except Exception as e:  # noqa: BLE001 - the check failed on a grader-side problem
         return False, f"❌ {name}: could not be graded ({type(e).__name__}: {e})"
     if box.dead:  # the call that timed out or broke the protocol ended the sandbox

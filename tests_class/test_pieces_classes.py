@@ -121,9 +121,10 @@ def _fused(q, k, v, mask, dropout_p=0.0, enable_gqa=False):
 
 def test_an_attack_on_the_handle_protocol_gains_nothing(library, tmp_path):
     """A KVCache whose check returns a module and whose update hands back 40 000 objects (more than the runner's
-    table and the grader's proxies allow), and a RingKVCache that forges the handles the runner sends (a number
-    never handed out): both pieces get 0, with a message; every other piece keeps its points, and the grader does
-    not crash."""
+    table and the grader's proxies allow), a RingKVCache that forges the handles the runner sends (a number never
+    handed out), and an EncoderBlock whose double() never returns (a call outside the check's time-limited
+    call()): the three pieces get 0, with a message; every other piece keeps its points (the sandbox the hang
+    ended is started again for them), and the grader does not crash."""
     pkg = tmp_path / "my_attn"
     shutil.copytree(SOLVED, pkg)
     (pkg / "kv_cache.py").write_text('''
@@ -176,8 +177,13 @@ def _init(self, *args, **kwargs):
 
 RingKVCache.__init__ = _init
 ''')
+    blocks = pkg / "models" / "blocks.py"
+    blocks.write_text(blocks.read_text() + "\n\ndef _hang(self):\n    while True:\n        pass\n\n\n"
+                      "EncoderBlock.double = _hang\n")
     result = _grade(pkg, library)
-    assert _lost(result) == {"piece_KVCache", "piece_RingKVCache"}, (_lost(result), result["messages"])
+    assert _lost(result) == {"piece_KVCache", "piece_RingKVCache", "piece_EncoderBlock"}, (_lost(result),
+                                                                                           result["messages"])
+    assert "did not answer within" in result["messages"]["piece_EncoderBlock"], result["messages"]
     assert f"more than {grade.MAX_REMOTE_OBJECTS} objects" in result["messages"]["piece_KVCache"], result["messages"]
     assert "a handle that was never handed out" in result["messages"]["piece_RingKVCache"], result["messages"]
 
