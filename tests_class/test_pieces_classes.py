@@ -92,14 +92,7 @@ def test_typical_wrong_classes_lose_their_piece_with_the_hint(library, tmp_path)
     assert "piece_MultiHeadAttention" not in flags and "piece_KVCache" not in flags, result["flags"]
 
 
-def test_multi_head_attention_on_torchs_fused_attention_gets_zero(library, tmp_path):
-    """A MultiHeadAttention whose heads run torch's F.scaled_dot_product_attention (right values, not the
-    student's own SDPA): the runner reports the fused call and that the student's SDPA never ran; zero points."""
-    pkg = tmp_path / "my_attn"
-    shutil.copytree(SOLVED, pkg)
-    _edit(pkg, "mha.py", "        heads, weights = scaled_dot_product_attention(\n",
-          "        heads, weights = _fused(\n")
-    (pkg / "mha.py").write_text((pkg / "mha.py").read_text() + '''
+_FUSED = '''
 
 def _fused(q, k, v, mask, dropout_p=0.0, enable_gqa=False):
     import math
@@ -112,11 +105,37 @@ def _fused(q, k, v, mask, dropout_p=0.0, enable_gqa=False):
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     return heads, scores.softmax(-1)
-''')
+'''
+
+
+@pytest.mark.parametrize("how", ["torch's fused attention", "a lambda around attn_lib's forward"])
+def test_multi_head_attention_not_on_the_students_own_sdpa_gets_zero(library, tmp_path, how):
+    """A MultiHeadAttention whose heads run torch's F.scaled_dot_product_attention (right values), or whose forward
+    is a lambda around attn_lib's (with a DecoderLM written the same way): the runner reports the calls and that
+    the student's own SDPA never ran; zero points for those pieces, and attn_lib's forward is flagged."""
+    pkg = tmp_path / "my_attn"
+    shutil.copytree(SOLVED, pkg)
+    if how.startswith("torch"):
+        _edit(pkg, "mha.py", "        heads, weights = scaled_dot_product_attention(\n", "        heads, weights = _fused(\n")
+        (pkg / "mha.py").write_text((pkg / "mha.py").read_text() + _FUSED)
+        lost = {"piece_MultiHeadAttention"}
+    else:
+        (pkg / "mha.py").write_text((pkg / "mha.py").read_text() + (
+            "\n\nMultiHeadAttention.forward = lambda self, *a, **k: _lib_mha.MultiHeadAttention.forward(self, *a, **k)\n"))
+        (pkg / "models" / "lm.py").write_text((pkg / "models" / "lm.py").read_text() + (
+            "\n\nDecoderLM.forward = lambda self, *a, **k: _lib_lm.DecoderLM.forward(self, *a, **k)\n"))
+        lost = {"piece_MultiHeadAttention", "piece_DecoderLM"}
     result = _grade(pkg, library)
-    assert _lost(result) == {"piece_MultiHeadAttention"}, (_lost(result), result["messages"])
+    assert _lost(result) == lost, (_lost(result), result["messages"])
     message = result["messages"]["piece_MultiHeadAttention"]
     assert "never called YOUR scaled_dot_product_attention" in message, message
+    flags = " ".join(result["flags"])
+    if how.startswith("torch"):
+        assert result["flags"] == []
+    else:
+        assert "piece_MultiHeadAttention" in flags and "attn_lib.mha.MultiHeadAttention.forward" in flags, flags
+        assert "piece_DecoderLM" in flags and "attn_lib.models.lm.DecoderLM.forward" in flags, flags
+        assert "attn_lib.models.lm.DecoderLM.forward" in result["messages"]["piece_DecoderLM"]
 
 
 def test_an_attack_on_the_handle_protocol_gains_nothing(library, tmp_path):
