@@ -9,6 +9,12 @@ visible checks: their seeds are salted with a secret that :mod:`classroom.autogr
 the sandbox (the job file is in the grader's own temporary folder), so a student who reads this file still cannot
 predict them (issue 41 §5).
 
+A class piece of the student's ``my_attn`` (classroom/pieces.py) is handed to its check as a :class:`RemoteObject`:
+the class and every object made from it stay in the sandbox, in the runner's table, and the check calls them, their
+methods and reads their plain attributes by name; what the in-process checks watch in their own process (attn_lib's
+own ``forward`` run on the student's object, torch's fused attention, the student's own SDPA) is reported by the
+runner and judged here (:data:`REFUSED`).
+
 Predictions (``check_prediction``) are graded on **completion**: a valid answer (one of the choices, or a number)
 earns the point, right or wrong; the feedback says which. The answers are not in the sandbox.
 
@@ -318,7 +324,8 @@ OTHER_REPORTS = frozenset({"torch.nn.functional.scaled_dot_product_attention",
 # attn_lib's class's forward called on the student's object), and for MultiHeadAttention torch's fused attention.
 # Reported by the runner, so a best effort, as the flags are; the points still come from the comparisons.
 REFUSED = {
-    "check_piece_BPETokenizer": re.compile(r"attn_lib\.tokenization\.BPETokenizer\.(train|tokenize_word|encode|decode)"),
+    "check_piece_BPETokenizer": re.compile(r"attn_lib\.tokenization\.BPETokenizer\."
+                                           r"(train|tokenize_word|encode|decode)"),
     "check_piece_MultiHeadAttention": re.compile(r"attn_lib\.mha\.MultiHeadAttention\.forward|"
                                                    r"torch\.nn\.functional\.\w+"),
     "check_piece_EncoderBlock": re.compile(r"attn_lib\.models\.blocks\.EncoderBlock\.forward"),

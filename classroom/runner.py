@@ -73,7 +73,8 @@ class _watch_reference_calls:
     # process; here the profile hook sees the C call), and the student's own scaled_dot_product_attention, which
     # that piece must call: both reported by these names, which the grader accepts as they are
     TORCH_FUSED = ("scaled_dot_product_attention", "multi_head_attention_forward")
-    OWN = (("my_attn", "attention.py"), "scaled_dot_product_attention", "my_attn.attention.scaled_dot_product_attention")
+    OWN = (("my_attn", "attention.py"), "scaled_dot_product_attention",
+           "my_attn.attention.scaled_dot_product_attention")
 
     def __init__(self, used: list):
         self.used = used

@@ -220,7 +220,8 @@ def encode(value, arrays: list, *, functions: list | None = None, memo: dict | N
         return {"T": len(arrays) - 1}
     if type(value) in (list, tuple):
         tag = "L" if type(value) is list else "U"
-        return {tag: [encode(v, arrays, functions=functions, memo=memo, objects=objects, _depth=_depth + 1) for v in value[:MAX_ITEMS]]}
+        return {tag: [encode(v, arrays, functions=functions, memo=memo, objects=objects, _depth=_depth + 1)
+                      for v in value[:MAX_ITEMS]]}
     if type(value) in (dict, OrderedDict):  # a module's state_dict is an OrderedDict
         return {"D": [[encode(k, arrays, functions=functions, memo=memo, objects=objects, _depth=_depth + 1),
                        encode(v, arrays, functions=functions, memo=memo, objects=objects, _depth=_depth + 1)]
@@ -364,9 +365,11 @@ def decode(tree, arrays: dict, *, memo: dict | None = None, build: bool = False,
                 return torch.from_numpy(np.array(arr, copy=True))
             return np.array(arr, copy=True)
         if "L" in tree:
-            return [decode(v, arrays, memo=memo, build=build, handles=handles, _depth=_depth + 1) for v in _items(tree["L"])]
+            return [decode(v, arrays, memo=memo, build=build, handles=handles, _depth=_depth + 1)
+                    for v in _items(tree["L"])]
         if "U" in tree:
-            return tuple(decode(v, arrays, memo=memo, build=build, handles=handles, _depth=_depth + 1) for v in _items(tree["U"]))
+            return tuple(decode(v, arrays, memo=memo, build=build, handles=handles, _depth=_depth + 1)
+                         for v in _items(tree["U"]))
         if "D" in tree:
             out = {}
             for pair in _items(tree["D"]):

@@ -68,13 +68,15 @@ def test_typical_wrong_classes_lose_their_piece_with_the_hint(library, tmp_path)
     (pkg / "models" / "blocks.py").write_text((pkg / "models" / "blocks.py").read_text() + (
         "\n\nEncoderBlock.forward = lambda self, *a, **k: _lib_blocks.EncoderBlock.forward(self, *a, **k)\n"))
     _edit(pkg, "models/blocks.py", "        if (self.cross_attn is None) != (memory is None):\n",
-          "        return super().forward(x, memory, padding_mask=padding_mask, memory_padding_mask=memory_padding_mask,"
-          " need_weights=need_weights)\n        if (self.cross_attn is None) != (memory is None):\n")
+          "        return super().forward(x, memory, padding_mask=padding_mask, "
+          "memory_padding_mask=memory_padding_mask, need_weights=need_weights)\n"
+          "        if (self.cross_attn is None) != (memory is None):\n")
     (pkg / "tokenization.py").write_text((pkg / "tokenization.py").read_text() + (
         "\n\ndef _their_encode(self, text):\n    return _LibBPETokenizer.encode(self, text)\n\n\n"
         "BPETokenizer.encode = _their_encode\n"))
-    _edit(pkg, "models/lm.py", "        a, w = self.attn(", "        return _lib_lm.LMBlock.forward(self, x, kv_cache, "
-          "attn_mask=attn_mask, backend=backend, tile_size=tile_size, need_weights=need_weights)\n        a, w = self.attn(")
+    _edit(pkg, "models/lm.py", "        a, w = self.attn(",
+          "        return _lib_lm.LMBlock.forward(self, x, kv_cache, attn_mask=attn_mask, backend=backend, "
+          "tile_size=tile_size, need_weights=need_weights)\n        a, w = self.attn(")
     result = _grade(pkg, library)
     lost = _lost(result)
     assert lost == {"piece_MultiHeadAttention", "piece_KVCache", "piece_EncoderBlock", "piece_DecoderBlock",
@@ -116,12 +118,14 @@ def test_multi_head_attention_not_on_the_students_own_sdpa_gets_zero(library, tm
     pkg = tmp_path / "my_attn"
     shutil.copytree(SOLVED, pkg)
     if how.startswith("torch"):
-        _edit(pkg, "mha.py", "        heads, weights = scaled_dot_product_attention(\n", "        heads, weights = _fused(\n")
+        _edit(pkg, "mha.py", "        heads, weights = scaled_dot_product_attention(\n",
+              "        heads, weights = _fused(\n")
         (pkg / "mha.py").write_text((pkg / "mha.py").read_text() + _FUSED)
         lost = {"piece_MultiHeadAttention"}
     else:
         (pkg / "mha.py").write_text((pkg / "mha.py").read_text() + (
-            "\n\nMultiHeadAttention.forward = lambda self, *a, **k: _lib_mha.MultiHeadAttention.forward(self, *a, **k)\n"))
+            "\n\nMultiHeadAttention.forward = lambda self, *a, **k: "
+            "_lib_mha.MultiHeadAttention.forward(self, *a, **k)\n"))
         (pkg / "models" / "lm.py").write_text((pkg / "models" / "lm.py").read_text() + (
             "\n\nDecoderLM.forward = lambda self, *a, **k: _lib_lm.DecoderLM.forward(self, *a, **k)\n"))
         lost = {"piece_MultiHeadAttention", "piece_DecoderLM"}
