@@ -145,9 +145,10 @@ def test_multi_head_attention_not_on_the_students_own_sdpa_gets_zero(library, tm
 def test_an_attack_on_the_handle_protocol_gains_nothing(library, tmp_path):
     """A KVCache whose check returns a module and whose update hands back 40 000 objects (more than the runner's
     table and the grader's proxies allow), a RingKVCache that forges the handles the runner sends (a number never
-    handed out), and an EncoderBlock whose double() never returns (a call outside the check's time-limited
-    call()): the three pieces get 0, with a message; every other piece keeps its points (the sandbox the hang
-    ended is started again for them), and the grader does not crash."""
+    handed out), an EncoderBlock whose double() never returns (a call outside the check's time-limited call()),
+    and a BPETokenizer whose trained tokenizer's ``merges`` attribute is a module: the four pieces get 0, with a
+    message; every other piece keeps its points (the sandbox the hang ended is started again for them), and the
+    grader does not crash."""
     pkg = tmp_path / "my_attn"
     shutil.copytree(SOLVED, pkg)
     (pkg / "kv_cache.py").write_text('''
@@ -203,9 +204,15 @@ RingKVCache.__init__ = _init
     blocks = pkg / "models" / "blocks.py"
     blocks.write_text(blocks.read_text() + "\n\ndef _hang(self):\n    while True:\n        pass\n\n\n"
                       "EncoderBlock.double = _hang\n")
+    tokenization = pkg / "tokenization.py"
+    tokenization.write_text(tokenization.read_text() + (
+        "\n\nimport os as _os\n\n_train = BPETokenizer.train.__func__\n\n\n"
+        "def _module_merges(cls, *args, **kwargs):\n    tok = _train(cls, *args, **kwargs)\n"
+        "    tok.merges = _os\n    return tok\n\n\nBPETokenizer.train = classmethod(_module_merges)\n"))
     result = _grade(pkg, library)
-    assert _lost(result) == {"piece_KVCache", "piece_RingKVCache", "piece_EncoderBlock"}, (_lost(result),
-                                                                                           result["messages"])
+    assert _lost(result) == {"piece_KVCache", "piece_RingKVCache", "piece_EncoderBlock", "piece_BPETokenizer"}, (
+        _lost(result), result["messages"])
+    assert "BPETokenizer" in result["messages"]["piece_BPETokenizer"], result["messages"]
     assert "did not answer within" in result["messages"]["piece_EncoderBlock"], result["messages"]
     assert f"more than {grade.MAX_REMOTE_OBJECTS} objects" in result["messages"]["piece_KVCache"], result["messages"]
     assert "a handle that was never handed out" in result["messages"]["piece_RingKVCache"], result["messages"]
