@@ -9,6 +9,12 @@ visible checks: their seeds are salted with a secret that :mod:`classroom.autogr
 the sandbox (the job file is in the grader's own temporary folder), so a student who reads this file still cannot
 predict them (issue 41 §5).
 
+A class piece of the student's ``my_attn`` (classroom/pieces.py) is handed to its check as a :class:`RemoteObject`:
+the class and every object made from it stay in the sandbox, in the runner's table, and the check calls them, their
+methods and reads their plain attributes by name; what the in-process checks watch in their own process (attn_lib's
+own ``forward`` run on the student's object, torch's fused attention, the student's own SDPA) is reported by the
+runner and judged here (:data:`REFUSED`).
+
 Predictions (``check_prediction``) are graded on **completion**: a valid answer (one of the choices, or a number)
 earns the point, right or wrong; the feedback says which. The answers are not in the sandbox.
 
@@ -304,7 +310,48 @@ def unexpected_library_calls(check_name: str, calls: set[str]) -> list[str]:
     """The entries into attn_lib's code that a graded function made (as the runner reported them, names checked
     by :data:`REFERENCE_NAME`) and its check does not allow (:data:`ALLOWED`), sorted."""
     allowed = ALLOWED.get(check_name)
-    return sorted(n for n in calls if not ALWAYS_ALLOWED.fullmatch(n) and not (allowed and allowed.fullmatch(n)))
+    return sorted(n for n in calls if n not in OTHER_REPORTS and (refused_calls(check_name, {n}) or (
+        not ALWAYS_ALLOWED.fullmatch(n) and not (allowed and allowed.fullmatch(n)))))
+
+
+# the runner's other reports (classroom.runner._watch_reference_calls), accepted by these exact names: torch's fused
+# attention (which the MultiHeadAttention piece may not call) and the student's own SDPA (which it must call)
+OTHER_REPORTS = frozenset({"torch.nn.functional.scaled_dot_product_attention",
+                           "torch.nn.functional.multi_head_attention_forward",
+                           "my_attn.attention.scaled_dot_product_attention"})
+# the class pieces of my_attn (classroom/pieces.py): what their check refuses, as the in-process check's _Refuse and
+# its TorchFunctionMode do: attn_lib's own version of the methods the student writes (super().forward, or
+# attn_lib's class's forward called on the student's object), and for MultiHeadAttention torch's fused attention.
+# Reported by the runner, so a best effort, as the flags are; the points still come from the comparisons.
+REFUSED = {
+    "check_piece_BPETokenizer": re.compile(r"attn_lib\.tokenization\.BPETokenizer\."
+                                           r"(train|tokenize_word|encode|decode)"),
+    "check_piece_MultiHeadAttention": re.compile(r"attn_lib\.mha\.MultiHeadAttention\.forward|"
+                                                   r"torch\.nn\.functional\.\w+"),
+    "check_piece_EncoderBlock": re.compile(r"attn_lib\.models\.blocks\.EncoderBlock\.forward"),
+    "check_piece_DecoderBlock": re.compile(r"attn_lib\.models\.blocks\.DecoderBlock\.forward"),
+    "check_piece_KVCache": re.compile(r"attn_lib\.kv_cache\.KVCache\.\w+"),
+    "check_piece_LMBlock": re.compile(r"attn_lib\.models\.lm\.LMBlock\.forward"),
+    "check_piece_DecoderLM": re.compile(r"attn_lib\.models\.lm\.DecoderLM\.(forward|_run)"),
+    "check_piece_RingKVCache": re.compile(r"attn_lib\.windows\.RingKVCache\.(update|reset|nbytes|seq_len|positions)"),
+}
+# what the class pieces' code may run of attn_lib's: the class's own __init__ and argument checks (the student's
+# class subclasses attn_lib's and writes the methods above), the helpers its stub imports, and the parts a block
+# is made of (attn_lib's MultiHeadAttention inside an EncoderBlock, its KVCache, ...); REFUSED above wins
+ALLOWED["check_piece_BPETokenizer"] = re.compile(r"attn_lib\.tokenization\.[\w.]+")
+ALLOWED["check_piece_MultiHeadAttention"] = re.compile(r"attn_lib\.(mha|masks|positional|kv_cache)\.[\w.]+")
+ALLOWED["check_piece_EncoderBlock"] = ALLOWED["check_piece_DecoderBlock"] = ALLOWED["check_decoder_block"]
+ALLOWED["check_piece_LMBlock"] = ALLOWED["check_decoder_block"]
+ALLOWED["check_piece_DecoderLM"] = re.compile(r"attn_lib\.(mha|models\.lm|variants|positional|attention|gqa|kv_cache|"
+                                              r"tiled)\.[\w.]+")  # its layers are attn_lib's LMBlock
+ALLOWED["check_piece_KVCache"] = re.compile(r"attn_lib\.kv_cache\.(_check_chunk|KVCacheProtocol[\w.]*)")
+ALLOWED["check_piece_RingKVCache"] = re.compile(r"attn_lib\.windows\.RingKVCache\.__init__")
+
+
+def refused_calls(check_name: str, calls: set[str]) -> list[str]:
+    """The reported entries that the class piece's check refuses (:data:`REFUSED`), sorted."""
+    refused = REFUSED.get(check_name)
+    return sorted(n for n in calls if refused is not None and refused.fullmatch(n))
 
 
 class SandboxGone(Exception):
@@ -321,13 +368,18 @@ def _remote_error(reply: dict) -> BaseException:
     text = f"{msg} ({where})" if where else msg
     cls = getattr(builtins, name, None)
     if name == "NotImplementedError":
-        return NotImplementedError(text)
-    if not (isinstance(cls, type) and issubclass(cls, Exception)) or name in ("StopIteration",):
+        cls = NotImplementedError
+    elif not (isinstance(cls, type) and issubclass(cls, Exception)) or name in ("StopIteration",):
         cls = type(name, (Exception,), {})
     try:
-        return cls(text)
+        error = cls(text)
     except Exception:  # noqa: BLE001 - an exception class whose constructor wants other arguments
-        return type(name, (Exception,), {})(text)
+        error = type(name, (Exception,), {})(text)
+    try:
+        error._from_sandbox = True  # its traceback is the grader's, not the student's
+    except AttributeError:  # pragma: no cover - every builtin exception takes attributes
+        pass
+    return error
 
 
 def watched_names(watch: dict, reply: dict) -> set[str] | None:
@@ -380,13 +432,21 @@ class RemoteFunction:
         self.watch, self.fired = None, None
 
     def __call__(self, *args, **kwargs):
+        return self._request(args, kwargs)
+
+    def _request(self, args, kwargs, **extra):
         from attn_lib.course.exercises import _core
 
         if self.box.dead:
             raise SandboxGone("your notebook's process had stopped")
+        calls = getattr(self.box, "remote_calls", 0) + 1
+        self.box.remote_calls = calls
+        if calls > MAX_REMOTE_CALLS:
+            raise SandboxGone(f"the check made more than {MAX_REMOTE_CALLS} calls into the sandbox")
         arrays: list = []
         memo = wire.new_memo()  # an optimiser names the parameters of a model sent before it
-        request = {"op": "call", "fn": self.number, "args": [wire.encode(a, arrays, memo=memo) for a in args]}
+        request = {"op": "call", "fn": self.number, "args": [wire.encode(a, arrays, memo=memo) for a in args],
+                   **extra}
         if kwargs:  # a check that calls fn(..., scale=s): the keyword arguments travel by name
             request["kwargs"] = {k: wire.encode(v, arrays, memo=memo) for k, v in kwargs.items()}
         if self.watch:
@@ -402,7 +462,7 @@ class RemoteFunction:
         for name in used if isinstance(used, list) else []:
             name = str(name)
             if (REFERENCE_NAME.fullmatch(name) and is_library_code(name)) \
-                    or name == "(the grader's watch was turned off)":
+                    or name == "(the grader's watch was turned off)" or name in OTHER_REPORTS:
                 self.box.reference_calls.add(name)  # checked names only: no student text reaches a flag
             else:
                 self.box.reference_calls.add("(a malformed report)")
@@ -410,14 +470,110 @@ class RemoteFunction:
             raise _remote_error(reply)
         if self.watch:
             self.fired = watched_names(self.watch, reply)
+        if reply.get("method") is True and extra.get("read"):
+            return RemoteMethod(self, extra["attr"])
         try:
-            result = wire.decode(reply.get("result"), data)
-            after = [wire.decode(a, data) for a in reply.get("after", [])]
+            result = self._proxies(wire.decode(reply.get("result"), data))
+            after = [self._proxies(wire.decode(a, data)) for a in reply.get("after", [])]
         except wire.WireError as e:
             raise SandboxGone(f"your function's result could not be read ({e})") from None
         for original, now in zip(args, after):  # a change in place, as the check would have seen it
             _apply_in_place(original, now)
         return result
+
+    def _proxies(self, value):
+        return value
+
+
+MAX_REMOTE_CALLS = 20_000  # calls (and attribute reads) of one sandbox's objects; the checks make a few hundred
+MAX_REMOTE_OBJECTS = 2_000  # proxies of the sandbox's objects in one check (the checks need a few dozen; the
+# runner's table holds wire.MAX_HANDLES, so a flood of objects ends here, as a failed check, first)
+
+
+class RemoteObject(RemoteFunction):
+    """Stands for an object of a class piece of ``my_attn`` (classroom/pieces.py) that lives in the sandbox: the
+    class itself, an instance, a cache a method returned. Calling it, calling a method (``mine.update(k, v)``,
+    ``cls.train(...)``, ``mine.double().eval()``), ``len()`` and reading a plain attribute (``cache.seq_len``,
+    ``tok.merges``: ints, strs, lists, dicts, tensors) go to the sandbox by name; what the wire cannot carry comes
+    back as another :class:`RemoteObject`, and a proxy passed as an argument goes back as its handle. Special
+    names (``__class__``, ``__reduce__``, ...) are never forwarded; an attribute set here stays here (attn_lib's
+    ``claim_cache`` notes the layer that owns a cache). ``isinstance`` questions of the checks
+    (:func:`attn_lib.course.exercises._core.is_instance`) are answered from the names of the classes its type
+    has, as the sandbox reported them: data that can only make a check go on to compare values."""
+
+    _grader_remote = True
+
+    def __init__(self, box, number: int, name: str, mro: tuple = ()):
+        super().__init__(box, number, name)
+        self._mro = tuple(mro)
+        count = getattr(box, "remote_objects", 0) + 1
+        box.remote_objects = count
+        if count > MAX_REMOTE_OBJECTS:
+            raise SandboxGone(f"your code handed the grader more than {MAX_REMOTE_OBJECTS} objects")
+
+    def __call__(self, *args, **kwargs):
+        return self._request(args, kwargs, objects=True)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__") or name in ("box", "number", "_mro"):
+            raise AttributeError(name)
+        return self._request((), {}, objects=True, attr=name, read=True)
+
+    def __len__(self):
+        return self._request((), {}, objects=True, attr="__len__")
+
+    def __bool__(self):
+        return True
+
+    def __repr__(self):
+        return f"<your {self.__name__}, in the sandbox>"
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("an object in the sandbox cannot be pickled")
+
+    def _wire_handle(self) -> int:
+        return self.number
+
+    def _grader_isinstance(self, cls) -> bool:
+        name = f"{getattr(cls, '__module__', '')}.{getattr(cls, '__qualname__', '')}"
+        return name in self._mro
+
+    def _grader_new(self, cls, *args):
+        """``cls(*args)`` made in the sandbox, one of the runner's :data:`classroom.runner.NEW_ALLOWED` (a KV cache
+        of attn_lib's for the student's block): a proxy."""
+        return self._request(args, {}, objects=True, new=f"{cls.__module__}.{cls.__qualname__}")
+
+    def _grader_reports(self) -> set:
+        """The runner's reports of the calls since the check began (``box.reference_calls``)."""
+        return set(self.box.reference_calls)
+
+    def _proxies(self, value, _depth: int = 0):
+        if isinstance(value, wire.Handle):
+            return RemoteObject(self.box, value.number, f"{self.__name__} result", value.mro)
+        if _depth < wire.MAX_DEPTH and type(value) in (list, tuple):
+            return type(value)(self._proxies(v, _depth + 1) for v in value)
+        if _depth < wire.MAX_DEPTH and type(value) is dict:
+            return {k: self._proxies(v, _depth + 1) for k, v in value.items()}
+        return value
+
+
+class RemoteMethod:
+    """``proxy.name``, a method of an object in the sandbox: calling it calls it there, by name."""
+
+    def __init__(self, owner: RemoteObject, name: str):
+        self.owner, self.name, self.__name__ = owner, name, name
+
+    def __call__(self, *args, **kwargs):
+        return self.owner._request(args, kwargs, objects=True, attr=self.name)
+
+    def __repr__(self):
+        return f"<method {self.name} of {self.owner!r}>"
 
 
 def _apply_in_place(original, now) -> None:
@@ -479,27 +635,41 @@ def grade_check(box, name: str, args: str) -> tuple[bool, str]:
         return False, f"❌ {name}: evaluating its arguments did not finish."
     if not reply.get("ok"):
         return False, f"❌ {name}: {_remote_error(reply).__class__.__name__}: {reply.get('msg', '')}"[:2000]
+    from classroom import pieces
+
     values = []
     for v, expr in zip(reply.get("values", []), _split_args(args)):
         value = wire.decode(v, data)
-        values.append(RemoteFunction(box, value.number, expr) if isinstance(value, wire.Handle) else value)
+        if isinstance(value, wire.Handle):  # a class piece's class: a proxy of objects; else a function
+            value = RemoteObject(box, value.number, pieces.class_name(name) or expr, value.mro) \
+                if pieces.is_class_check(name) else RemoteFunction(box, value.number, expr)
+        values.append(value)
     if name == "check_prediction":
         return prediction_completion(*values[:2]) if len(values) >= 2 else (False, "malformed check")
     check = getattr(exercises, name, None)
     if check is None:  # a piece of the student's my_attn/ (classroom/pieces.py)
-        from classroom import pieces
-
         check, values = pieces.check_for(name), pieces.keyword_calls(values)
     if not name.startswith("check_") or check is None:
         return False, f"the grader has no check {name!r}"
+    from attn_lib.course.exercises import _core
+
     try:
         result = check(*values)
     except SandboxGone as e:
         return False, f"❌ {name}: {e}."
+    except _core._TimeLimit:  # a class piece's object read or called outside the check's call(): no answer in time
+        return False, (f"❌ {pieces.class_name(name) or name}: your code did not answer within "
+                       f"{max(_core.TIME_LIMIT_S, 1) + 10:g} s (is there a loop that never ends?).")
     except Exception as e:  # noqa: BLE001 - the check failed on a grader-side problem
         return False, f"❌ {name}: could not be graded ({type(e).__name__}: {e})"
     if box.dead:  # the call that timed out or broke the protocol ended the sandbox
         return False, result.message if not result.passed else f"❌ {name}: the notebook's process stopped."
+    refused = refused_calls(name, box.reference_calls)
+    if result.passed is True and refused:  # what the in-process check refuses (its _Refuse, its TorchFunctionMode)
+        from classroom import pieces
+
+        return False, (f"❌ {pieces.class_name(name) or name}: not yet. Your code called {', '.join(refused[:3])} "
+                       "(super().forward?): that is the piece you write, so compute it yourself.")
     return bool(result.passed is True), result.message
 
 
@@ -563,6 +733,7 @@ def grade_notebook(submitted: dict, released: dict, library: Path, *, cell_timeo
                         ok_all, messages = True, []
                         for name, args in exercises[key]["checks"]:
                             box.reference_calls = set()
+                            box.remote_calls = box.remote_objects = 0  # the bounds of RemoteObject, per check
                             ok, message = grade_check(box, name, args)
                             ok_all, messages = ok_all and ok, messages + [message]
                             unexpected = unexpected_library_calls(name, box.reference_calls)

@@ -9,20 +9,31 @@ notebook, the check runs in the grader's process on salted inputs, and the piece
 :class:`~classroom.grade.RemoteFunction` that runs in the sandbox; the student's code never runs in the grader's
 process and the expected values never leave it.
 
-Graded here: the pieces that are functions, the Triton kernel ``flash_forward`` among them. Its check watches what
-happens during the call (that Triton's interpreter launched a kernel, ``GridExecutor.__call__``; that the launcher
-computed no attention in torch; that it ran none of attn_lib's kernels): in the sandbox the runner keeps those watches
-and reports them by name (``classroom/runner.py``'s ``_NamedWatch``, resolved before any student code runs, with
-``TRITON_INTERPRET=1`` set before triton is first imported there), and the grader turns the names it asked for into
-the check's verdict (``classroom/grade.py``'s ``sandbox_watches`` and ``watched_names``). The report is the
-sandbox's word, as every in-sandbox watch is: rebinding torch's functions, Triton's launcher or the runner's watch
-from the student's module changes nothing (the runner resolved them first), a watch turned off during the call fails
-the check, and a reply forged on the report channel puts the protocol out of step, which fails the next call; a
-student who rewrites the runner's own process can still forge it, in code the submission shows, and a package whose
-source names the grader's machinery (:data:`GRADER_TOKENS`) is flagged for the teacher to read. Not yet (their checks
-need the object in the grader's process): the classes (``BPETokenizer``, ``MultiHeadAttention``, ``KVCache``, the
-blocks and the decoder, whose grade the issue wants as a shortened training run with a threshold).
-:func:`ungraded_pieces` names them.
+Graded here: every piece. The functions are :class:`~classroom.grade.RemoteFunction` handles. The classes
+(``BPETokenizer``, ``MultiHeadAttention``, the blocks, ``KVCache``, ``LMBlock``, ``DecoderLM``, ``RingKVCache``)
+are graded by handle: the graded cell hands the check the student's class as a :class:`~classroom.grade.RemoteObject`,
+a proxy whose calls, method calls and reads of plain attributes go to the sandbox by name (``cls.train(...)``,
+``cls(12, 3).double().eval()``, ``mine.load_state_dict(...)``, ``cache.update(k, v)``, ``cache.seq_len``); the
+instances stay in the sandbox's table (:class:`classroom.wire.Table`) and only tensors and plain data cross. What the
+in-process checks watch in their own process is reported by the sandbox's runner instead (:mod:`classroom.runner`):
+attn_lib's own version of the methods the student writes (``super().forward``, ``attn_lib...EncoderBlock.forward(self,
+...)``: the piece gets 0 and a flag, :data:`classroom.grade.REFUSED`), torch's fused attention and whether the
+student's own ``scaled_dot_product_attention`` ran (the MultiHeadAttention piece). The assembled decoder is also
+graded by a shortened training run with a threshold (``piece_decoder_training``).
+
+The Triton kernel ``flash_forward``: its check watches what happens during the call (that Triton's interpreter
+launched a kernel, ``GridExecutor.__call__``; that the launcher computed no attention in torch; that it ran none of
+attn_lib's kernels): in the sandbox the runner keeps those watches and reports them by name (``classroom/runner.py``'s
+``_NamedWatch``, resolved before any student code runs, with ``TRITON_INTERPRET=1`` set before triton is first
+imported there), and the grader turns the names it asked for into the check's verdict (``classroom/grade.py``'s
+``sandbox_watches`` and ``watched_names``).
+
+Every such report is the sandbox's word: rebinding torch's functions, Triton's launcher or the runner's watch from
+the student's module changes nothing (the runner resolved them first), a watch turned off during the call fails the
+check, and a reply forged on the report channel puts the protocol out of step, which fails the next call; a student
+who rewrites the runner's own process can still forge it, in code the submission shows, and a package whose source
+names the grader's machinery (:data:`GRADER_TOKENS`) is flagged for the teacher to read. The points come from the
+grader's comparison of values either way. :func:`ungraded_pieces` names what is not graded here (nothing today).
 
 Points per piece: :data:`PIECE_POINTS`, or ``piece_<name> = points`` in ``classroom/points.toml``.
 """
@@ -116,18 +127,27 @@ def _decoder_logits(inputs):
 
 
 def _mine(module, name):
-    """The student's piece, or a stand-in that says why there is none."""
+    """The student's piece (a class as it is: the grader holds it by handle), or a stand-in that says why there is
+    none."""
     m = _modules.get(module)
     if isinstance(m, types.ModuleType) and callable(getattr(m, name, None)):
-        return _keywords(getattr(m, name))
+        piece = getattr(m, name)
+        return piece if isinstance(piece, type) else _keywords(piece)
     why = f"my_attn.{{module}} did not import ({{type(m).__name__}}: {{m}})" if isinstance(m, Exception) else \\
         f"my_attn.{{module}} has no {{name}}"
 
     def missing(*args, **kwargs):
         raise NotImplementedError(why)
 
+    class _Missing(type):  # a class piece: its methods (BPETokenizer.train) are not written either
+        def __getattr__(cls, attr):
+            raise NotImplementedError(why)
+
+        def __call__(cls, *args, **kwargs):
+            raise NotImplementedError(why)
+
     missing.__name__ = name
-    return missing
+    return _Missing(name, (), {{}}) if name[:1].isupper() else missing
 '''
 
 
@@ -223,19 +243,47 @@ def _send(value):
 def keyword_calls(values: list) -> list:
     """``values`` with every remote function wrapped in :class:`KeywordCall` (recognised by its sandbox and handle:
     under ``python -m classroom.grade`` its class is ``__main__.RemoteFunction``, not ``classroom.grade``'s)."""
-    return [KeywordCall(v) if callable(v) and hasattr(v, "box") and hasattr(v, "number") else v for v in values]
+    return [KeywordCall(v) if callable(v) and hasattr(v, "box") and hasattr(v, "number")
+            and not getattr(type(v), "_grader_remote", False) else v for v in values]
 
 
 def graded_pieces() -> list:
-    """The pieces graded in the sandbox: the functions (see the module's docstring), in the course's order."""
+    """The pieces graded in the sandbox: the functions and the classes (see the module's docstring), in the
+    course's order."""
     from attn_lib.course import mine
 
     pieces = []
     for p in mine.PIECES:
         stub = getattr(_stub_module(p.module), p.name, None)
-        if p.name not in NOT_GRADED_HERE and inspect.isfunction(stub):
+        if p.name not in NOT_GRADED_HERE and (inspect.isfunction(stub) or isinstance(stub, type)):
             pieces.append(p)
     return pieces
+
+
+def class_pieces() -> dict[str, str]:
+    """check name -> class name, for the pieces that are classes (their checks get a
+    :class:`~classroom.grade.RemoteObject`)."""
+    from attn_lib.course import mine
+
+    return {f"check_piece_{p.name}": p.name for p in mine.PIECES if p.name[:1].isupper()
+            and isinstance(getattr(_stub_module(p.module), p.name, None), type)}
+
+
+def is_class_check(name: str) -> bool:
+    return name in _class_checks()
+
+
+def class_name(name: str) -> str | None:
+    return _class_checks().get(name)
+
+
+_CLASS_CHECKS: dict = {}
+
+
+def _class_checks() -> dict:
+    if not _CLASS_CHECKS:
+        _CLASS_CHECKS.update(class_pieces())
+    return _CLASS_CHECKS
 
 
 def ungraded_pieces() -> list[str]:

@@ -11,7 +11,11 @@ cells in an IPython shell (magics and all, as a kernel would), sends each cell's
   handle, any other value as data (:mod:`classroom.wire`);
 - ``call``: call a handle on the inputs the grader made, send back the result and the inputs as they are after
   the call (so that a change in place is seen); with ``watch``, the names of the plan's watches that fired during
-  the call (:class:`_NamedWatch`, what ``check_piece_flash_forward`` watches);
+  the call (:class:`_NamedWatch`, what ``check_piece_flash_forward`` watches); with ``attr``, call the handle's
+  method of that name, or with ``read`` read that attribute (a method comes back as ``{"method": true}``, the
+  grader calls it by name); with ``objects`` (a class piece of ``my_attn``, classroom/pieces.py), a result the wire
+  does not carry (an instance, a cache) comes back as a handle of the same table, and the grader may send handles
+  back as arguments;
 - ``next``: go on with the next cell.
 
 Nothing here decides a grade: the grader compares, in its own process. This file is trusted by no one: the
@@ -67,8 +71,25 @@ class _watch_reference_calls:
     best effort (the student's process can turn it off; the grader flags that too): the points come from the
     grader's comparison either way."""
 
+    # torch's fused attention, refused by the MultiHeadAttention piece's check (a TorchFunctionMode in the checking
+    # process; here the profile hook sees the C call), and the student's own scaled_dot_product_attention, which
+    # that piece must call: both reported by these names, which the grader accepts as they are
+    TORCH_FUSED = ("scaled_dot_product_attention", "multi_head_attention_forward")
+    OWN = (("my_attn", "attention.py"), "scaled_dot_product_attention",
+           "my_attn.attention.scaled_dot_product_attention")
+
     def __init__(self, used: list):
         self.used = used
+        functional = sys.modules.get("torch.nn.functional")
+        self.fused = {}
+        for name in self.TORCH_FUSED if functional is not None else ():
+            f = getattr(functional, name, None)
+            if f is not None:
+                self.fused[id(f)] = f"torch.nn.functional.{name}"
+                code = getattr(f, "__code__", None)
+                if code is not None:
+                    self.fused[id(code)] = f"torch.nn.functional.{name}"
+        self.own_file = os.sep + os.path.join(*self.OWN[0])
         try:
             import attn_lib
 
@@ -78,8 +99,30 @@ class _watch_reference_calls:
         self.lib = root + os.sep if root else None
         self.top = None
 
+    def _note(self, name: str) -> None:
+        if len(self.used) < 1000 and name not in self.used:
+            self.used.append(name)
+
+    def _inside_library(self, frame) -> bool:
+        while frame is not None and frame is not self.top:
+            if self.lib is not None and frame.f_code.co_filename.startswith(self.lib):
+                return True
+            frame = frame.f_back
+        return False
+
     def hook(self, frame, event, arg):
-        if event != "call" or self.lib is None or not frame.f_code.co_filename.startswith(self.lib):
+        if event == "c_call":
+            if self.fused and id(arg) in self.fused and not self._inside_library(frame):
+                self._note(self.fused[id(arg)])
+            return
+        if event != "call":
+            return
+        code = frame.f_code
+        if code.co_name == self.OWN[1] and code.co_filename.endswith(self.own_file):
+            self._note(self.OWN[2])
+        elif id(code) in self.fused and not self._inside_library(frame.f_back):
+            self._note(self.fused[id(code)])
+        if self.lib is None or not frame.f_code.co_filename.startswith(self.lib):
             return
         up = frame.f_back
         if up is not None and up.f_code.co_filename.startswith("<frozen importlib"):
@@ -236,7 +279,7 @@ def _error_reply(error: BaseException) -> dict:
 class Runner:
     def __init__(self, fd_in: int, fd_out: int):
         self.fd_in, self.fd_out = fd_in, fd_out
-        self.functions: list = []
+        self.functions = wire.Table()  # what the grader holds by number: functions, and a class piece's objects
 
     def send(self, meta, arrays=None):
         wire.send(self.fd_out, meta, arrays)
@@ -289,6 +332,7 @@ class Runner:
         self.send({"ev": "done"})
 
     def serve(self) -> None:
+        self.functions = wire.Table()  # a check's handles serve that check only: a full table costs no other check
         while True:
             request, arrays = wire.receive(self.fd_in)
             op = request.get("op")
@@ -305,13 +349,26 @@ class Runner:
                     self.send(_error_reply(e))
             elif op == "call":
                 try:
-                    fn = self.functions[int(request["fn"])]
+                    fn = self.functions.get(request.get("fn"))
+                    attr, read = request.get("attr"), bool(request.get("read"))
+                    if attr is not None and not _attribute_name(attr):
+                        raise AttributeError(f"the grader does not ask for {str(attr)[:60]!r}")
+                    if request.get("new") is not None:  # one of attn_lib's objects, for the student's to use
+                        if request["new"] not in NEW_ALLOWED:
+                            raise ValueError("the grader does not make that")
+                        import importlib
+
+                        module, _, name = request["new"].rpartition(".")
+                        fn = getattr(importlib.import_module(module), name)
+                    objects = bool(request.get("objects"))
                     memo = wire.new_memo()  # modules, then the optimiser over their parameters
-                    args = [wire.decode(a, arrays, memo=memo, build=True) for a in request["args"]]
+                    table = self.functions if objects else None
+                    args = [wire.decode(a, arrays, memo=memo, build=True, handles=table)
+                            for a in request.get("args") or []]
                     named = request.get("kwargs") or {}
                     if not isinstance(named, dict) or not all(isinstance(k, str) and k.isidentifier() for k in named):
                         raise ValueError("malformed keyword arguments")
-                    kwargs = {k: wire.decode(v, arrays, memo=memo, build=True) for k, v in named.items()}
+                    kwargs = {k: wire.decode(v, arrays, memo=memo, build=True, handles=table) for k, v in named.items()}
                 except Exception as e:  # noqa: BLE001
                     self.send(_error_reply(e))
                     continue
@@ -321,24 +378,52 @@ class Runner:
                 used: list[str] = []
                 watch = request.get("watch")
                 try:
+                    method = False
                     with _watch_reference_calls(used):
-                        if watch is None:
+                        if attr is not None:
+                            fn = getattr(fn, attr)  # a property runs here, watched
+                        if read:
+                            import inspect
+
+                            method, result = inspect.isroutine(fn), fn
+                        elif watch is None:
                             result = fn(*args, **kwargs)
                         else:  # a check's named watch (_NamedWatch)
                             result, fired, intact = self.named.call(fn, args, kwargs, watch, used)
                     reply_arrays = []
                     after_memo = wire.new_memo()
-                    reply = {"ok": True, "used": sorted(set(used))[:20], "result": wire.encode(result, reply_arrays),
-                             "after": [wire.encode(a, reply_arrays, memo=after_memo) for a in args]}
-                    if watch is not None:
+                    encoded = None if method else wire.encode(result, reply_arrays, functions=table, objects=objects)
+                    reply = {"ok": True, "used": _reported(used), "result": encoded, "method": method,
+                             "after": [wire.encode(a, reply_arrays, memo=after_memo, functions=table, objects=objects)
+                                       for a in args]}
+                    if watch is not None and not read:
                         reply.update(watched=fired, watch_intact=intact)
                 except BaseException as e:  # noqa: BLE001 - the student's function raised
-                    reply, reply_arrays = dict(_error_reply(e), used=sorted(set(used))[:20]), []
+                    reply, reply_arrays = dict(_error_reply(e), used=_reported(used)), []
                 finally:
                     sys.stdout, sys.stderr = saved
                 self.send(reply, reply_arrays)
             else:
                 self.send({"ok": False, "type": "ValueError", "msg": f"unknown request {op!r}", "where": ""})
+
+
+def _reported(used: list) -> list:
+    """What a call reports, at most 100 names: the names that are not attn_lib's first (torch's fused attention, the
+    student's own SDPA), then attn_lib's, its argument checks and lazy attributes (which every check allows) last, so
+    that many allowed calls cannot push a flagged one out of the report."""
+    return sorted(set(used), key=lambda n: (n.startswith("attn_lib."), n.startswith("attn_lib._checks.")
+                                            or n.endswith(".__getattr__"), n))[:100]
+
+
+NEW_ALLOWED = frozenset({"attn_lib.kv_cache.KVCache"})  # what a check may make in the sandbox (LMBlock's cache)
+CALLABLE_DUNDERS = frozenset({"__len__"})  # the only special method the grader calls by name (len(cache))
+
+
+def _attribute_name(name) -> bool:
+    """A name the grader may read or call on a class piece's object: an identifier, not a special name (a proxy
+    never forwards ``__class__``, ``__reduce__``, ...), except :data:`CALLABLE_DUNDERS`."""
+    return isinstance(name, str) and name.isidentifier() and len(name) <= 100 and (
+        not (name.startswith("__") and name.endswith("__")) or name in CALLABLE_DUNDERS)
 
 
 def main(argv=None) -> int:

@@ -8,6 +8,12 @@ JSON) and the arrays it refers to. Python values are encoded as a JSON tree:
 - lists ``{"L": [...]}``, tuples ``{"U": [...]}``, dicts ``{"D": [[key, value], ...]}``, ``...`` as ``{"E": 1}``;
 - a function (sandbox side only) ``{"F": handle}``; anything else ``{"X": type name, "r": short repr}``, which the
   other side turns into an :class:`Opaque` value that equals nothing;
+- for the class pieces of ``my_attn`` (classroom/pieces.py), the sandbox side's :class:`Table` hands out any object
+  the wire does not carry (the class, an instance, a cache a method returned) as ``{"F": handle, "k": kind,
+  "mro": [qualified names of its type's classes]}``; the grader sends a handle back as ``{"F": handle}``, which
+  the sandbox side resolves in its own table (a number it never handed out is an error); the grader's side builds
+  nothing from a handle but a proxy (:class:`classroom.grade.RemoteObject`);
+- a torch dtype as ``{"Y": name}`` (one of :data:`DTYPES`);
 - a ``torch.Generator`` as ``{"G": i}``, its state the array ``a<i>`` (both sides rebuild it: the draws are the same);
 - an ``nn.Module`` that a check built with a recipe (``module._grader_recipe``: an ``attn_lib`` class, its arguments,
   the submodule's path and the dtype) as ``{"M": {"recipe", "p": [[name, array, grad array]], "b": [[name, array]],
@@ -32,6 +38,7 @@ import os
 import select
 import struct
 import time
+from collections import OrderedDict
 
 import numpy as np
 
@@ -93,16 +100,88 @@ def new_memo() -> dict:
     return {"modules": {}, "params": {}, "built": {}}
 
 
+MAX_HANDLES = 10_000  # objects one sandbox hands out by number; more become opaque values
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
+          "complex64", "complex128")
+
+
 class Handle:
-    """A function that lives on the other side, by its number."""
+    """A function (or, for a class piece, any object) that lives on the other side, by its number; ``kind``
+    ("class", "function", "object") and ``mro`` (its type's classes by qualified name) are what the sandbox said
+    of it: data, never trusted for more than an ``isinstance`` question."""
 
-    def __init__(self, number: int):
-        self.number = int(number)
+    def __init__(self, number: int, kind: str = "function", mro: tuple = ()):
+        self.number, self.kind, self.mro = int(number), str(kind)[:20], tuple(mro)
 
 
-def encode(value, arrays: list, *, functions: list | None = None, memo: dict | None = None, _depth: int = 0):
+class Table:
+    """The sandbox side's objects handed to the grader by number: the same object keeps its number, at most
+    :data:`MAX_HANDLES` of them (then :meth:`add` gives None and the object travels as an opaque value)."""
+
+    def __init__(self, limit: int = MAX_HANDLES):
+        self.items, self._ids, self.limit = [], {}, limit
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, number):
+        return self.items[number]
+
+    def append(self, value) -> None:  # the list protocol encode() used before the table
+        self.add(value)
+
+    def add(self, value) -> int | None:
+        n = self._ids.get(id(value))
+        if n is not None and self.items[n] is value:
+            return n
+        if len(self.items) >= self.limit:
+            return None
+        self.items.append(value)
+        self._ids[id(value)] = len(self.items) - 1
+        return len(self.items) - 1
+
+    def get(self, number):
+        """The object handed out as ``number``; WireError for a number never handed out (forged, or stale)."""
+        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < len(self.items):
+            raise WireError("a handle that was never handed out")
+        return self.items[number]
+
+
+def _type_names(value) -> list:
+    try:
+        return [f"{getattr(c, '__module__', '?')}.{getattr(c, '__qualname__', '?')}"[:200]
+                for c in type(value).__mro__[:32]]
+    except Exception:  # noqa: BLE001 - a type that will not say
+        return []
+
+
+def _handle(functions, value):
+    """``value`` entered in the sandbox's table (or the plain list of functions)."""
+    if isinstance(functions, Table):
+        n = functions.add(value)
+    elif len(functions) < MAX_HANDLES:
+        functions.append(value)
+        n = len(functions) - 1
+    else:
+        n = None
+    if n is None:
+        return {"X": type(value).__name__, "r": "too many objects"}
+    kind = "class" if isinstance(value, type) else "function" if callable(value) and _is_routine(value) else "object"
+    return {"F": n, "k": kind, "mro": _type_names(value)}
+
+
+def _is_routine(value) -> bool:
+    import inspect
+
+    return inspect.isroutine(value)
+
+
+def encode(value, arrays: list, *, functions: list | None = None, memo: dict | None = None, objects: bool = False,
+           _depth: int = 0):
     """``memo`` (:func:`new_memo`) is shared by the values of one message, so that an optimiser can name the
-    parameters of a module encoded before it."""
+    parameters of a module encoded before it. ``functions`` (the sandbox side's list or :class:`Table`): a function
+    becomes a handle; with ``objects``, so does anything else the wire does not carry. On the grader's side, a
+    proxy of a sandbox object (a type with ``_wire_handle``) travels back as its handle."""
     if _depth > MAX_DEPTH:
         return {"X": "too deeply nested", "r": ""}
     if value is None or isinstance(value, (bool, str)):
@@ -114,8 +193,16 @@ def encode(value, arrays: list, *, functions: list | None = None, memo: dict | N
     if value is Ellipsis:
         return {"E": 1}
     if isinstance(value, np.generic):
-        return encode(value.item(), arrays, functions=functions, memo=memo, _depth=_depth + 1)
+        return encode(value.item(), arrays, functions=functions, memo=memo, objects=objects, _depth=_depth + 1)
     torch = _torch_if_loaded()
+    if torch is not None and isinstance(value, torch.dtype):
+        name = str(value).removeprefix("torch.")
+        return {"Y": name} if name in DTYPES else {"X": "dtype", "r": name[:40]}
+    handle = getattr(type(value), "_wire_handle", None)
+    if functions is None and callable(handle):
+        number = handle(value)  # the grader's proxy of a sandbox object goes back as its number
+        if isinstance(number, int) and not isinstance(number, bool):
+            return {"F": number}
     if torch is not None and isinstance(value, torch.Tensor):
         try:
             with torch._C.DisableTorchFunctionSubclass():
@@ -133,14 +220,14 @@ def encode(value, arrays: list, *, functions: list | None = None, memo: dict | N
         return {"T": len(arrays) - 1}
     if type(value) in (list, tuple):
         tag = "L" if type(value) is list else "U"
-        return {tag: [encode(v, arrays, functions=functions, memo=memo, _depth=_depth + 1) for v in value[:MAX_ITEMS]]}
-    if type(value) is dict:
-        return {"D": [[encode(k, arrays, functions=functions, memo=memo, _depth=_depth + 1),
-                       encode(v, arrays, functions=functions, memo=memo, _depth=_depth + 1)]
+        return {tag: [encode(v, arrays, functions=functions, memo=memo, objects=objects, _depth=_depth + 1)
+                      for v in value[:MAX_ITEMS]]}
+    if type(value) in (dict, OrderedDict):  # a module's state_dict is an OrderedDict
+        return {"D": [[encode(k, arrays, functions=functions, memo=memo, objects=objects, _depth=_depth + 1),
+                       encode(v, arrays, functions=functions, memo=memo, objects=objects, _depth=_depth + 1)]
                       for k, v in list(value.items())[:MAX_ITEMS]]}
-    if functions is not None and callable(value):
-        functions.append(value)
-        return {"F": len(functions) - 1}
+    if functions is not None and (callable(value) or objects):
+        return _handle(functions, value)
     if torch is not None:
         special = _encode_torch_object(torch, value, arrays, memo)
         if special is not None:
@@ -256,11 +343,13 @@ def _torch_if_loaded():
     return sys.modules.get("torch")
 
 
-def decode(tree, arrays: dict, *, memo: dict | None = None, build: bool = False, _depth: int = 0):
+def decode(tree, arrays: dict, *, memo: dict | None = None, build: bool = False, handles: Table | None = None,
+           _depth: int = 0):
     """The value of an encoded tree; tensors come back as tensors (``torch`` needed), arrays as arrays.
 
     ``build`` (the sandbox side only): rebuild modules and optimisers; the grader reads a module as a
-    :class:`ModuleState` and an optimiser as an :class:`Opaque` value."""
+    :class:`ModuleState` and an optimiser as an :class:`Opaque` value. ``handles`` (the sandbox side only): a
+    handle is the object of that number in the table (:meth:`Table.get`); without it, a :class:`Handle`."""
     if _depth > MAX_DEPTH:
         raise WireError("the value is nested too deeply")
     if tree is None or isinstance(tree, (bool, int, float, str)):
@@ -276,24 +365,39 @@ def decode(tree, arrays: dict, *, memo: dict | None = None, build: bool = False,
                 return torch.from_numpy(np.array(arr, copy=True))
             return np.array(arr, copy=True)
         if "L" in tree:
-            return [decode(v, arrays, memo=memo, build=build, _depth=_depth + 1) for v in _items(tree["L"])]
+            return [decode(v, arrays, memo=memo, build=build, handles=handles, _depth=_depth + 1)
+                    for v in _items(tree["L"])]
         if "U" in tree:
-            return tuple(decode(v, arrays, memo=memo, build=build, _depth=_depth + 1) for v in _items(tree["U"]))
+            return tuple(decode(v, arrays, memo=memo, build=build, handles=handles, _depth=_depth + 1)
+                         for v in _items(tree["U"]))
         if "D" in tree:
             out = {}
             for pair in _items(tree["D"]):
                 if not isinstance(pair, list) or len(pair) != 2:
                     raise WireError("a dict entry is not a pair")
-                key = decode(pair[0], arrays, memo=memo, build=build, _depth=_depth + 1)
+                key = decode(pair[0], arrays, memo=memo, build=build, handles=handles, _depth=_depth + 1)
                 try:
-                    out[key] = decode(pair[1], arrays, memo=memo, build=build, _depth=_depth + 1)
+                    out[key] = decode(pair[1], arrays, memo=memo, build=build, handles=handles, _depth=_depth + 1)
                 except TypeError:  # an unhashable key
                     raise WireError("a dict key cannot be used as a key") from None
             return out
         if "E" in tree:
             return Ellipsis
         if "F" in tree:
-            return Handle(tree["F"])
+            number = tree["F"]
+            if isinstance(number, bool) or not isinstance(number, int):
+                raise WireError("a malformed handle")
+            if handles is not None:
+                return handles.get(number)
+            mro = tree.get("mro", [])
+            mro = tuple(str(n)[:200] for n in mro[:32]) if isinstance(mro, list) else ()
+            return Handle(number, str(tree.get("k", "function")), mro)
+        if "Y" in tree:
+            if tree["Y"] not in DTYPES:
+                raise WireError("a dtype the wire does not carry")
+            import torch
+
+            return getattr(torch, tree["Y"])
         if "G" in tree:
             return _decode_generator(tree, arrays)
         if "M" in tree:

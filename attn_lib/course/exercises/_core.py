@@ -205,6 +205,22 @@ def _ctx(key, default=None):
     return getattr(_context, key, default)
 
 
+def is_instance(obj, cls) -> bool:
+    """``isinstance(obj, cls)``, also for an object of the learner's that lives in the grader's sandbox
+    (``classroom.grade.RemoteObject``: its type answers from the names of the classes the object's type has)."""
+    if isinstance(obj, cls):
+        return True
+    answer = getattr(type(obj), "_grader_isinstance", None)
+    return bool(answer(obj, cls)) if callable(answer) else False
+
+
+def new_beside(obj, cls, *args):
+    """``cls(*args)`` (one of attn_lib's classes, e.g. a ``KVCache`` for the learner's block) made where ``obj``
+    lives: here, or in the grader's sandbox when ``obj`` is a proxy of an object there (``classroom.grade``)."""
+    make = getattr(type(obj), "_grader_new", None)
+    return make(obj, cls, *args) if callable(make) else cls(*args)
+
+
 def fresh_generator(name: str, trial: int = 0) -> torch.Generator:
     """A torch.Generator seeded from the check's name and trial number.
 

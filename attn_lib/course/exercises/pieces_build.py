@@ -11,6 +11,12 @@ Each is a class piece: the learner's class subclasses attn_lib's (whose ``__init
 swaps every reference to it inside the learner's package for a counting wrapper (which calls it) and fails when
 ``forward`` never calls it; a TorchFunctionMode also refuses torch's fused attention
 (``F.scaled_dot_product_attention``, ``F.multi_head_attention_forward``).
+
+Graded in the sandbox (``classroom/pieces.py``), ``cls`` is a proxy of the learner's class, which lives there:
+``is_instance`` and ``new_beside`` (``_core``) answer for it, and what these guards watch in this process is
+reported by the sandbox's runner instead (``classroom.runner``): the spy reads whether the learner's SDPA ran from
+the runner's report, and the grader refuses attn_lib's own ``forward`` (the ``_Refuse`` here) and torch's fused
+attention from it (``classroom.grade.REFUSED``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import attn_lib.models.blocks as _blocks
 import attn_lib.models.lm as _lm
 import attn_lib.tokenization as _tok
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
+from attn_lib.course.exercises._core import is_instance, new_beside
 from attn_lib.course.exercises.pieces import Piece, _watched_call
 
 __all__ = ["PIECES", "check_piece_bpe_tokenizer", "check_piece_multi_head_attention", "check_piece_encoder_block",
@@ -51,7 +58,7 @@ def _twin(cls, ref: torch.nn.Module, *args, **kwargs) -> torch.nn.Module:
     """The learner's ``cls(*args, **kwargs)`` in float64, eval mode, with ``ref``'s weights."""
     with torch.random.fork_rng():
         mine = cls(*args, **kwargs)
-    if not isinstance(mine, torch.nn.Module):
+    if not is_instance(mine, torch.nn.Module):
         raise Mismatch(f"{cls.__name__}(...) must build an nn.Module (subclass attn_lib's class, as the stub does).")
     mine = mine.double().eval()
     try:
@@ -64,14 +71,24 @@ def _twin(cls, ref: torch.nn.Module, *args, **kwargs) -> torch.nn.Module:
 
 
 class _SpyOnSdpa:
-    """Swap every reference to the learner's SDPA in the learner's package for a wrapper that counts its calls."""
+    """Swap every reference to the learner's SDPA in the learner's package for a wrapper that counts its calls.
+
+    When ``cls`` lives in the grader's sandbox (``classroom.grade.RemoteObject``), nothing is swapped here: the
+    sandbox's runner reports each call of the learner's ``my_attn.attention.scaled_dot_product_attention``, and the
+    spy counts whether one was reported (``missing`` stays False: a stub SDPA is "not written yet" either way)."""
+
+    OWN = "my_attn.attention.scaled_dot_product_attention"
 
     def __init__(self, cls):
-        root = (getattr(cls, "__module__", "") or "").split(".")[0]
+        self.reports = getattr(type(cls), "_grader_reports", None)
+        self.cls = cls
+        root = "my_attn" if self.reports else (getattr(cls, "__module__", "") or "").split(".")[0]
         self.root = root if root + ".attention" in sys.modules or root == "my_attn" else "my_attn"
         self.calls, self.missing, self._undo = 0, False, []
 
     def __enter__(self):
+        if self.reports:
+            return self
         try:
             attention = importlib.import_module(self.root + ".attention")
         except Exception as e:  # noqa: BLE001 - the learner's module
@@ -99,6 +116,8 @@ class _SpyOnSdpa:
         return self
 
     def __exit__(self, *exc):
+        if self.reports:
+            self.calls = int(self.OWN in self.reports(self.cls))
         while self._undo:
             module, attr, value = self._undo.pop()
             setattr(module, attr, value)
@@ -269,7 +288,7 @@ def check_piece_bpe_tokenizer(cls) -> CheckResult:
             with _Refuse(Ref, "BPETokenizer", _BPE_METHODS):
                 got = call(lambda c, v: cls.train(c, v, byte_level=byte_level, min_frequency=min_frequency),
                            {"corpus": corpus, "vocab_size": vocab_size})
-            if not isinstance(got, Ref):
+            if not is_instance(got, Ref):
                 raise Mismatch(f"{what} returned {type(got).__name__}; return cls(merges, alphabet, unk_token, "
                                "byte_level=...) (a BPETokenizer) with merge_counts set.")
             as_list = [corpus] if isinstance(corpus, str) else corpus
@@ -429,7 +448,10 @@ def _mha_case(t: int, case: dict):
 
 def _unwritten_callee(error: NotImplementedError, cls) -> str | None:
     """The words for a NotImplementedError raised by another stub than ``cls.forward`` (e.g. my_attn's apply_rope,
-    still a stub, called by the learner's forward), found in the traceback; None when ``forward`` itself raised it."""
+    still a stub, called by the learner's forward), found in the traceback; None when ``forward`` itself raised it,
+    or when it was raised in the grader's sandbox (its message names the stub; there is no traceback to read)."""
+    if getattr(error, "_from_sandbox", False):
+        return None
     frames = []
     tb = error.__traceback__
     while tb is not None:
@@ -776,7 +798,7 @@ def check_piece_lm_block(cls) -> CheckResult:
                 expect_close(got, want, what="the output with attn_mask (the diagonal: each token sees itself)",
                              atol=1e-10, rtol=1e-8, wrong_answers=[(ref(x), "pass attn_mask on to the attention.")])
                 full = ref(x)
-                ref_cache, my_cache = KVCache(), KVCache()
+                ref_cache, my_cache = KVCache(), new_beside(mine, KVCache)
                 for lo, hi in ((0, 3), (3, 5)):
                     want = ref(x[:, lo:hi], ref_cache)
                     got = _call_mine("LMBlock", lambda x_: mine(x_, my_cache), {"x": x[:, lo:hi]})  # the cache grows

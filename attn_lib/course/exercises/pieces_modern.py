@@ -26,6 +26,7 @@ import attn_lib.variants
 import attn_lib.windows
 from attn_lib._checks import check_callable
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
+from attn_lib.course.exercises._core import is_instance
 from attn_lib.course.exercises.pieces import Piece
 from attn_lib.mla import MultiHeadLatentAttention
 from attn_lib.sparse import LightningIndexer
@@ -186,7 +187,7 @@ def check_piece_ring_kv_cache(cls) -> CheckResult:
     CheckResult with a hint. Source: transformers' sliding-window cache layer; attn_lib.windows.RingKVCache.
     """
     def trials():
-        if not isinstance(cls, type):
+        if not is_instance(cls, type):
             raise Mismatch("RingKVCache must be a class: RingKVCache(window) makes an empty cache.")
         g = fresh_generator("RingKVCache", 0)
         window = 4
