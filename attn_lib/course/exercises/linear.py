@@ -114,6 +114,15 @@ def check_fft_long_conv(fft_long_conv_fn) -> CheckResult:
     return CheckResult("check_fft_long_conv", result.passed, message)
 
 
+def _fft_sandbox_watch() -> dict:
+    from attn_lib.course.exercises.pieces_modern import check_piece_fft_long_conv
+
+    return check_piece_fft_long_conv.sandbox_watch()
+
+
+check_fft_long_conv.sandbox_watch = _fft_sandbox_watch  # graded in the sandbox with the piece's named watches
+
+
 HINT_KDA_PER_HEAD = ("you decayed the whole state by one factor; Kimi Delta Attention decays each key channel (each row "
                      "of the E × Ev state) by its own exp(log_decay[e]): multiply by exp(log_decay)[..., :, None].")
 HINT_KDA_DECAY_LATE = ("you decayed after writing; decay first (the old memory fades), then read Sᵀk, correct and write, "

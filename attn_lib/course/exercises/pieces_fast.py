@@ -111,6 +111,9 @@ def _torch_name(func) -> str | None:
         name = getattr(func, "__name__", None)
         if name is not None and getattr(space, name, None) is func:
             return f"{prefix}.{name}"
+    name = getattr(func, "__name__", "") or ""
+    if name.startswith("fft_") and getattr(torch.fft, name[4:], None) is func:  # torch.fft.rfft is named fft_rfft
+        return f"torch.fft.{name[4:]}"
     return None
 
 

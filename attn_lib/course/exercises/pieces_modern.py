@@ -28,6 +28,7 @@ from attn_lib._checks import check_callable
 from attn_lib.course.exercises._core import CheckResult, Mismatch, call, expect_close, fresh_generator, run_check
 from attn_lib.course.exercises._core import is_instance
 from attn_lib.course.exercises.pieces import Piece
+from attn_lib.course.exercises.pieces_fast import _Guard, _sandbox_watch_torch, _watched_remotely
 from attn_lib.mla import MultiHeadLatentAttention
 from attn_lib.sparse import LightningIndexer
 from attn_lib.variants import VariantAttention
@@ -422,6 +423,14 @@ class _DirectSum(TorchFunctionMode):
         return out
 
 
+# in the grader's sandbox the runner watches these by name (pieces_fast's named watches): the FFT route must call one
+# of _FFTS, and a direct convolution shows as one of _CONVS (a loop over positions calls neither: no torch.fft fails)
+_FFTS = {torch.fft.rfft: "torch.fft.rfft", torch.fft.fft: "torch.fft.fft", torch.fft.irfft: "torch.fft.irfft",
+         torch.fft.ifft: "torch.fft.ifft"}
+_CONVS = {torch.nn.functional.conv1d: "conv1d", torch.conv1d: "conv1d", torch.Tensor.unfold: "Tensor.unfold"}
+_FFT_WATCHED = {**_FFTS, **_CONVS}
+
+
 def check_piece_fft_long_conv(fn) -> CheckResult:
     """my_attn.linear.fft_long_conv against the direct causal sum y_t = Σ_{s<=t} k_s u_{t-s} (attn_lib's
     ``direct_long_conv``): filters as long as the signal and shorter, odd and even lengths, one position, leading
@@ -430,8 +439,9 @@ def check_piece_fft_long_conv(fn) -> CheckResult:
     Inputs: u (..., L), k (..., K), K <= L. Raises: nothing; a wrong answer is a failed CheckResult with a hint (no
     zero-padding, so the product wraps around; a conjugated spectrum; a reversed filter; the wrong half kept; a
     constant factor from the FFT's norm; a complex result). Calling attn_lib's fft_long_conv or direct_long_conv
-    fails, and so does the direct O(L²) sum (a loop over positions, a Toeplitz matrix, unfolded windows or conv1d)
-    where the check can watch the code run (not in the classroom's sandbox).
+    fails, and so does the direct O(L²) sum (a loop over positions, a Toeplitz matrix, unfolded windows or conv1d).
+    In the classroom's sandbox the runner watches torch's FFTs and convolutions by name: conv1d or unfold fails, and
+    so does a sum that calls no torch.fft function (attn_lib's functions are flagged by the runner's report).
     Source: Gu, Goel & Ré 2022 (S4), §2.4 and §3.3; Poli et al. 2023 (Hyena), §3.3; attn_lib.linear.fft_long_conv.
     """
     cases = [((3, 64), (3, 64), torch.float64), ((2, 3, 37), (3, 37), torch.float64),
@@ -454,10 +464,19 @@ def check_piece_fft_long_conv(fn) -> CheckResult:
                 with watch:
                     return fn(u_, k_)
 
-            with _refusing(_lib.fft_conv, _lib.direct_conv, what="fft_long_conv"):
-                got = call(run, {"u": u, "k": k})
+            if hasattr(fn, "watched_call"):  # in the grader's sandbox: the runner watches torch's FFTs and convs
+                guard, used = _Guard(_FFT_WATCHED), []
+                got = call(lambda u_, k_: _watched_remotely(fn, (u_, k_), {}, guard, used, None, {}),
+                           {"u": u, "k": k})
+                if L >= 64 and any(x in guard.used for x in _CONVS.values()):
+                    raise Mismatch(HINT_FFT_DIRECT.format(how="conv1d or unfolded windows"))
+                if L >= 64 and not any(x in guard.used for x in _FFTS.values()):
+                    raise Mismatch(HINT_FFT_DIRECT.format(how="no call of torch.fft"))
+            else:
+                with _refusing(_lib.fft_conv, _lib.direct_conv, what="fft_long_conv"):
+                    got = call(run, {"u": u, "k": k})
             what = f"fft_long_conv of u {tuple(u_shape)} and k {tuple(k_shape)} ({str(dtype).removeprefix('torch.')})"
-            if L >= 64:
+            if L >= 64 and not hasattr(fn, "watched_call"):
                 how = ("conv1d" if watch.conv else
                        f"{watch.calls} torch calls for {L} positions: a loop over them" if watch.calls > L else
                        f"a tensor of {watch.largest} numbers for {want.numel()} outputs: a Toeplitz matrix or "
@@ -533,6 +552,10 @@ def check_piece_delta_rule_step(fn) -> CheckResult:
 
 
 # ----------------------------------------------------------------------------------------------------- the registry
+# read by classroom/grade.py's sandbox_watches (the runner resolves these names before the student's code runs)
+check_piece_fft_long_conv.sandbox_watch = _sandbox_watch_torch(_FFT_WATCHED)
+
+
 PIECES: tuple[Piece, ...] = (
     Piece("mla", "absorbed_attention", "11", "1 · Multi-head latent attention (DeepSeek-V2, V3)",
           check_piece_absorbed_attention, replaces=False),  # attn_lib has it only inside MultiHeadLatentAttention
