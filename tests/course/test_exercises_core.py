@@ -243,3 +243,15 @@ def test_torch_rewrapping_its_own_function_is_not_a_patch():
             "r = ex.check_softmax(lambda x: torch.softmax(x, -1))\n"
             "assert r, r\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_a_check_that_cannot_read_an_answer_says_so_without_crashing():
+    """An answer of the wrong type that breaks the check's own code (a tokenizer whose ``merges`` is an int) gives
+    a failed result that says so, never an exception out of the check."""
+    from attn_lib.course.exercises._core import run_check
+
+    def trials():
+        return len(5)  # what a check does with got.merges when merges is an int
+
+    result = run_check("x", trials)
+    assert not result.passed and "could not read what your code gave it (TypeError" in result.message

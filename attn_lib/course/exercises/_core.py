@@ -546,9 +546,11 @@ def run_check(name: str, trials: Callable[[], int | None], *, success: str | Non
         notes = _shape_notes(shape_mistakes) if _isinstance(e, (RuntimeError, IndexError, ValueError)) and \
             _shapeish(str(e)) else (" " + HINT_DOT_T if _T_WARNING in " ".join(_ctx("warnings") or []) else "")
         return CheckResult(name, False, f"❌ {name}: your function raised {type(e).__name__}: {first}{where}.{notes}")
-    except Exception as e:  # pragma: no cover - a bug of the check itself: say so rather than blame the learner
-        return CheckResult(name, False, f"❌ {name}: the check itself failed ({type(e).__name__}: {e}); "
-                                        "please report this.")
+    except Exception as e:  # noqa: BLE001 - the check could not read an answer (or has a bug): say which, not blame
+        return CheckResult(name, False, f"❌ {name}: the check could not read what your code gave it "
+                                        f"({type(e).__name__}: {str(e)[:200]}): return the types the docstring "
+                                        "names (tensors, lists, the class's own objects); if yours does, this is a "
+                                        "bug of the check, please report it.")
     finally:
         patched = _undo_patches()
     if patched:
