@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from pathlib import Path
 
 ASSIGNMENT = "my_attn"
@@ -376,14 +377,22 @@ def pieces_notebook(files: dict[str, str], only: set[str] | None = None) -> dict
 # what code needs to reach the grader's machinery in the sandbox's process (the runner, its pipes, its profile hook
 # and torch's function modes, Triton's launcher): a package whose source names one is flagged for the teacher to
 # read, since in-sandbox watches are the sandbox's word (see the module's docstring). The flag names these tokens only.
+# The ways to reach a loaded module, a frame or a function's code without naming it are tokens too (a student who
+# writes ``sys.modules["class" + "room.runner"]`` or copies attn_lib's method's ``__code__`` is flagged, breakhandles)
 GRADER_TOKENS = ("classroom", "/opt/grader", "dup2", "sys.argv", "setprofile", "settrace", "DisableTorchFunction",
-                 "_pop_mode", "_set_torch_function_mode", "GridExecutor", "get_objects", "f_locals", "f_back")
+                 "_pop_mode", "_set_torch_function_mode", "GridExecutor", "get_objects", "f_locals", "f_back",
+                 "sys.modules", "import_module", "__import__", "__code__", "_getframe", "currentframe", "import gc")
+# and the same reached under another name (``import sys as _s; _s.modules[...]``), named in the flag by these words
+GRADER_PATTERNS = (("sys under another name", re.compile(r"\bimport\s+sys\s+as\b|\bfrom\s+sys\s+import\b")),
+                   ("modules[...]", re.compile(r"\bmodules\s*\[")),
+                   ("getattr or vars of sys", re.compile(r"\b(getattr|vars)\(\s*sys\b")))
 
 
 def source_flags(files: dict[str, str]) -> list[str]:
     """A flag when the package's source mentions :data:`GRADER_TOKENS` (which ones, in the grader's words), or
     none. A tripwire, not a proof: the points are the checks'."""
     found = [t for t in GRADER_TOKENS if any(t in text for text in files.values())]
+    found += [what for what, pattern in GRADER_PATTERNS if any(pattern.search(text) for text in files.values())]
     if not found:
         return []
     return [f"my_attn: the package's source mentions the grader's machinery ({', '.join(found)}): read it before "

@@ -1,0 +1,161 @@
+"""A hostile student who has read ``classroom/`` attacks the grading of ``my_attn``'s class pieces (issue 41's
+threat model): each case is one piece graded alone (``only=``), a copy of the solved package with one module
+changed. What gains nothing is shown to gain nothing (the piece gets 0 or the grader flags it, and the grader goes
+on); what gained something before is fixed and shown fixed; an honest solution written differently keeps its
+points."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from classroom import pieces, sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLVED = ROOT / "notebooks" / "solutions" / "my_attn"
+
+# a KVCache that is attn_lib's: every method runs attn_lib's own code (REFUSED for this piece)
+_THEIRS = '''
+import attn_lib.kv_cache as _lib
+
+
+class KVCache(_lib.KVCache):
+{body}
+'''
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    sandbox.bwrap_path()
+    return sandbox.library_dir(tmp_path_factory.mktemp("lib"))
+
+
+def _package(tmp_path: Path, module: str, text: str) -> Path:
+    pkg = tmp_path / "my_attn"
+    shutil.copytree(SOLVED, pkg)
+    (pkg / module).write_text(text)
+    return pkg
+
+
+def _grade(pkg: Path, library, piece: str) -> dict:
+    result = pieces.grade_pieces(pkg, library, cell_timeout=30, budget_s=300, salt="test-attacks", only={piece})
+    assert set(result["scores"]) == {piece}, result  # graded: the grader did not crash
+    return result
+
+
+def _flagged(result) -> str:
+    return " ".join(result["flags"])
+
+
+def test_a_runner_rewritten_through_a_name_built_at_run_time_is_flagged(library, tmp_path):
+    """Gained before: a KVCache that is attn_lib's, with the runner's report emptied through
+    ``sys.modules["class" + "room.runner"]`` (no grader token in the source), got full points and no flag. The
+    in-sandbox report is the sandbox's word, so the points cannot be taken back there; the source is now flagged
+    (``sys`` under another name, ``modules[...]``: :data:`classroom.pieces.GRADER_PATTERNS`) for the teacher to read."""
+    pkg = _package(tmp_path, "kv_cache.py", _THEIRS.replace("import attn_lib.kv_cache as _lib\n", (
+        "import sys as _sy\nimport attn_lib.kv_cache as _lib\n\n"
+        "_sy.modules['class' + 'room.runner']._reported = lambda used: []\n")).format(body="    pass\n"))
+    result = _grade(pkg, library, "piece_KVCache")
+    assert "the grader's machinery (sys under another name, modules[...])" in _flagged(result), result
+
+
+@pytest.mark.parametrize("how", ["subclass", "copied_code"])
+def test_attn_libs_kv_cache_under_another_name_gets_zero(library, tmp_path, how):
+    """attn_lib's KVCache inherited as it is, or its methods' code objects copied into functions of the student's
+    own (``update.__code__ = attn_lib's update.__code__``: a frame of attn_lib's file, whatever the function is
+    called): 0 and a flag by name, and the copy is a source flag too."""
+    body = "    pass\n" if how == "subclass" else "".join(
+        f"    def {m}(self, key, value):\n        pass\n\n    {m}.__code__ = _lib.KVCache.{m}.__code__\n\n"
+        for m in ("check", "update"))
+    result = _grade(_package(tmp_path, "kv_cache.py", _THEIRS.format(body=body)), library, "piece_KVCache")
+    assert result["scores"]["piece_KVCache"] == 0, result
+    assert "attn_lib.kv_cache.KVCache." in _flagged(result), result
+    assert ("__code__" in _flagged(result)) == (how == "copied_code"), result
+
+
+ODD = {
+    # len() of a proxy is the grader's len(): a number no index holds fails the check, not the grader
+    "huge_len": "KVCache.__len__ = lambda self: 10 ** 400\n",
+    # exceptions named after the ones that stop a process (BaseException in the grader) arrive as plain Exceptions
+    "odd_exceptions": ("class SystemExit(Exception):\n    pass\n\n\nclass KeyboardInterrupt(BaseException):\n"
+                       "    pass\n\n\ndef _update(self, key, value):\n    raise KeyboardInterrupt('x' * 10 ** 6)\n\n\n"
+                       "def _check(self, key, value):\n    raise SystemExit(1)\n\n\n"
+                       "KVCache.update, KVCache.check = _update, _check\n"),
+    # a method that returns the class itself, and an attribute that is the class: a proxy, never the class
+    "returns_its_class": ("def _update(self, key, value):\n    return type(self), type(self)\n\n\n"
+                          "KVCache.update = _update\nKVCache.keys = KVCache\n"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(ODD))
+def test_odd_answers_cost_the_piece_not_the_grader(library, tmp_path, how):
+    text = (SOLVED / "kv_cache.py").read_text() + "\n\n" + ODD[how]
+    result = _grade(_package(tmp_path, "kv_cache.py", text), library, "piece_KVCache")
+    assert result["scores"]["piece_KVCache"] == 0, result
+    assert result["messages"]["piece_KVCache"].startswith("❌ KVCache"), result
+
+
+HONEST_LIST_CACHE = '''
+import torch
+
+
+class KVCache:
+    """Keeps the chunks in lists; the cache is concatenated when read."""
+
+    def __init__(self):
+        self._k, self._v = [], []
+
+    @property
+    def keys(self):
+        return torch.cat(self._k, dim=2) if self._k else None
+
+    @property
+    def values(self):
+        return torch.cat(self._v, dim=2) if self._v else None
+
+    @property
+    def seq_len(self):
+        return sum(k.shape[2] for k in self._k)
+
+    def __len__(self):
+        return self.seq_len
+
+    def nbytes(self):
+        return sum(t.numel() * t.element_size() for t in self._k + self._v)
+
+    def reset(self):
+        self._k, self._v = [], []
+
+    def check(self, key, value):
+        for name, t in (("key", key), ("value", value)):
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+                raise TypeError(f"KVCache.update: {name} must be a floating tensor, got {type(t).__name__}")
+            if t.dim() != 4:
+                raise ValueError(f"KVCache.update: {name} must be 4-d, got {tuple(t.shape)}")
+        if key.dtype != value.dtype:
+            raise TypeError("KVCache.update: key and value dtypes differ")
+        if key.shape[:3] != value.shape[:3]:
+            raise ValueError("KVCache.update: key and value must agree in (B, Hkv, S_new)")
+        if self._k:
+            k0, v0 = self._k[0], self._v[0]
+            if key.dtype != k0.dtype:
+                raise TypeError("KVCache.update: the dtype differs from the cache's")
+            if key.shape[:2] != k0.shape[:2] or key.shape[3] != k0.shape[3] or value.shape[3] != v0.shape[3]:
+                raise ValueError("KVCache.update: the shapes do not match the cache's")
+
+    def update(self, key, value):
+        self.check(key, value)
+        self._k.append(key)
+        self._v.append(value)
+        return self.keys, self.values
+'''
+
+
+def test_an_honest_kv_cache_written_differently_keeps_its_points(library, tmp_path):
+    """A KVCache that stores lists and concatenates on read (keys, values and seq_len are properties): full points,
+    no flag."""
+    result = _grade(_package(tmp_path, "kv_cache.py", HONEST_LIST_CACHE), library, "piece_KVCache")
+    assert result["scores"]["piece_KVCache"] == result["max"]["piece_KVCache"], result
+    assert result["flags"] == [], result
