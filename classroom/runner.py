@@ -61,6 +61,21 @@ class _Capped(io.TextIOBase):
         return out + (f"\n[... {self.dropped} more characters not kept]" if self.dropped else "")
 
 
+_ACTIVE: list = []  # the profile hook of the watched call in progress (_watch_reference_calls), for other threads
+
+
+def _thread_profile(frame, event, arg):
+    """The profile function of every thread started in the sandbox (``threading.setprofile``, set before the
+    student's first cell and kept): while a graded call is watched, that call's hook sees the thread's calls too.
+    A thread sets its profile function when it starts, so before this a worker thread started at import (a queue of
+    jobs that ran attn_lib's KVCache for the student's object) was never watched: full points and no flag."""
+    try:
+        hook = _ACTIVE[-1]
+    except IndexError:  # no call watched now (or it just ended)
+        return
+    hook(frame, event, arg)
+
+
 class _watch_reference_calls:
     """While a graded function runs: every entry into attn_lib's code (issue 41 §5: the reference of every graded
     piece lives there, ``attn_lib.attention.scaled_dot_product_attention`` for notebook 03's) is noted by its
@@ -147,7 +162,8 @@ class _watch_reference_calls:
         self.top = sys._getframe(1)
         self.previous = sys.getprofile()
         self.installed = self.hook  # one bound method, compared by identity below
-        threading.setprofile(self.installed)  # a thread the function starts is watched too
+        _ACTIVE.append(self.installed)  # a thread the function starts, or one started before, is watched too
+        threading.setprofile(_thread_profile)
         sys.setprofile(self.installed)
         return self
 
@@ -157,7 +173,11 @@ class _watch_reference_calls:
         if sys.getprofile() is not self.installed:
             self.used.append("(the grader's watch was turned off)")
         sys.setprofile(self.previous)
-        threading.setprofile(None)
+        if self.installed in _ACTIVE:
+            _ACTIVE.remove(self.installed)
+        else:
+            self.used.append("(the grader's watch was turned off)")
+        threading.setprofile(_thread_profile)
         return False
 
 
@@ -287,6 +307,9 @@ class Runner:
     def run(self) -> None:
         plan, _ = wire.receive(self.fd_in)
         self.named = _NamedWatch(plan)  # before any of the student's cells (see the class)
+        import threading
+
+        threading.setprofile(_thread_profile)  # every thread the student's code starts, watched when a call is
         from IPython.core.interactiveshell import InteractiveShell
 
         shell = InteractiveShell.instance()

@@ -159,3 +159,93 @@ def test_an_honest_kv_cache_written_differently_keeps_its_points(library, tmp_pa
     result = _grade(_package(tmp_path, "kv_cache.py", HONEST_LIST_CACHE), library, "piece_KVCache")
     assert result["scores"]["piece_KVCache"] == result["max"]["piece_KVCache"], result
     assert result["flags"] == [], result
+
+
+WORKER_THREAD_CACHE = '''
+import queue
+import threading
+
+import attn_lib.kv_cache as _lib
+
+_jobs, _done = queue.Queue(), queue.Queue()
+
+
+def _work():  # started at import, before any graded call: attn_lib's code runs here, not in the graded call
+    while True:
+        f, args = _jobs.get()
+        try:
+            _done.put((True, f(*args)))
+        except BaseException as e:
+            _done.put((False, e))
+
+
+threading.Thread(target=_work, daemon=True).start()
+
+
+def _there(f, *args):
+    _jobs.put((f, args))
+    ok, result = _done.get()
+    if not ok:
+        raise result
+    return result
+
+
+class KVCache:
+    def __init__(self):
+        self._c = _there(_lib.KVCache)
+
+    keys = property(lambda self: _there(getattr, self._c, "keys"))
+    values = property(lambda self: _there(getattr, self._c, "values"))
+    seq_len = property(lambda self: _there(getattr, self._c, "seq_len"))
+
+    def __len__(self):
+        return self.seq_len
+
+    def update(self, key, value):
+        return _there(self._c.update, key, value)
+
+    def check(self, key, value):
+        return _there(self._c.check, key, value)
+
+    def nbytes(self):
+        return _there(self._c.nbytes)
+
+    def reset(self):
+        return _there(self._c.reset)
+'''
+
+
+def test_attn_libs_cache_run_by_a_worker_thread_started_at_import_gets_zero(library, tmp_path):
+    """Gained before: a thread started at import (before the runner's watch of a call began) that runs attn_lib's
+    KVCache for the student's object was never watched (a thread takes its profile function when it starts), so
+    the piece got full points with no flag and no grader token in its source. The runner now gives every thread a
+    profile function before the student's first cell, which forwards to the watched call's hook."""
+    result = _grade(_package(tmp_path, "kv_cache.py", WORKER_THREAD_CACHE), library, "piece_KVCache")
+    assert result["scores"]["piece_KVCache"] == 0, result
+    assert "attn_lib.kv_cache.KVCache.__init__, attn_lib.kv_cache.KVCache.check" in _flagged(result), result
+
+
+def test_a_thread_started_before_the_watch_is_watched():
+    """The runner's watch, without a sandbox: attn_lib's code run by a thread that was already running."""
+    import queue
+    import threading
+
+    import torch
+
+    import attn_lib.kv_cache as lib
+    from classroom.runner import _thread_profile, _watch_reference_calls
+
+    threading.setprofile(_thread_profile)  # what the runner does before the student's first cell
+    try:
+        jobs, done = queue.Queue(), queue.Queue()
+        worker = threading.Thread(target=lambda: done.put(jobs.get()()), daemon=True)
+        worker.start()
+        used: list = []
+        x = torch.zeros(1, 1, 2, 3)
+        with _watch_reference_calls(used):
+            jobs.put(lambda: lib.KVCache().update(x, x))
+            done.get(timeout=30)
+        worker.join(timeout=30)
+    finally:
+        threading.setprofile(None)
+    assert "attn_lib.kv_cache.KVCache.update" in used and "attn_lib.kv_cache.KVCache.__init__" in used, used
