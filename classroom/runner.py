@@ -413,12 +413,15 @@ class Runner:
                             result = fn(*args, **kwargs)
                         else:  # a check's named watch (_NamedWatch)
                             result, fired, intact = self.named.call(fn, args, kwargs, watch, used)
-                    reply_arrays = []
-                    after_memo = wire.new_memo()
-                    encoded = None if method else wire.encode(result, reply_arrays, functions=table, objects=objects)
-                    reply = {"ok": True, "used": _reported(used), "result": encoded, "method": method,
-                             "after": [wire.encode(a, reply_arrays, memo=after_memo, functions=table, objects=objects)
-                                       for a in args]}
+                        # encoded watched too: an int subclass's __int__, a __repr__ is the student's code (an
+                        # nbytes() whose int ran attn_lib's KVCache.nbytes when encoded went unflagged)
+                        reply_arrays = []
+                        after_memo = wire.new_memo()
+                        encoded = None if method else wire.encode(result, reply_arrays, functions=table,
+                                                                  objects=objects)
+                        after = [wire.encode(a, reply_arrays, memo=after_memo, functions=table, objects=objects)
+                                 for a in args]
+                    reply = {"ok": True, "used": _reported(used), "result": encoded, "method": method, "after": after}
                     if watch is not None and not read:
                         reply.update(watched=fired, watch_intact=intact)
                 except BaseException as e:  # noqa: BLE001 - the student's function raised

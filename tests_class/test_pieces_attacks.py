@@ -249,3 +249,37 @@ def test_a_thread_started_before_the_watch_is_watched():
     finally:
         threading.setprofile(None)
     assert "attn_lib.kv_cache.KVCache.update" in used and "attn_lib.kv_cache.KVCache.__init__" in used, used
+
+
+LAZY_INT = '''
+
+import attn_lib.kv_cache as _lib
+
+
+class _Lazy(int):
+    """An int whose value is computed when the runner encodes it, after the watched call returned."""
+
+    def __int__(self):
+        theirs = _lib.KVCache()
+        theirs.keys, theirs.values = self.cache.keys, self.cache.values
+        return _lib.KVCache.nbytes(theirs)
+
+
+def _nbytes(self):
+    out = _Lazy(0)
+    out.cache = self
+    return out
+
+
+KVCache.nbytes = _nbytes
+'''
+
+
+def test_attn_libs_code_run_while_the_answer_is_encoded_gets_zero(library, tmp_path):
+    """Gained before: an nbytes() that returns an int subclass whose ``__int__`` runs attn_lib's KVCache.nbytes
+    ran it while the runner encoded the answer, after the watched call: full points, no flag. The runner now
+    encodes the answer (and the arguments after the call) inside the watch."""
+    text = (SOLVED / "kv_cache.py").read_text() + LAZY_INT
+    result = _grade(_package(tmp_path, "kv_cache.py", text), library, "piece_KVCache")
+    assert result["scores"]["piece_KVCache"] == 0, result
+    assert "attn_lib.kv_cache.KVCache.nbytes" in _flagged(result), result
