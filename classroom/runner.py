@@ -224,6 +224,12 @@ class _NamedWatch:
                     self.code[obj.__code__] = name
                 elif kind == "torch":
                     self.torch[obj] = name
+        # the same torch functions seen by the profile hook, for a thread other than the call's (a function mode is
+        # per thread: a worker thread's torch.matmul went unseen): a C function by identity, a Python one by code
+        self.torch_ids = {id(f): n for f, n in self.torch.items()}
+        self.torch_code = {f.__code__: n for f, n in self.torch.items() if hasattr(f, "__code__")}
+        self.torch_methods = {f.__name__: n for f, n in self.torch.items()  # x.softmax(-1): a bound C method
+                              if type(f).__name__ == "method_descriptor" and isinstance(getattr(f, "__name__", 0), str)}
         self.mode_class = None
         if self.torch:
             from torch.overrides import TorchFunctionMode
@@ -254,21 +260,36 @@ class _NamedWatch:
         fires when ``used``, the entries into attn_lib that :class:`_watch_reference_calls` notes, holds it (the
         reply's ``used`` keeps only 20 of them)."""
         names = set(names) if isinstance(names, list) else set()
+        import threading
+
         code = {c: n for c, n in self.code.items() if n in names}
+        other_code = {**code, **{c: n for c, n in self.torch_code.items() if n in names}}
+        other_c = {i: n for i, n in self.torch_ids.items() if n in names}
+        methods = {m: n for m, n in self.torch_methods.items() if n in names}
+        tensor = sys.modules["torch"].Tensor if "torch" in sys.modules else None
         fired: set = set()
         previous = sys.getprofile()
+        caller = threading.get_ident()
 
         def hook(frame, event, arg):
             if previous is not None:
                 previous(frame, event, arg)
             if event == "call":
-                name = code.get(frame.f_code)
+                name = (code if threading.get_ident() == caller else other_code).get(frame.f_code)
+                if name is not None:
+                    fired.add(name)
+            elif event == "c_call" and other_c and threading.get_ident() != caller:  # another thread: no mode
+                name = other_c.get(id(arg))
+                if name is None and methods and tensor is not None and \
+                        isinstance(getattr(arg, "__self__", None), tensor):
+                    name = methods.get(getattr(arg, "__name__", None))
                 if name is not None:
                     fired.add(name)
 
         mode = self.mode_class() if self.mode_class is not None and names & set(self.torch.values()) else None
         intact = True
         sys.setprofile(hook)
+        _ACTIVE.append(hook)  # the threads' profile function (_thread_profile) forwards to it
         try:
             if mode is None:
                 result = fn(*args, **kwargs)
@@ -277,7 +298,11 @@ class _NamedWatch:
                     result = fn(*args, **kwargs)
                 fired |= {n for n in mode.fired if n in names}
         finally:
-            intact = sys.getprofile() is hook
+            if hook in _ACTIVE:
+                _ACTIVE.remove(hook)
+            else:
+                intact = False
+            intact = intact and sys.getprofile() is hook
             if intact:  # else left as the student's code left it: _watch_reference_calls notes it too
                 sys.setprofile(previous)
         for name in names:

@@ -283,3 +283,44 @@ def test_attn_libs_code_run_while_the_answer_is_encoded_gets_zero(library, tmp_p
     result = _grade(_package(tmp_path, "kv_cache.py", text), library, "piece_KVCache")
     assert result["scores"]["piece_KVCache"] == 0, result
     assert "attn_lib.kv_cache.KVCache.nbytes" in _flagged(result), result
+
+
+GQA_REPEAT_IN_A_THREAD = '''
+
+import queue as _queue
+import threading as _threading
+
+_jobs, _done = _queue.Queue(), _queue.Queue()
+_threading.Thread(target=lambda: [_done.put(_jobs.get()()) for _ in iter(int, 1)], daemon=True).start()
+
+
+def grouped_query_attention(query, key, value, attn_mask=None, *, is_causal=False, scale=None):
+    """The refused shortcut (every key/value head repeated G times), done by a worker thread."""
+    G = query.shape[-3] // key.shape[-3]
+    _jobs.put(lambda: (key.repeat_interleave(G, dim=-3), torch.repeat_interleave(value, G, dim=-3)))
+    k, v = _done.get()
+    E, L, S = query.shape[-1], query.shape[-2], key.shape[-2]
+    scale = 1.0 / math.sqrt(E) if scale is None else scale
+    scores = query @ k.transpose(-2, -1) * scale
+    if is_causal:
+        attn_mask = torch.ones(L, S, dtype=torch.bool).tril()
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else scores + attn_mask
+    m = scores.amax(-1, keepdim=True)
+    m = torch.where(m == -math.inf, torch.zeros_like(m), m)
+    e = (scores - m).exp()
+    total = e.sum(-1, keepdim=True)
+    w = e / torch.where(total == 0, torch.ones_like(total), total)
+    return w @ v, w
+'''
+
+
+def test_a_refused_torch_function_called_by_another_thread_is_seen(library, tmp_path):
+    """Gained before: a check's named torch watch is a TorchFunctionMode, which is per thread, so
+    grouped_query_attention that had a worker thread repeat the key/value heads (the refused shortcut) got full
+    points. The runner's profile hook now also names the watched torch functions that another thread calls (a C
+    function, a Tensor method, a Python function), so the check's hint says what it called."""
+    text = (SOLVED / "gqa.py").read_text() + GQA_REPEAT_IN_A_THREAD
+    result = _grade(_package(tmp_path, "gqa.py", text), library, "piece_grouped_query_attention")
+    assert result["scores"]["piece_grouped_query_attention"] == 0, result
+    assert "repeat_interleave" in result["messages"]["piece_grouped_query_attention"], result
