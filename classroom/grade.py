@@ -665,6 +665,11 @@ def grade_check(box, name: str, args: str) -> tuple[bool, str]:
     if box.dead:  # the call that timed out or broke the protocol ended the sandbox
         return False, result.message if not result.passed else f"❌ {name}: the notebook's process stopped."
     refused = refused_calls(name, box.reference_calls)
+    if result.passed is True and name in REFUSED and "(the grader's watch was turned off)" in box.reference_calls:
+        from classroom import pieces
+
+        return False, (f"❌ {pieces.class_name(name) or name}: not yet. Part of your code ran where the grader cannot "
+                       "watch it (another process, or with the profiler turned off): compute it in the call itself.")
     if result.passed is True and refused:  # what the in-process check refuses (its _Refuse, its TorchFunctionMode)
         from classroom import pieces
 

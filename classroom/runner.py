@@ -76,6 +76,22 @@ def _thread_profile(frame, event, arg):
     hook(frame, event, arg)
 
 
+TURNED_OFF = "(the grader's watch was turned off)"
+# what starts another process: code there is never watched (its reports stay in it), so a process started during a
+# watched call counts as the watch turned off (a fork that ran attn_lib's KVCache got full points and no flag).
+# Seen by an audit hook, which no code can remove once added (:func:`_audit`).
+_PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn",
+                             "os.system", "pty.spawn"})
+_WATCHED_USED: list = []  # the ``used`` list of the watched call in progress
+
+
+def _audit(event, args):
+    if event in _PROCESS_EVENTS and _WATCHED_USED:
+        used = _WATCHED_USED[-1]
+        if TURNED_OFF not in used:
+            used.append(TURNED_OFF)
+
+
 class _watch_reference_calls:
     """While a graded function runs: every entry into attn_lib's code (issue 41 §5: the reference of every graded
     piece lives there, ``attn_lib.attention.scaled_dot_product_attention`` for notebook 03's) is noted by its
@@ -162,6 +178,7 @@ class _watch_reference_calls:
         self.top = sys._getframe(1)
         self.previous = sys.getprofile()
         self.installed = self.hook  # one bound method, compared by identity below
+        _WATCHED_USED.append(self.used)
         _ACTIVE.append(self.installed)  # a thread the function starts, or one started before, is watched too
         threading.setprofile(_thread_profile)
         sys.setprofile(self.installed)
@@ -170,13 +187,15 @@ class _watch_reference_calls:
     def __exit__(self, *exc):
         import threading
 
+        if _WATCHED_USED and _WATCHED_USED[-1] is self.used:
+            _WATCHED_USED.pop()
         if sys.getprofile() is not self.installed:
-            self.used.append("(the grader's watch was turned off)")
+            self.used.append(TURNED_OFF)
         sys.setprofile(self.previous)
         if self.installed in _ACTIVE:
             _ACTIVE.remove(self.installed)
         else:
-            self.used.append("(the grader's watch was turned off)")
+            self.used.append(TURNED_OFF)
         threading.setprofile(_thread_profile)
         return False
 
@@ -335,6 +354,7 @@ class Runner:
         import threading
 
         threading.setprofile(_thread_profile)  # every thread the student's code starts, watched when a call is
+        sys.addaudithook(_audit)  # every process it starts, noted when a call is watched
         from IPython.core.interactiveshell import InteractiveShell
 
         shell = InteractiveShell.instance()

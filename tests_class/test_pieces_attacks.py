@@ -324,3 +324,94 @@ def test_a_refused_torch_function_called_by_another_thread_is_seen(library, tmp_
     result = _grade(_package(tmp_path, "gqa.py", text), library, "piece_grouped_query_attention")
     assert result["scores"]["piece_grouped_query_attention"] == 0, result
     assert "repeat_interleave" in result["messages"]["piece_grouped_query_attention"], result
+
+
+FORKED_CACHE = '''
+import multiprocessing as _mp
+
+import torch
+
+import attn_lib.kv_cache as _lib
+
+_ctx = _mp.get_context("fork")
+
+
+def _child(conn, f, args):
+    try:
+        r = f(*args)
+        conn.send((True, tuple(x.numpy() for x in r) if isinstance(r, tuple) else r))
+    except BaseException as e:
+        conn.send((False, e))
+    conn.close()
+
+
+def _there(f, *args):  # attn_lib's code runs in a forked child, whose reports never reach the grader
+    a, b = _ctx.Pipe()
+    p = _ctx.Process(target=_child, args=(b, f, args))
+    p.start()
+    ok, out = a.recv()
+    p.join()
+    if not ok:
+        raise out
+    return tuple(torch.from_numpy(x) for x in out) if isinstance(out, tuple) else out
+
+
+class KVCache:
+    def __init__(self):
+        self.keys = self.values = None
+
+    @property
+    def seq_len(self):
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def __len__(self):
+        return self.seq_len
+
+    def _theirs(self):
+        c = _lib.KVCache()
+        c.keys, c.values = self.keys, self.values
+        return c
+
+    def nbytes(self):
+        return _there(lambda s: s._theirs().nbytes(), self)
+
+    def reset(self):
+        self.keys = self.values = None
+
+    def check(self, key, value):
+        return _there(lambda s, k, v: s._theirs().check(k, v), self, key, value)
+
+    def update(self, key, value):
+        self.keys, self.values = _there(lambda s, k, v: s._theirs().update(k, v), self, key, value)
+        return self.keys, self.values
+'''
+
+
+def test_attn_libs_cache_run_in_a_forked_process_gets_zero(library, tmp_path):
+    """Gained before: a KVCache whose methods run attn_lib's in a forked child (multiprocessing, fork) got full
+    points and no flag: the child's calls are watched in the child only. A process started during a watched call
+    (the runner's audit hook: fork, subprocess, exec, spawn) now counts as the watch turned off, which fails a class
+    piece and is flagged."""
+    result = _grade(_package(tmp_path, "kv_cache.py", FORKED_CACHE), library, "piece_KVCache")
+    assert result["scores"]["piece_KVCache"] == 0, result
+    assert "cannot watch it (another process" in result["messages"]["piece_KVCache"], result
+    assert "the grader's watch was turned off" in _flagged(result), result
+
+
+def test_a_process_started_during_a_watched_call_turns_the_watch_off():
+    """The runner's audit hook, without a sandbox (added to this process for good, as audit hooks are; it acts only
+    during a watched call): a subprocess started inside the watch is noted, one started outside is not."""
+    import subprocess
+    import sys
+
+    from classroom.runner import TURNED_OFF, _audit, _watch_reference_calls
+
+    sys.addaudithook(_audit)
+    used: list = []
+    subprocess.run(["true"], check=True)
+    with _watch_reference_calls(used):
+        pass
+    assert used == []
+    with _watch_reference_calls(used):
+        subprocess.run(["true"], check=True)
+    assert used == [TURNED_OFF]
