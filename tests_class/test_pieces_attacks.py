@@ -415,3 +415,43 @@ def test_a_process_started_during_a_watched_call_turns_the_watch_off():
     with _watch_reference_calls(used):
         subprocess.run(["true"], check=True)
     assert used == [TURNED_OFF]
+
+
+_MHA_ADDITIVE_MASK = '''        # every mask as one additive float bias (0 = may attend, -inf = may not), summed
+        mask = None
+        if is_causal or padding_mask is not None or attn_mask is not None:
+            mask = torch.zeros(1, 1, L, S, dtype=q.dtype, device=q.device)
+        if is_causal:
+            mask = mask.masked_fill(~causal_mask(L, S, device=q.device), float("-inf"))
+        if padding_mask is not None:
+            pad = padding_mask.to(device=q.device, dtype=torch.bool)[:, None, None, :]
+            mask = mask + torch.zeros(pad.shape, dtype=q.dtype, device=q.device).masked_fill(~pad, float("-inf"))
+        if attn_mask is not None:
+            m = attn_mask[:, None] if attn_mask.dim() == 3 else attn_mask
+            if m.dtype == torch.bool:
+                m = torch.zeros(m.shape, dtype=q.dtype, device=q.device).masked_fill(~m, float("-inf"))
+            mask = mask + m.to(q.dtype)
+
+'''
+
+
+def _mha_additive_mask() -> str:
+    text = (SOLVED / "mha.py").read_text()
+    start = text.index("        keep = causal_mask(L, S")
+    end = text.index("        heads, weights = scaled_dot_product_attention(")
+    return text[:start] + _MHA_ADDITIVE_MASK + text[end:]
+
+
+@pytest.mark.parametrize("piece, module, how", [
+    ("piece_MultiHeadAttention", "mha.py", "additive_mask"),
+    ("piece_BPETokenizer", "tokenization.py", "list_merges"),
+])
+def test_other_honest_classes_keep_their_points(library, tmp_path, piece, module, how):
+    """A MultiHeadAttention that turns every mask (causal, padding, attn_mask bool or float) into one additive float
+    bias, and a BPETokenizer whose trained merges are lists, not tuples: full points, no flag."""
+    text = _mha_additive_mask() if how == "additive_mask" else \
+        (SOLVED / module).read_text().replace("merges.append(best)", "merges.append(list(best))")
+    assert text != (SOLVED / module).read_text()
+    result = _grade(_package(tmp_path, module, text), library, piece)
+    assert result["scores"][piece] == result["max"][piece], result
+    assert result["flags"] == [], result
