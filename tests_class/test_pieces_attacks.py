@@ -455,3 +455,39 @@ def test_other_honest_classes_keep_their_points(library, tmp_path, piece, module
     result = _grade(_package(tmp_path, module, text), library, piece)
     assert result["scores"][piece] == result["max"][piece], result
     assert result["flags"] == [], result
+
+
+WRAPPERS = {
+    # every attribute the class lacks read from a hidden attn_lib cache (__getattr__ on the class)
+    "getattr_delegate": ("import attn_lib.kv_cache as _lib\n\n\nclass KVCache:\n    def __init__(self):\n"
+                         "        object.__setattr__(self, '_theirs', _lib.KVCache())\n\n"
+                         "    def __getattr__(self, name):\n        return getattr(self._theirs, name)\n\n"
+                         "    def __len__(self):\n        return len(self._theirs)\n"),
+    # attn_lib's methods set as class attributes at import, one through functools.partialmethod
+    "class_attributes": ("import functools\n\nimport attn_lib.kv_cache as _lib\n\n\nclass KVCache:\n"
+                         "    __init__ = _lib.KVCache.__init__\n    seq_len = _lib.KVCache.seq_len\n"
+                         "    __len__ = _lib.KVCache.__len__\n    nbytes = _lib.KVCache.nbytes\n"
+                         "    reset = _lib.KVCache.reset\n    check = functools.partialmethod(_lib.KVCache.check)\n"
+                         "    update = functools.partialmethod(_lib.KVCache.update)\n"),
+    # a descriptor that hands out attn_lib's bound methods, made by a metaclass
+    "descriptor_metaclass": ("import attn_lib.kv_cache as _lib\n\n\nclass _Theirs:\n"
+                             "    def __set_name__(self, owner, name):\n        self.name = name\n\n"
+                             "    def __get__(self, obj, owner=None):\n"
+                             "        return getattr(_lib.KVCache, self.name).__get__(obj, owner)\n\n\n"
+                             "class _Meta(type):\n    def __new__(mcs, name, bases, ns):\n"
+                             "        for m in ('__init__', 'check', 'update', 'nbytes', 'reset', '__len__'):\n"
+                             "            ns[m] = _Theirs()\n            ns[m].name = m\n"
+                             "        ns['seq_len'] = _lib.KVCache.seq_len\n"
+                             "        return super().__new__(mcs, name, bases, ns)\n\n\n"
+                             "class KVCache(metaclass=_Meta):\n    pass\n"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(WRAPPERS))
+def test_attn_libs_cache_behind_a_wrapper_gets_zero(library, tmp_path, how):
+    """attn_lib's KVCache reached through ``__getattr__``, class attributes and ``functools.partialmethod``, or a
+    descriptor a metaclass installs: whatever the path, attn_lib's code runs in the watched call (a frame of its
+    file), so the piece gets 0 and the grader names what ran."""
+    result = _grade(_package(tmp_path, "kv_cache.py", WRAPPERS[how]), library, "piece_KVCache")
+    assert result["scores"]["piece_KVCache"] == 0, result
+    assert "attn_lib.kv_cache.KVCache." in _flagged(result), result
