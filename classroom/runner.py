@@ -62,6 +62,9 @@ class _Capped(io.TextIOBase):
 
 
 _ACTIVE: list = []  # the profile hook of the watched call in progress (_watch_reference_calls), for other threads
+_SEEN_THREADS: set = set()  # the threads that run _thread_profile (all that threading starts once the runner set it)
+_THREADS_WATCHED: list = []  # [True] once Runner.run set _thread_profile: a thread not seen is then one unwatched
+_get_ident = __import__("threading").get_ident  # bound before the student's code
 
 
 def _thread_profile(frame, event, arg):
@@ -69,6 +72,9 @@ def _thread_profile(frame, event, arg):
     student's first cell and kept): while a graded call is watched, that call's hook sees the thread's calls too.
     A thread sets its profile function when it starts, so before this a worker thread started at import (a queue of
     jobs that ran attn_lib's KVCache for the student's object) was never watched: full points and no flag."""
+    ident = _get_ident()
+    if ident not in _SEEN_THREADS:
+        _SEEN_THREADS.add(ident)
     try:
         hook = _ACTIVE[-1]
     except IndexError:  # no call watched now (or it just ended)
@@ -191,6 +197,12 @@ class _watch_reference_calls:
             _WATCHED_USED.pop()
         if sys.getprofile() is not self.installed:
             self.used.append(TURNED_OFF)
+        elif _THREADS_WATCHED and TURNED_OFF not in self.used:
+            # a thread that never ran _thread_profile was started without it (threading._profile_hook cleared
+            # first, or _thread.start_new_thread): what it runs is not watched
+            me = _get_ident()
+            if any(i != me and i not in _SEEN_THREADS for i in sys._current_frames()):
+                self.used.append(TURNED_OFF)
         sys.setprofile(self.previous)
         if self.installed in _ACTIVE:
             _ACTIVE.remove(self.installed)
@@ -354,6 +366,8 @@ class Runner:
         import threading
 
         threading.setprofile(_thread_profile)  # every thread the student's code starts, watched when a call is
+        _SEEN_THREADS.add(_get_ident())
+        _THREADS_WATCHED.append(True)
         sys.addaudithook(_audit)  # every process it starts, noted when a call is watched
         from IPython.core.interactiveshell import InteractiveShell
 

@@ -491,3 +491,17 @@ def test_attn_libs_cache_behind_a_wrapper_gets_zero(library, tmp_path, how):
     result = _grade(_package(tmp_path, "kv_cache.py", WRAPPERS[how]), library, "piece_KVCache")
     assert result["scores"]["piece_KVCache"] == 0, result
     assert "attn_lib.kv_cache.KVCache." in _flagged(result), result
+
+
+def test_a_worker_thread_started_without_the_runners_profile_function_fails_the_piece(library, tmp_path):
+    """Gained before: the worker thread above, started while ``threading._profile_hook`` was cleared (and put back),
+    ran attn_lib's KVCache unwatched: full points, no flag, no grader token in the source. A thread that never ran
+    the runner's profile function is now one the grader cannot watch: the watch counts as turned off."""
+    text = WORKER_THREAD_CACHE.replace(
+        "import attn_lib.kv_cache as _lib", "import attn_lib.kv_cache as _lib\n\n_previous = threading._profile_hook"
+    ).replace("threading.Thread(target=_work, daemon=True).start()",
+              "threading._profile_hook = None\nthreading.Thread(target=_work, daemon=True).start()\n"
+              "threading._profile_hook = _previous")
+    result = _grade(_package(tmp_path, "kv_cache.py", text), library, "piece_KVCache")
+    assert result["scores"]["piece_KVCache"] == 0, result
+    assert "cannot watch it" in result["messages"]["piece_KVCache"], result
