@@ -381,7 +381,8 @@ def pieces_notebook(files: dict[str, str], only: set[str] | None = None) -> dict
 # writes ``sys.modules["class" + "room.runner"]`` or copies attn_lib's method's ``__code__`` is flagged, breakhandles)
 GRADER_TOKENS = ("classroom", "/opt/grader", "dup2", "sys.argv", "setprofile", "settrace", "DisableTorchFunction",
                  "_pop_mode", "_set_torch_function_mode", "GridExecutor", "get_objects", "f_locals", "f_back",
-                 "sys.modules", "import_module", "__import__", "__code__", "_getframe", "currentframe", "import gc")
+                 "sys.modules", "import_module", "__import__", "__code__", "_getframe", "currentframe", "import gc",
+                 "_thread", "_profile_hook")  # a thread started without the runner's profile function
 # and the same reached under another name (``import sys as _s; _s.modules[...]``), named in the flag by these words
 GRADER_PATTERNS = (("sys under another name", re.compile(r"\bimport\s+sys\s+as\b|\bfrom\s+sys\s+import\b")),
                    ("modules[...]", re.compile(r"\bmodules\s*\[")),

@@ -65,6 +65,7 @@ _ACTIVE: list = []  # the profile hook of the watched call in progress (_watch_r
 _SEEN_THREADS: set = set()  # the threads that run _thread_profile (all that threading starts once the runner set it)
 _THREADS_WATCHED: list = []  # [True] once Runner.run set _thread_profile: a thread not seen is then one unwatched
 _get_ident = __import__("threading").get_ident  # bound before the student's code
+_sleep = __import__("time").sleep
 
 
 def _thread_profile(frame, event, arg):
@@ -201,8 +202,14 @@ class _watch_reference_calls:
             # a thread that never ran _thread_profile was started without it (threading._profile_hook cleared
             # first, or _thread.start_new_thread): what it runs is not watched
             me = _get_ident()
-            if any(i != me and i not in _SEEN_THREADS for i in sys._current_frames()):
-                self.used.append(TURNED_OFF)
+
+            def unseen():
+                return any(i != me and i not in _SEEN_THREADS for i in sys._current_frames())
+
+            if unseen():
+                _sleep(0.05)  # a thread just started (a progress bar's monitor) runs its first call now
+                if unseen():
+                    self.used.append(TURNED_OFF)
         sys.setprofile(self.previous)
         if self.installed in _ACTIVE:
             _ACTIVE.remove(self.installed)

@@ -505,3 +505,4 @@ def test_a_worker_thread_started_without_the_runners_profile_function_fails_the_
     result = _grade(_package(tmp_path, "kv_cache.py", text), library, "piece_KVCache")
     assert result["scores"]["piece_KVCache"] == 0, result
     assert "cannot watch it" in result["messages"]["piece_KVCache"], result
+    assert "_profile_hook" in _flagged(result), result  # and the source is a tripwire's (GRADER_TOKENS)
