@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,25 +25,8 @@ from attn_lib.course.exercises import pieces as P3
 from attn_lib.course.exercises import pieces_fast as P
 from attn_lib.course.exercises._core import HINT_SCALE_ZERO
 
-SOLVED = Path(__file__).resolve().parents[2] / "notebooks" / "solutions" / "my_attn"
-
-
-@pytest.fixture(autouse=True)
-def _restore():
-    yield
-    mine.use_attn_lib()
-
-
-def _solved(module: str):
-    mine.check_mine(SOLVED)  # loads the worked solution as my_attn
-    import importlib
-
-    return importlib.import_module(f"my_attn.{module}")
-
-
-def _fails_with(result, hint: str):
-    assert not result.passed, result.message
-    assert hint in result.message, result.message
+from exercise_asserts import SOLVED, restore_attn_lib  # noqa: F401 - an autouse fixture
+from exercise_asserts import fails_with as _fails_with, solved as _solved
 
 
 # ----------------------------------------------------------------------------------------------- check_sample

@@ -14,25 +14,10 @@ import attn_lib
 from attn_lib.course import mine
 from attn_lib.course.exercises import pieces_fast as P
 
-SOLVED = attn_lib.REPO_ROOT / "notebooks" / "solutions" / "my_attn"
+from exercise_asserts import SOLVED, restore_attn_lib  # noqa: F401 - an autouse fixture
+from exercise_asserts import fails_with as _fails_with, solved as _solved
+
 F = torch.nn.functional
-
-
-@pytest.fixture(autouse=True)
-def _restore():
-    yield
-    mine.use_attn_lib()
-
-
-def _solved(module: str):
-    mine.check_mine(SOLVED)  # loads the worked solution as my_attn
-    import importlib
-
-    return importlib.import_module(f"my_attn.{module}")
-
-
-def _fails_with(result, hint: str):
-    assert not result.passed and hint in result.message, result.message
 
 
 # ----------------------------------------------------------------------------------------------------- repeat_kv

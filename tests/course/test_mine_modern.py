@@ -3,7 +3,6 @@ accepts a differently written right answer; the switch runs attn_lib's layers on
 
 from __future__ import annotations
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,17 +11,8 @@ import attn_lib
 from attn_lib.course import mine
 from attn_lib.course.exercises import pieces_modern as pm
 
-SOLVED = attn_lib.REPO_ROOT / "notebooks" / "solutions" / "my_attn"
-
-
-@pytest.fixture(autouse=True)
-def _restore():
-    yield
-    mine.use_attn_lib()
-
-
-def _fails_with(result, hint: str) -> None:
-    assert not result.passed and hint in result.message, result.message
+from exercise_asserts import SOLVED, restore_attn_lib  # noqa: F401 - an autouse fixture
+from exercise_asserts import fails_with as _fails_with
 
 
 # ----------------------------------------------------------------------------------------------------- softcap

@@ -3,25 +3,14 @@ a differently written right answer; the switch runs attn_lib's MoBA on the learn
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-import attn_lib
 from attn_lib.course import mine
 from attn_lib.course.exercises import pieces_sparse as ps
 from attn_lib.course.exercises.block_sparse import HINT_FUTURE, HINT_K_PLUS_ONE, HINT_NOT_FORCED
 
-SOLVED = attn_lib.REPO_ROOT / "notebooks" / "solutions" / "my_attn"
-
-
-@pytest.fixture(autouse=True)
-def _restore():
-    yield
-    mine.use_attn_lib()
-
-
-def _fails_with(result, hint: str) -> None:
-    assert not result.passed and hint in result.message, result.message
+from exercise_asserts import SOLVED, restore_attn_lib  # noqa: F401 - an autouse fixture
+from exercise_asserts import fails_with as _fails_with
 
 
 def _moba(mistake=None):
